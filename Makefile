@@ -1,0 +1,34 @@
+# Everything a fresh machine needs: `make test` and `make demo` create .venv and install into it.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PLUGINS := $(sort $(wildcard plugins/opzoo-*))
+STAMP := $(VENV)/.opzoo-installed
+PYTEST_ARGS ?=
+
+.PHONY: install test test-slow demo bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS)) | $(PY)
+	$(PY) -m pip install --upgrade "pip>=23" "setuptools>=68" wheel
+	$(PY) -m pip install -e ".[test]" $(addprefix -e ,$(PLUGINS))
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: install
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-slow: install
+	$(PY) -m pytest -m slow $(PYTEST_ARGS)
+
+demo: install
+	$(VENV)/bin/opzoo demo
+
+bench: install
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info plugins/*/*.egg-info demo_out

@@ -1,0 +1,36 @@
+"""opzoo: a plugin-based zoo of neural operators for time-dependent PDEs.
+
+    import opzoo
+    model = opzoo.load("aot-pot-s")
+    model = opzoo.load("dpot-s", pretrained=True)
+    model = opzoo.from_pretrained("org/my-finetune")
+"""
+
+from ._version import __version__
+from .checkpoints import ConvertedCheckpoint, convert_to_repo, safe_torch_load
+from .config import ModelConfig
+from .errors import (
+    CheckpointError,
+    ConfigError,
+    HubError,
+    OpzooError,
+    RegistryConflictError,
+    UnknownNameError,
+    WeightsError,
+)
+from .factory import create_model, list_models, load
+from .grid import append_grid
+from .hookspecs import hookimpl
+from .hub import from_pretrained, push_to_hub, save_pretrained
+from .interfaces import Backbone, IdentityStreams, Mixer, Residual, Router, Routing, StreamAdapter
+from .plugins import get_plugin_host, get_registry, reset_plugins
+from .registry import PretrainedSource, Registry
+
+__all__ = [
+    "__version__", "load", "list_models", "create_model", "from_pretrained", "save_pretrained", "push_to_hub",
+    "hookimpl", "get_registry", "get_plugin_host", "reset_plugins", "Registry", "PretrainedSource",
+    "ModelConfig", "Backbone", "Mixer", "Residual", "StreamAdapter", "IdentityStreams", "Router", "Routing",
+    "ConvertedCheckpoint", "convert_to_repo", "safe_torch_load", "append_grid",
+    "OpzooError", "UnknownNameError", "RegistryConflictError", "ConfigError", "WeightsError", "HubError",
+    "CheckpointError",
+]

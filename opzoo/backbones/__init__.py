@@ -1,0 +1,1 @@
+"""Backbones shipped by the core."""

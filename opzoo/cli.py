@@ -1,0 +1,197 @@
+"""The ``opzoo`` command line (DESIGN §9)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from ._version import __version__
+from .errors import OpzooError
+
+
+def _parse_value(text: str):
+    """``key=value`` override values are JSON when they parse as JSON, else strings."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _overrides(pairs: Sequence[str]) -> dict:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise OpzooError(f"override {pair!r} is not of the form key=value")
+        out[key] = _parse_value(value)
+    return out
+
+
+def cmd_list(args) -> int:
+    from .factory import list_models
+
+    names = list_models(args.pattern, include_aliases=args.aliases)
+    print("\n".join(names) if names else f"no models match {args.pattern!r}")
+    return 0
+
+
+def cmd_info(args) -> int:
+    import torch
+
+    from .factory import build_preset
+    from .plugins import get_registry
+
+    registry = get_registry()
+    preset = registry.preset(args.name)
+    with torch.device("meta"):
+        model = build_preset(preset, _overrides(args.set))
+    n_params = sum(p.numel() for p in model.parameters())
+    src = preset.pretrained
+    info = {
+        "name": preset.name,
+        "aliases": list(preset.aliases),
+        "backbone": preset.backbone,
+        "plugin": preset.owner,
+        "parameters": n_params,
+        "pretrained": None if src is None else {"repo_id": src.repo_id, "filename": src.filename,
+                                                 "revision": src.revision, "converter": src.converter},
+        "config": model.config.to_dict(),
+        "pretrained_cfg": dict(preset.pretrained_cfg),
+    }
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    print(f"{preset.name}  ({preset.backbone}, from {preset.owner})")
+    if preset.aliases:
+        print(f"  aliases:    {', '.join(preset.aliases)}")
+    print(f"  parameters: {n_params:,}")
+    print(f"  weights:    {'none published' if src is None else src.repo_id + (' / ' + src.filename if src.filename else '')}")
+    print("  config:")
+    for k, v in info["config"].items():
+        print(f"    {k}: {json.dumps(v)}")
+    return 0
+
+
+def cmd_plugins(args) -> int:
+    from .plugins import get_plugin_host
+
+    host = get_plugin_host()
+    if args.json:
+        print(json.dumps({"loaded": [p.__dict__ for p in host.loaded], "failed": [p.__dict__ for p in host.failed]}, indent=2))
+        return 0
+    print(f"opzoo {__version__}")
+    for p in host.loaded:
+        print(f"  {p.distribution} {p.version}  (entry point {p.name!r})")
+    if not host.loaded:
+        print("  no plugins loaded")
+    for p in host.failed:
+        print(f"  FAILED {p.distribution} {p.version}: {p.error}")
+    return 0
+
+
+def cmd_export(args) -> int:
+    from .factory import load
+
+    model = load(args.name, pretrained=args.pretrained, **_overrides(args.set))
+    out = model.save_pretrained(args.out)
+    print(f"wrote {out}/config.json, model.safetensors, README.md")
+    return 0
+
+
+def cmd_convert(args) -> int:
+    from .checkpoints import convert_to_repo
+
+    out = convert_to_repo(args.converter, args.file, args.out)
+    print(f"converted {args.file} with {args.converter!r} -> {out}")
+    return 0
+
+
+def cmd_push(args) -> int:
+    from .hub import push_folder_to_hub
+
+    info = push_folder_to_hub(args.dir, args.repo_id, private=args.private)
+    print(f"pushed {args.dir} -> {getattr(info, 'commit_url', args.repo_id)}")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from .demo import run_demo
+
+    return run_demo(out_dir=args.out, steps=args.steps)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="opzoo", description="A zoo of neural operators for time-dependent PDEs.")
+    parser.add_argument("--version", action="version", version=f"opzoo {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("list", help="list registered models")
+    p.add_argument("pattern", nargs="?", default="*", help="fnmatch pattern, e.g. 'dpot-*'")
+    p.add_argument("--aliases", action="store_true", help="also list aliases")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("info", help="show a model's config, parameter count and weights")
+    p.add_argument("name")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("plugins", help="list loaded plugins with versions, and those that failed")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_plugins)
+
+    p = sub.add_parser("export", help="save a model as an opzoo repo (save_pretrained)")
+    p.add_argument("name")
+    p.add_argument("out")
+    p.add_argument("--pretrained", action="store_true", help="with its published weights")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("convert", help="convert a foreign checkpoint into an opzoo repo")
+    p.add_argument("converter", help="registered converter, e.g. 'dpot'")
+    p.add_argument("file")
+    p.add_argument("out")
+    p.set_defaults(func=cmd_convert)
+
+    p = sub.add_parser("push", help="upload an opzoo repo directory to the Hugging Face Hub")
+    p.add_argument("dir")
+    p.add_argument("repo_id")
+    p.add_argument("--private", action="store_true")
+    p.set_defaults(func=cmd_push)
+
+    p = sub.add_parser("demo", help="a small end-to-end run: train, save, reload, roll out, plot")
+    p.add_argument("--out", default="demo_out")
+    p.add_argument("--steps", type=int, default=300)
+    p.set_defaults(func=cmd_demo)
+
+    for add_commands in _command_providers():
+        add_commands(sub)
+    return parser
+
+
+def _command_providers():
+    """Sub-command groups that live in their own modules."""
+    providers = []
+    try:
+        from .data.cli import add_data_commands
+    except ImportError:
+        pass
+    else:
+        providers.append(add_data_commands)
+    return providers
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except OpzooError as e:
+        print(f"opzoo {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

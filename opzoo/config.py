@@ -1,0 +1,167 @@
+"""ModelConfig: a typed dataclass that round-trips through ``config.json`` (DESIGN §5).
+
+``config.json`` holds ``architecture`` (the registered backbone), ``opzoo_version``,
+``model_args`` (the config's fields) and ``pretrained_cfg`` (facts about the weights).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import types
+import typing
+from pathlib import Path
+from typing import Any, Mapping
+
+from ._version import __version__
+from .errors import ConfigError
+
+CONFIG_NAME = "config.json"
+
+
+@dataclasses.dataclass
+class ModelConfig:
+    """Fields every backbone shares; each backbone subclasses this with its own."""
+
+    in_channels: int = 4
+    out_channels: int = 4
+    in_timesteps: int = 10
+    out_timesteps: int = 1
+
+    @classmethod
+    def from_dict(cls, args: Mapping[str, Any], source: str = "model_args") -> "ModelConfig":
+        """Build from a mapping, checking every key and type; ``source`` names where it came from."""
+        if not isinstance(args, Mapping):
+            raise ConfigError(f"{source}: expected an object of {cls.__name__} fields, got {type(args).__name__}")
+        hints = typing.get_type_hints(cls)
+        fields = {f.name for f in dataclasses.fields(cls) if f.init}
+        unknown = sorted(set(args) - fields)
+        if unknown:
+            raise ConfigError(
+                f"{source}: unknown field(s) {', '.join(map(repr, unknown))} for {cls.__name__}; "
+                f"known fields: {', '.join(sorted(fields))}"
+            )
+        values = {k: _coerce(v, hints[k], f"{source}.{k}") for k, v in args.items()}
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.init}
+
+    def replace(self, source: str = "override", **changes: Any) -> "ModelConfig":
+        """A copy with ``changes`` applied, type-checked like ``from_dict``."""
+        return type(self).from_dict({**self.to_dict(), **changes}, source=source)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Check ``value`` against annotation ``tp``; JSON lists become tuples where a tuple is declared."""
+    origin, targs = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        errors = []
+        for option in targs:
+            try:
+                return _coerce(value, option, where)
+            except ConfigError as e:
+                errors.append(e)
+        raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r} ({type(value).__name__})")
+    if tp is type(None):
+        if value is None:
+            return None
+    elif origin is typing.Literal:
+        if value in targs:
+            return value
+        raise ConfigError(f"{where}: expected one of {list(targs)}, got {value!r}")
+    elif tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    elif origin in (tuple, list) or tp in (tuple, list):
+        if isinstance(value, (list, tuple)):
+            if origin is tuple and targs and targs[-1] is not Ellipsis:
+                if len(targs) != len(value):
+                    raise ConfigError(f"{where}: expected {len(targs)} items, got {len(value)}")
+                items = [_coerce(v, t, f"{where}[{i}]") for i, (v, t) in enumerate(zip(value, targs))]
+            else:
+                item_tp = targs[0] if targs else Any
+                items = [_coerce(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value)]
+            return tuple(items) if (origin or tp) is tuple else items
+    elif origin is dict or tp is dict:
+        if isinstance(value, Mapping):
+            vt = targs[1] if targs else Any
+            return {str(k): _coerce(v, vt, f"{where}.{k}") for k, v in value.items()}
+    else:
+        raise TypeError(f"{where}: unsupported config annotation {tp!r}")
+    raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r} ({type(value).__name__})")
+
+
+def _major(version: str) -> int:
+    try:
+        return int(str(version).split(".")[0])
+    except ValueError:
+        raise ConfigError(f"opzoo_version {version!r} is not a version number") from None
+
+
+def config_document(architecture: str, config: ModelConfig, pretrained_cfg: Mapping[str, Any] | None) -> dict:
+    return {
+        "architecture": architecture,
+        "opzoo_version": __version__,
+        "model_args": config.to_dict(),
+        "pretrained_cfg": dict(pretrained_cfg or {}),
+    }
+
+
+def write_config(path: str | os.PathLike, document: Mapping[str, Any]) -> None:
+    Path(path).write_text(json.dumps(document, indent=2, sort_keys=False) + "\n")
+
+
+def read_config(path: str | os.PathLike) -> dict[str, Any]:
+    """Parse and check the envelope of a ``config.json`` (not yet the model_args types)."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: expected a JSON object, got {type(doc).__name__}")
+    required = {"architecture": str, "opzoo_version": str, "model_args": dict}
+    for key, tp in required.items():
+        if key not in doc:
+            raise ConfigError(f"{path}: missing key {key!r} (an opzoo config.json has {', '.join(required)})")
+        if not isinstance(doc[key], tp):
+            raise ConfigError(f"{path}: key {key!r} must be {tp.__name__}, got {type(doc[key]).__name__}")
+    unknown = sorted(set(doc) - {*required, "pretrained_cfg"})
+    if unknown:
+        raise ConfigError(f"{path}: unknown key(s) {', '.join(map(repr, unknown))}")
+    if _major(doc["opzoo_version"]) > _major(__version__):
+        raise ConfigError(
+            f"{path}: written by opzoo {doc['opzoo_version']}, a newer major version than this opzoo "
+            f"{__version__}; upgrade with `pip install -U opzoo`"
+        )
+    doc.setdefault("pretrained_cfg", {})
+    if not isinstance(doc["pretrained_cfg"], dict):
+        raise ConfigError(f"{path}: key 'pretrained_cfg' must be an object")
+    return doc

@@ -1,0 +1,32 @@
+"""The hooks a plugin may implement (DESIGN §4). Hooks take keyword arguments only.
+
+A plugin is a module (or object) named by an entry point in the group ``opzoo``::
+
+    [project.entry-points.opzoo]
+    my_plugin = "my_package.plugin"
+
+and marks its implementations with :data:`opzoo.hookimpl`.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+PROJECT_NAME = "opzoo"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@hookspec
+def opzoo_register_components(registry):
+    """Register mixers, residuals, routers, backbones, optimizer hooks and checkpoint converters.
+
+    Called for every plugin before any ``opzoo_register_models``, so presets may use components
+    of other plugins. ``registry`` is a :class:`opzoo.registry.Registry`.
+    """
+
+
+@hookspec
+def opzoo_register_models(registry):
+    """Register presets with ``registry.register_model(name, backbone=..., args=..., ...)``."""

@@ -1,0 +1,172 @@
+"""The four interfaces every opzoo component implements (DESIGN §3).
+
+Tensors are channels-last; ``S`` stands for the 1, 2 or 3 spatial dims.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+import torch
+from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from .config import ModelConfig
+
+__all__ = ["Mixer", "Residual", "StreamAdapter", "Router", "Routing", "Backbone"]
+
+
+class Mixer(nn.Module, metaclass=abc.ABCMeta):
+    """Spatial token mixing at fixed width.
+
+    ``forward(x: [B, *S, D]) -> [B, *S, D]``; must accept any spatial size where the math allows.
+    Constructed as ``MixerClass(dim, **mixer_args)``.
+    """
+
+    @abc.abstractmethod
+    def forward(self, x: Tensor) -> Tensor: ...
+
+
+class StreamAdapter(nn.Module, metaclass=abc.ABCMeta):
+    """Turns a latent into a residual state before the first block and back after the last.
+
+    ``expand(x: [B, *S, D]) -> state``; ``collapse(state) -> [B, *S, D]``.
+    """
+
+    @abc.abstractmethod
+    def expand(self, x: Tensor) -> Tensor: ...
+
+    @abc.abstractmethod
+    def collapse(self, state: Tensor) -> Tensor: ...
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.expand(x)
+
+
+class IdentityStreams(StreamAdapter):
+    """The stream adapter of residuals whose state is the latent itself."""
+
+    def expand(self, x: Tensor) -> Tensor:
+        return x
+
+    def collapse(self, state: Tensor) -> Tensor:
+        return state
+
+
+class Residual(nn.Module, metaclass=abc.ABCMeta):
+    """How one sub-layer joins the residual path: ``forward(state, branch) -> state``.
+
+    ``branch`` maps ``[B, *S, D] -> [B, *S, D]``. Constructed per sub-layer as
+    ``ResidualClass(dim, index=k, **residual_args)`` where ``k`` counts sub-layers from 0 across
+    the network; the per-network adapter comes from ``ResidualClass.stream_adapter(dim, **residual_args)``.
+    """
+
+    @abc.abstractmethod
+    def forward(self, state: Tensor, branch: Callable[[Tensor], Tensor]) -> Tensor: ...
+
+    @classmethod
+    def stream_adapter(cls, dim: int, **residual_args) -> StreamAdapter:
+        return IdentityStreams()
+
+
+@dataclass
+class Routing:
+    """A router's choice for ``G`` groups (samples or tokens): ``weights [G, k]``, ``indices [G, k]``."""
+
+    weights: Tensor
+    indices: Tensor
+    aux_loss: Tensor
+
+
+class Router(nn.Module, metaclass=abc.ABCMeta):
+    """Chooses experts: ``forward(x) -> Routing``.
+
+    A router remembers the aux loss of its last forward in ``last_aux_loss`` so that the
+    backbone's ``aux_loss()`` can sum it.
+    """
+
+    last_aux_loss: Tensor | None = None
+
+    @abc.abstractmethod
+    def forward(self, x: Tensor) -> Routing: ...
+
+
+class Backbone(nn.Module, metaclass=abc.ABCMeta):
+    """A whole operator: ``forward(x: [B, *S, T_in, C_in]) -> [B, *S, T_out, C_out]``.
+
+    Subclasses set ``config_class`` (a ModelConfig dataclass) and take their config as the only
+    constructor argument. Saving and loading (``save_pretrained``, ``from_pretrained``,
+    ``push_to_hub``) come from :class:`opzoo.hub.HubMixin`, mixed in by :func:`opzoo.load`.
+    """
+
+    config_class: type["ModelConfig"]
+
+    def __init__(self, config: "ModelConfig"):
+        super().__init__()
+        self.config = config
+        self.pretrained_cfg: dict = {}
+        self.preset_name: str | None = None
+
+    # ---- hub I/O (DESIGN §5) ----
+    def save_pretrained(self, save_directory):
+        """Write ``config.json``, ``model.safetensors`` and ``README.md`` into a directory."""
+        from .hub import save_pretrained
+
+        return save_pretrained(self, save_directory)
+
+    def push_to_hub(self, repo_id: str, **kwargs):
+        """Upload this model to the Hugging Face Hub (see :func:`opzoo.hub.push_to_hub`)."""
+        from .hub import push_to_hub
+
+        return push_to_hub(self, repo_id, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, repo_or_dir, revision: str | None = None, **overrides):
+        """Load an opzoo repo (local dir or Hub id); it must hold this class's architecture."""
+        from .errors import ConfigError
+        from .hub import from_pretrained
+
+        model = from_pretrained(repo_or_dir, revision=revision, **overrides)
+        if not isinstance(model, cls):
+            raise ConfigError(f"{repo_or_dir} holds a {type(model).__name__}, not a {cls.__name__}")
+        return model
+
+    @abc.abstractmethod
+    def forward(self, x: Tensor) -> Tensor: ...
+
+    @property
+    def in_timesteps(self) -> int:
+        return self.config.in_timesteps
+
+    def rollout(self, x: Tensor, steps: int) -> Tensor:
+        """Autoregressive prediction: ``x [B, *S, T_in, C] -> [B, *S, steps, C_out]``.
+
+        Each forward's ``T_out`` frames are appended to the window, which slides forward.
+        Requires ``C_out == C_in``.
+        """
+        if steps < 1:
+            raise ValueError(f"rollout needs steps >= 1, got {steps}")
+        window, preds, made = x, [], 0
+        while made < steps:
+            out = self(window)
+            preds.append(out)
+            made += out.shape[-2]
+            window = torch.cat([window, out], dim=-2)[..., -x.shape[-2]:, :]
+        return torch.cat(preds, dim=-2)[..., :steps, :]
+
+    def aux_loss(self) -> Tensor:
+        """Sum of the router aux losses of the last forward (0 when there are none)."""
+        total = None
+        for module in self.modules():
+            if isinstance(module, Router) and module.last_aux_loss is not None:
+                total = module.last_aux_loss if total is None else total + module.last_aux_loss
+        if total is None:
+            return torch.zeros((), device=self._any_device())
+        return total
+
+    def _any_device(self) -> torch.device:
+        for p in self.parameters():
+            return p.device
+        return torch.device("cpu")

@@ -1,0 +1,141 @@
+"""Plugin discovery with pluggy, and the process-wide registry built from it (DESIGN §4).
+
+Plugins are found through entry points in the group ``opzoo``. One that fails to import or to
+register becomes a warning naming its distribution and the error; the others still load.
+``OPZOO_PLUGINS`` (comma-separated distribution names; empty means none) restricts loading.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata as md
+import os
+import threading
+import warnings
+from typing import Any
+
+import pluggy
+
+from . import hookspecs
+from .errors import RegistryConflictError
+from .registry import Registry
+
+ENTRY_POINT_GROUP = "opzoo"
+ENV_PLUGINS = "OPZOO_PLUGINS"
+CORE_NAME = "opzoo"
+
+
+class PluginLoadWarning(UserWarning):
+    """A plugin that could not be imported or failed while registering."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PluginInfo:
+    """A plugin distribution: ``error`` is None when it loaded."""
+
+    name: str
+    distribution: str
+    version: str
+    error: str | None = None
+
+
+class PluginHost:
+    """The pluggy manager, the plugins it loaded or failed to load, and the registry they filled."""
+
+    def __init__(self, allowed: set[str] | None = None, entry_points: list[md.EntryPoint] | None = None):
+        self.pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+        self.pm.add_hookspecs(hookspecs)
+        self.loaded: list[PluginInfo] = []
+        self.failed: list[PluginInfo] = []
+        self._owner: dict[int, str] = {}
+        self._allowed = allowed
+        self._entry_points = entry_points
+        from . import builtins
+
+        self._register(builtins, CORE_NAME)
+        self._discover()
+        self.registry = Registry()
+        self._fill(self.registry)
+
+    def _register(self, plugin: Any, owner: str, name: str | None = None) -> None:
+        self.pm.register(plugin, name=name)
+        self._owner[id(plugin)] = owner
+
+    def _discover(self) -> None:
+        eps = self._entry_points
+        if eps is None:
+            eps = list(md.entry_points(group=ENTRY_POINT_GROUP))
+        for ep in eps:
+            dist = ep.dist.name if ep.dist is not None else ep.value.split(":")[0].split(".")[0]
+            version = ep.dist.version if ep.dist is not None else "?"
+            if self._allowed is not None and dist not in self._allowed:
+                continue
+            if self.pm.get_plugin(ep.name) is not None:
+                continue
+            try:
+                plugin = ep.load()
+                self._register(plugin, dist, name=ep.name)
+            except Exception as e:  # a broken plugin must not take the others down
+                self._fail(ep.name, dist, version, f"import failed: {type(e).__name__}: {e}")
+                continue
+            self.loaded.append(PluginInfo(ep.name, dist, version))
+
+    def _fail(self, name: str, dist: str, version: str, error: str) -> None:
+        self.failed.append(PluginInfo(name, dist, version, error))
+        warnings.warn(f"opzoo plugin {dist!r} ({name}) was not loaded: {error}", PluginLoadWarning, stacklevel=4)
+
+    def _fill(self, registry: Registry) -> None:
+        """Run every plugin's component hooks, then every plugin's model hooks."""
+        for hook_name in ("opzoo_register_components", "opzoo_register_models"):
+            hook = getattr(self.pm.hook, hook_name)
+            for impl in reversed(hook.get_hookimpls()):
+                owner = self._owner.get(id(impl.plugin), impl.plugin_name)
+                if owner != CORE_NAME and owner in {f.distribution for f in self.failed}:
+                    continue
+                kwargs = {"registry": registry}
+                with registry.owned_by(owner):
+                    try:
+                        impl.function(**{a: kwargs[a] for a in impl.argnames})
+                    except RegistryConflictError:
+                        raise
+                    except Exception as e:
+                        if owner == CORE_NAME:
+                            raise
+                        registry.forget(owner)
+                        self._drop(owner, f"{hook_name} raised {type(e).__name__}: {e}")
+
+    def _drop(self, dist: str, error: str) -> None:
+        info = next(p for p in self.loaded if p.distribution == dist)
+        self.loaded.remove(info)
+        self._fail(info.name, dist, info.version, error)
+
+
+_lock = threading.Lock()
+_host: PluginHost | None = None
+
+
+def allowed_from_env() -> set[str] | None:
+    value = os.environ.get(ENV_PLUGINS)
+    if value is None:
+        return None
+    return {n.strip() for n in value.split(",") if n.strip()}
+
+
+def get_plugin_host() -> PluginHost:
+    """The process-wide PluginHost, created (and plugins loaded) on first use."""
+    global _host
+    with _lock:
+        if _host is None:
+            _host = PluginHost(allowed=allowed_from_env())
+        return _host
+
+
+def get_registry() -> Registry:
+    return get_plugin_host().registry
+
+
+def reset_plugins() -> None:
+    """Forget loaded plugins; the next use discovers them again (e.g. after pip install)."""
+    global _host
+    with _lock:
+        _host = None

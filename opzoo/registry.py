@@ -1,0 +1,190 @@
+"""The registry of components and presets that plugins fill through their hooks (DESIGN §4).
+
+Kinds of component: ``mixer``, ``residual``, ``router``, ``backbone``, ``optimizer_hook`` and
+``converter``. Every entry remembers the distribution that registered it, so that two plugins
+claiming one name is an error naming both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fnmatch
+from importlib.resources.abc import Traversable
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+from .errors import RegistryConflictError, UnknownNameError
+
+COMPONENT_KINDS = ("mixer", "residual", "router", "backbone", "optimizer_hook", "converter")
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainedSource:
+    """Where a preset's weights live on the Hub.
+
+    With ``converter=None`` the repo is an opzoo repo (config.json + model.safetensors); otherwise
+    ``filename`` is a foreign checkpoint turned into opzoo weights by the named converter.
+    """
+
+    repo_id: str
+    filename: str | None = None
+    revision: str | None = None
+    converter: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """A named model: a backbone, its config args, optional weights and a model card."""
+
+    name: str
+    backbone: str
+    args: Mapping[str, Any]
+    pretrained: PretrainedSource | None = None
+    card: Traversable | Path | None = None
+    pretrained_cfg: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    aliases: tuple[str, ...] = ()
+    owner: str = "?"
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    name: str
+    obj: Any
+    owner: str
+
+
+class Registry:
+    """Name -> component for each kind, and name -> Preset (with aliases)."""
+
+    def __init__(self) -> None:
+        self._components: dict[str, dict[str, Entry]] = {k: {} for k in COMPONENT_KINDS}
+        self._presets: dict[str, Preset] = {}
+        self._aliases: dict[str, str] = {}
+        self._owner = "opzoo"
+
+    @contextlib.contextmanager
+    def owned_by(self, owner: str) -> Iterator["Registry"]:
+        """Attribute registrations made inside the block to distribution ``owner``."""
+        previous, self._owner = self._owner, owner
+        try:
+            yield self
+        finally:
+            self._owner = previous
+
+    # ---- components -------------------------------------------------------------------------
+    def register(self, kind: str, name: str, obj: Any) -> Any:
+        if kind not in self._components:
+            raise ValueError(f"unknown component kind {kind!r}; kinds: {', '.join(COMPONENT_KINDS)}")
+        table = self._components[kind]
+        if name in table:
+            self._conflict(f"{kind} {name!r}", table[name].owner)
+        table[name] = Entry(name, obj, self._owner)
+        return obj
+
+    def register_mixer(self, name: str, cls: type) -> type:
+        """``cls(dim, **mixer_args)`` is a :class:`opzoo.Mixer`."""
+        return self.register("mixer", name, cls)
+
+    def register_residual(self, name: str, cls: type) -> type:
+        """``cls(dim, index=k, **residual_args)`` is a :class:`opzoo.Residual`."""
+        return self.register("residual", name, cls)
+
+    def register_router(self, name: str, cls: type) -> type:
+        return self.register("router", name, cls)
+
+    def register_backbone(self, name: str, cls: type) -> type:
+        """``cls(config)`` is a :class:`opzoo.Backbone`; ``cls.config_class`` its ModelConfig."""
+        return self.register("backbone", name, cls)
+
+    def register_optimizer_hook(self, name: str, obj: Any) -> Any:
+        return self.register("optimizer_hook", name, obj)
+
+    def register_converter(self, name: str, fn: Callable) -> Callable:
+        """``fn(path) -> ConvertedCheckpoint`` turns a foreign checkpoint into opzoo weights."""
+        return self.register("converter", name, fn)
+
+    def get(self, kind: str, name: str) -> Any:
+        table = self._components[kind]
+        if name not in table:
+            raise UnknownNameError(kind.replace("_", " "), name, table)
+        return table[name].obj
+
+    def owner(self, kind: str, name: str) -> str:
+        self.get(kind, name)
+        return self._components[kind][name].owner
+
+    def names(self, kind: str) -> list[str]:
+        return sorted(self._components[kind])
+
+    def backbone_name(self, cls: type) -> str:
+        """The registered name of a backbone class (for ``config.json``'s ``architecture``)."""
+        for entry in self._components["backbone"].values():
+            if entry.obj is cls:
+                return entry.name
+        raise UnknownNameError("backbone class", cls.__qualname__, self._components["backbone"])
+
+    # ---- presets ----------------------------------------------------------------------------
+    def register_model(
+        self,
+        name: str,
+        *,
+        backbone: str,
+        args: Mapping[str, Any] | None = None,
+        pretrained: PretrainedSource | None = None,
+        card: Traversable | Path | str | None = None,
+        pretrained_cfg: Mapping[str, Any] | None = None,
+        aliases: tuple[str, ...] | list[str] = (),
+    ) -> Preset:
+        """Register preset ``name``: ``backbone`` built with ``args``; ``card`` is its model card."""
+        for key in (name, *aliases):
+            if key in self._presets or key in self._aliases:
+                holder = self._presets.get(key) or self._presets[self._aliases[key]]
+                self._conflict(f"model {key!r}", holder.owner)
+        preset = Preset(
+            name=name,
+            backbone=backbone,
+            args=dict(args or {}),
+            pretrained=pretrained,
+            card=Path(card) if isinstance(card, str) else card,
+            pretrained_cfg=dict(pretrained_cfg or {}),
+            aliases=tuple(aliases),
+            owner=self._owner,
+        )
+        self._presets[name] = preset
+        for alias in aliases:
+            self._aliases[alias] = name
+        return preset
+
+    def preset(self, name: str) -> Preset:
+        name = self._aliases.get(name, name)
+        if name not in self._presets:
+            raise UnknownNameError("model", name, [*self._presets, *self._aliases])
+        return self._presets[name]
+
+    def has_preset(self, name: str) -> bool:
+        return name in self._presets or name in self._aliases
+
+    def list_models(self, pattern: str = "*", include_aliases: bool = False) -> list[str]:
+        names = list(self._presets)
+        if include_aliases:
+            names += list(self._aliases)
+        matched = {n for n in names if fnmatch.fnmatchcase(n, pattern)}
+        # an alias matching the pattern brings in its preset
+        matched |= {self._aliases[a] for a in self._aliases if fnmatch.fnmatchcase(a, pattern)}
+        return sorted(matched)
+
+    def forget(self, owner: str) -> None:
+        """Remove everything ``owner`` registered (a plugin that failed half-way leaves nothing)."""
+        for table in self._components.values():
+            for name in [n for n, e in table.items() if e.owner == owner]:
+                del table[name]
+        for name in [n for n, p in self._presets.items() if p.owner == owner]:
+            del self._presets[name]
+        self._aliases = {a: n for a, n in self._aliases.items() if n in self._presets}
+
+    def _conflict(self, what: str, first_owner: str) -> None:
+        raise RegistryConflictError(
+            f"{what} is registered by both {first_owner!r} and {self._owner!r}; "
+            f"uninstall one of them or restrict loading with OPZOO_PLUGINS"
+        )

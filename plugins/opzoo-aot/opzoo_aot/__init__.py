@@ -1,0 +1,1 @@
+"""opzoo-aot plugin."""

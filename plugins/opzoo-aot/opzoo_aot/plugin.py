@@ -1,0 +1,3 @@
+"""Entry point of the opzoo-aot plugin: its registrations through opzoo's public hooks."""
+
+import opzoo

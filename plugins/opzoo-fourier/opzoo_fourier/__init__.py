@@ -1,0 +1,1 @@
+"""opzoo-fourier plugin."""

@@ -1,0 +1,1 @@
+"""opzoo-moe plugin."""

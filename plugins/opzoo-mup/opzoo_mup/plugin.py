@@ -1,0 +1,3 @@
+"""Entry point of the opzoo-mup plugin: its registrations through opzoo's public hooks."""
+
+import opzoo
