@@ -163,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="a small end-to-end run: train, save, reload, roll out, plot")
     p.add_argument("--out", default="demo_out")
-    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--steps", type=int, default=200)
     p.set_defaults(func=cmd_demo)
 
     for add_commands in _command_providers():

@@ -88,7 +88,7 @@ class PluginHost:
         """Run every plugin's component hooks, then every plugin's model hooks."""
         for hook_name in ("opzoo_register_components", "opzoo_register_models"):
             hook = getattr(self.pm.hook, hook_name)
-            for impl in reversed(hook.get_hookimpls()):
+            for impl in hook.get_hookimpls():  # registration order: the core first
                 owner = self._owner.get(id(impl.plugin), impl.plugin_name)
                 if owner != CORE_NAME and owner in {f.distribution for f in self.failed}:
                     continue

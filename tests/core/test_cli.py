@@ -1,0 +1,53 @@
+import json
+
+import pytest
+
+from opzoo.cli import main
+
+FIRST_PARTY = ("opzoo-fourier", "opzoo-aot", "opzoo-moe", "opzoo-mup")
+
+
+def test_plugins_lists_the_first_party_plugins_with_versions(capsys):
+    assert main(["plugins"]) == 0
+    out = capsys.readouterr().out
+    for name in FIRST_PARTY:
+        assert f"{name} 0.1.0" in out
+    assert main(["plugins", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(FIRST_PARTY) <= {p["distribution"] for p in doc["loaded"]}
+
+
+def test_list_with_pattern(capsys):
+    assert main(["list", "simple-*"]) == 0
+    assert capsys.readouterr().out.split() == ["simple-op"]
+    assert main(["list", "zzz-*"]) == 0
+    assert "no models match" in capsys.readouterr().out
+
+
+def test_info_reports_exact_parameter_count(capsys):
+    import opzoo
+
+    n = sum(p.numel() for p in opzoo.load("simple-op").parameters())
+    assert main(["info", "simple-op", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["parameters"] == n and doc["backbone"] == "simple" and doc["plugin"] == "opzoo"
+    assert main(["info", "simple-op", "--set", "width=64"]) == 0
+    assert "width: 64" in capsys.readouterr().out
+
+
+def test_unknown_name_is_a_clear_error(capsys):
+    assert main(["info", "simple-oops"]) == 2
+    assert "unknown model 'simple-oops'. Closest registered: simple-op" in capsys.readouterr().err
+
+
+def test_export_writes_a_loadable_repo(tmp_path, capsys):
+    import opzoo
+
+    assert main(["export", "simple-op", str(tmp_path / "out"), "--set", "depth=1"]) == 0
+    model = opzoo.load(f"local-dir:{tmp_path / 'out'}")
+    assert model.config.depth == 1
+
+
+def test_bad_override_syntax(capsys):
+    assert main(["export", "simple-op", "x", "--set", "depth"]) == 2
+    assert "not of the form key=value" in capsys.readouterr().err

@@ -1,0 +1,82 @@
+import warnings
+
+import pytest
+
+from opzoo.errors import RegistryConflictError
+from opzoo.plugins import PluginHost, PluginLoadWarning
+
+from .fake_dists import MIXER_PLUGIN, write_dist
+
+FIRST_PARTY = {"opzoo-fourier", "opzoo-aot", "opzoo-moe", "opzoo-mup"}
+
+
+def test_first_party_plugins_are_discovered_with_versions():
+    host = PluginHost()
+    found = {p.distribution: p.version for p in host.loaded}
+    assert FIRST_PARTY <= set(found)
+    assert all(v and v != "?" for v in found.values())
+
+
+def test_a_plugin_that_fails_to_import_is_a_warning_and_the_others_load(tmp_path, monkeypatch):
+    write_dist(tmp_path, "opzoo-broken", "1.2", "broken_plugin", "raise RuntimeError('boom at import')\n")
+    write_dist(tmp_path, "opzoo-good", "2.0", "good_plugin", MIXER_PLUGIN.format(name="good-mixer"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.warns(PluginLoadWarning, match=r"'opzoo-broken' \(broken_plugin\) was not loaded: import failed: RuntimeError: boom at import"):
+        host = PluginHost()
+    assert [p.distribution for p in host.failed] == ["opzoo-broken"]
+    assert "good-mixer" in host.registry.names("mixer")
+    assert FIRST_PARTY | {"opzoo-good"} <= {p.distribution for p in host.loaded}
+
+
+def test_a_plugin_whose_hook_raises_leaves_nothing_registered(tmp_path, monkeypatch):
+    source = MIXER_PLUGIN.format(name="half-mixer") + '''
+@opzoo.hookimpl
+def opzoo_register_models(registry):
+    registry.register_model("half-model", backbone="simple")
+    raise ValueError("bad preset table")
+'''
+    write_dist(tmp_path, "opzoo-half", "0.1", "half_plugin", source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.warns(PluginLoadWarning, match=r"opzoo-half.*opzoo_register_models raised ValueError: bad preset table"):
+        host = PluginHost()
+    assert "half-mixer" not in host.registry.names("mixer")
+    assert not host.registry.has_preset("half-model")
+
+
+def test_two_plugins_registering_one_name_is_an_error_naming_both(tmp_path, monkeypatch):
+    write_dist(tmp_path, "opzoo-alpha", "1.0", "alpha_plugin", MIXER_PLUGIN.format(name="same-name"))
+    write_dist(tmp_path, "opzoo-beta", "1.0", "beta_plugin", MIXER_PLUGIN.format(name="same-name"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(RegistryConflictError) as info:
+        PluginHost()
+    message = str(info.value)
+    assert "mixer 'same-name'" in message and "'opzoo-alpha'" in message and "'opzoo-beta'" in message
+
+
+def test_a_plugin_cannot_take_a_core_name(tmp_path, monkeypatch):
+    write_dist(tmp_path, "opzoo-thief", "1.0", "thief_plugin", MIXER_PLUGIN.format(name="pointwise-mlp"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(RegistryConflictError, match=r"'opzoo' and 'opzoo-thief'"):
+        PluginHost()
+
+
+def test_opzoo_plugins_restricts_loading(tmp_path, monkeypatch):
+    write_dist(tmp_path, "opzoo-broken", "1.2", "broken_plugin", "raise RuntimeError('boom')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the broken plugin is not even imported
+        host = PluginHost(allowed={"opzoo-fourier"})
+    assert [p.distribution for p in host.loaded] == ["opzoo-fourier"]
+    none = PluginHost(allowed=set())
+    assert none.loaded == [] and none.registry.names("backbone") == ["simple"]  # the core always loads
+
+
+def test_env_variable_parsing(monkeypatch):
+    from opzoo.plugins import allowed_from_env
+
+    monkeypatch.delenv("OPZOO_PLUGINS", raising=False)
+    assert allowed_from_env() is None
+    monkeypatch.setenv("OPZOO_PLUGINS", "")
+    assert allowed_from_env() == set()
+    monkeypatch.setenv("OPZOO_PLUGINS", "opzoo-aot, opzoo-fourier")
+    assert allowed_from_env() == {"opzoo-aot", "opzoo-fourier"}

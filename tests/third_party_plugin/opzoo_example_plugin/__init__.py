@@ -1,0 +1,1 @@
+"""A third-party opzoo plugin, written only against opzoo's public API."""
