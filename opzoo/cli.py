@@ -171,16 +171,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+COMMAND_GROUPS = (("opzoo.data.cli", "add_data_commands"), ("opzoo.training.cli", "add_training_commands"))
+
+
 def _command_providers():
-    """Sub-command groups that live in their own modules."""
-    providers = []
-    try:
-        from .data.cli import add_data_commands
-    except ImportError:
-        pass
-    else:
-        providers.append(add_data_commands)
-    return providers
+    """Sub-command groups that live in their own modules (data, training)."""
+    import importlib
+
+    for module_name, function in COMMAND_GROUPS:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as e:  # TEMP until data/training land
+            if e.name != module_name:
+                raise
+            continue
+        yield getattr(module, function)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
