@@ -34,16 +34,7 @@ class ModelConfig:
         """Build from a mapping, checking every key and type; ``source`` names where it came from."""
         if not isinstance(args, Mapping):
             raise ConfigError(f"{source}: expected an object of {cls.__name__} fields, got {type(args).__name__}")
-        hints = typing.get_type_hints(cls)
-        fields = {f.name for f in dataclasses.fields(cls) if f.init}
-        unknown = sorted(set(args) - fields)
-        if unknown:
-            raise ConfigError(
-                f"{source}: unknown field(s) {', '.join(map(repr, unknown))} for {cls.__name__}; "
-                f"known fields: {', '.join(sorted(fields))}"
-            )
-        values = {k: _coerce(v, hints[k], f"{source}.{k}") for k, v in args.items()}
-        return cls(**values)
+        return build_dataclass(cls, args, source)
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.init}
@@ -51,6 +42,21 @@ class ModelConfig:
     def replace(self, source: str = "override", **changes: Any) -> "ModelConfig":
         """A copy with ``changes`` applied, type-checked like ``from_dict``."""
         return type(self).from_dict({**self.to_dict(), **changes}, source=source)
+
+
+def build_dataclass(cls: type, args: Mapping[str, Any], where: str) -> Any:
+    """``cls(**args)`` for a dataclass, checking every key and type (nested dataclasses too)."""
+    if not isinstance(args, Mapping):
+        raise ConfigError(f"{where}: expected an object of {cls.__name__} fields, got {type(args).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(args) - fields)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown field(s) {', '.join(map(repr, unknown))} for {cls.__name__}; "
+            f"known fields: {', '.join(sorted(fields))}"
+        )
+    return cls(**{k: coerce_value(v, hints[k], f"{where}.{k}") for k, v in args.items()})
 
 
 def _plain(value: Any) -> Any:
@@ -67,18 +73,23 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
 
-def _coerce(value: Any, tp: Any, where: str) -> Any:
-    """Check ``value`` against annotation ``tp``; JSON lists become tuples where a tuple is declared."""
+def coerce_value(value: Any, tp: Any, where: str) -> Any:
+    """Check ``value`` against annotation ``tp`` (``where`` names it in errors).
+
+    JSON lists become tuples where a tuple is declared, ints become floats where a float is, and
+    mappings become dataclasses where a dataclass is.
+    """
     origin, targs = typing.get_origin(tp), typing.get_args(tp)
     if tp is Any:
         return value
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        return build_dataclass(tp, value, where)
     if origin in (typing.Union, types.UnionType):
-        errors = []
         for option in targs:
             try:
-                return _coerce(value, option, where)
-            except ConfigError as e:
-                errors.append(e)
+                return coerce_value(value, option, where)
+            except ConfigError:
+                pass
         raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r} ({type(value).__name__})")
     if tp is type(None):
         if value is None:
@@ -104,15 +115,15 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             if origin is tuple and targs and targs[-1] is not Ellipsis:
                 if len(targs) != len(value):
                     raise ConfigError(f"{where}: expected {len(targs)} items, got {len(value)}")
-                items = [_coerce(v, t, f"{where}[{i}]") for i, (v, t) in enumerate(zip(value, targs))]
+                items = [coerce_value(v, t, f"{where}[{i}]") for i, (v, t) in enumerate(zip(value, targs))]
             else:
                 item_tp = targs[0] if targs else Any
-                items = [_coerce(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value)]
+                items = [coerce_value(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value)]
             return tuple(items) if (origin or tp) is tuple else items
     elif origin is dict or tp is dict:
         if isinstance(value, Mapping):
             vt = targs[1] if targs else Any
-            return {str(k): _coerce(v, vt, f"{where}.{k}") for k, v in value.items()}
+            return {str(k): coerce_value(v, vt, f"{where}.{k}") for k, v in value.items()}
     else:
         raise TypeError(f"{where}: unsupported config annotation {tp!r}")
     raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r} ({type(value).__name__})")
