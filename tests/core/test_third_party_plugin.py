@@ -1,5 +1,6 @@
 """A third-party plugin installed the way a user would: `pip install` of its own package."""
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,11 +16,12 @@ PLUGIN_SOURCE = Path(__file__).resolve().parents[1] / "third_party_plugin"
 def installed_plugin(tmp_path_factory):
     """pip-installs tests/third_party_plugin into a private target directory (the environment is untouched)."""
     target = tmp_path_factory.mktemp("site")
-    build = tmp_path_factory.mktemp("build")
+    source = tmp_path_factory.mktemp("src") / "plugin"
+    shutil.copytree(PLUGIN_SOURCE, source)  # setuptools builds in the source tree: keep ours clean
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-         "--target", str(target), str(PLUGIN_SOURCE)],
-        check=True, capture_output=True, text=True, env={**__import__("os").environ, "TMPDIR": str(build)},
+         "--target", str(target), str(source)],
+        check=True, capture_output=True, text=True,
     )
     assert any(p.name.startswith("opzoo_example_plugin-0.3.1.dist-info") for p in target.iterdir())
     return target
