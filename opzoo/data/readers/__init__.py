@@ -1,0 +1,100 @@
+"""Readers for trajectory files, with layout auto-detection.
+
+``open_source(path)`` returns a :class:`TrajectorySource` for any supported layout:
+
+=================  ========================================================================
+layout             what it reads
+=================  ========================================================================
+canonical          opzoo / DPOT processed: ``data`` ``[N, *S, T, C]``
+the-well           The Well: ``t0_fields/*`` ``[N, T, *S]``, ``t1_fields/*`` ``[N, T, *S, D]``, ...
+pdebench-groups    PDEBench SWE / diffusion-reaction: ``'0000/data'`` ``[T, *S, C]``
+pdebench-cfd       PDEBench CFD: ``density``, ``pressure``, ``Vx``, ``Vy`` each ``[N, T, *S]``
+pdebench-tensor    PDEBench 1-D and Darcy: ``tensor`` ``[N, T, *S]``
+fno-mat            FNO NS MATLAB v7.3: ``u`` ``[T, Y, X, N]`` on disk
+=================  ========================================================================
+"""
+
+from __future__ import annotations
+
+import os
+
+import h5py
+
+from opzoo.data.errors import DataFormatError, UnknownLayoutError, describe_shape
+from opzoo.data.readers.base import SourceInfo, TrajectorySource, open_h5
+from opzoo.data.readers.canonical import CanonicalSource
+from opzoo.data.readers.fno_mat import FNOMatSource
+from opzoo.data.readers.pdebench import PDEBenchCFDSource, PDEBenchGroupsSource, PDEBenchTensorSource
+from opzoo.data.readers.the_well import TheWellSource
+
+#: Layouts in detection order (the first whose ``detect`` matches wins).
+LAYOUTS: dict[str, type[TrajectorySource]] = {
+    cls.layout: cls
+    for cls in (
+        TheWellSource,
+        CanonicalSource,
+        PDEBenchGroupsSource,
+        PDEBenchCFDSource,
+        PDEBenchTensorSource,
+        FNOMatSource,
+    )
+}
+
+
+def detect_layout(path: str | os.PathLike) -> str:
+    """Name of the layout a file is in; UnknownLayoutError listing what was found otherwise."""
+    path = os.fspath(path)
+    with open_h5(path) as f:
+        for name, cls in LAYOUTS.items():
+            if cls.detect(f):
+                return name
+        raise UnknownLayoutError(describe_unknown(path, f))
+
+
+def open_source(path: str | os.PathLike, layout: str | None = None, **options) -> TrajectorySource:
+    """Open ``path`` lazily as ``N`` trajectories ``[*S, T, C]``.
+
+    ``layout`` forces one layout (a key of :data:`LAYOUTS`); by default it is detected.
+    ``options`` go to the reader (``check_finite``, and ``prepend_initial`` for ``fno-mat``).
+    """
+    if layout is None:
+        layout = detect_layout(path)
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layout '{layout}'; known layouts: {list(LAYOUTS)}")
+    return LAYOUTS[layout](path, **options)
+
+
+def describe_unknown(path: str, f: h5py.File) -> str:
+    """The error text for a file in no known layout: what it holds and what each layout expects."""
+    found = []
+    for key in list(f.keys())[:20]:
+        item = f[key]
+        if isinstance(item, h5py.Dataset):
+            found.append(f"'{key}' dataset {describe_shape(item.shape)} {item.dtype}")
+        else:
+            found.append(f"'{key}' group with keys {list(item.keys())[:8]}")
+    if len(f.keys()) > 20:
+        found.append(f"... {len(f.keys()) - 20} more")
+    lines = [
+        f"{path}: not in any known layout.",
+        f"  found: {'; '.join(found) if found else 'no keys'}; root attributes {sorted(f.attrs.keys())}",
+        "  expected one of:",
+    ]
+    lines += [f"    {name}: {cls.expects}" for name, cls in LAYOUTS.items()]
+    return "\n".join(lines)
+
+
+__all__ = [
+    "LAYOUTS",
+    "DataFormatError",
+    "SourceInfo",
+    "TrajectorySource",
+    "detect_layout",
+    "open_source",
+    "CanonicalSource",
+    "TheWellSource",
+    "PDEBenchGroupsSource",
+    "PDEBenchCFDSource",
+    "PDEBenchTensorSource",
+    "FNOMatSource",
+]

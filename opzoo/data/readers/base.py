@@ -1,0 +1,256 @@
+"""The common interface of every reader: a lazily read collection of trajectories.
+
+Whatever the layout on disk, a reader presents its file as ``N`` trajectories, each a float32 array
+shaped ``[*S, T, C]`` (channels-last, time before channels). Nothing is read at open time except
+metadata; ``read`` fetches one window of frames from one trajectory.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import h5py
+import numpy as np
+
+from opzoo.data.errors import DataFormatError, NonFiniteDataError, describe_shape
+
+
+@dataclass
+class SourceInfo:
+    """Metadata of a trajectory collection (everything except the values).
+
+    ``spatial_shape`` is ``S``; ``n_steps`` is ``T``; ``fields`` has ``C`` names.
+    ``coords`` maps a spatial axis name to its 1-D coordinate array (may be empty).
+    ``times`` is the ``[T]`` array of frame times when the file records them, else ``None``.
+    """
+
+    layout: str
+    n_samples: int
+    spatial_shape: tuple[int, ...]
+    n_steps: int
+    fields: list[str]
+    dt: float | None = None
+    times: np.ndarray | None = None
+    pde: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+    coords: dict[str, np.ndarray] = field(default_factory=dict)
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """``(N, *S, T, C)``."""
+        return (self.n_samples, *self.spatial_shape, self.n_steps, len(self.fields))
+
+
+def open_h5(path: str | os.PathLike) -> h5py.File:
+    """Open an HDF5 file read-only, turning h5py's errors for bad files into DataFormatError."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such file")
+    try:
+        return h5py.File(path, "r")
+    except OSError as exc:
+        with open(path, "rb") as raw:
+            head = raw.read(128)
+        hint = "the file is truncated, corrupt or not HDF5"
+        if head.startswith(b"MATLAB 5.0"):
+            hint = "it is a MATLAB v5 .mat file, not v7.3 (HDF5); convert it with scipy.io.loadmat first"
+        raise DataFormatError(f"{path}: cannot be opened as HDF5 ({exc}); {hint}") from exc
+
+
+class TrajectorySource(abc.ABC):
+    """A read-only view of one file as ``N`` trajectories shaped ``[*S, T, C]``.
+
+    The HDF5 handle is opened lazily and re-opened after a fork, so a source can be handed to
+    DataLoader workers. Subclasses set ``self.info`` in ``_validate`` and implement ``_read``.
+    """
+
+    layout: str = ""
+    #: One line saying which keys and shapes this layout needs (used in error messages).
+    expects: str = ""
+
+    def __init__(self, path: str | os.PathLike, check_finite: bool = True):
+        self.path = os.fspath(path)
+        self.check_finite = check_finite
+        self._file: h5py.File | None = None
+        self._pid: int | None = None
+        self.info: SourceInfo = self._validate(self._h5())
+
+    # -- subclass hooks -------------------------------------------------------------------------
+    @classmethod
+    @abc.abstractmethod
+    def detect(cls, f: h5py.File) -> bool:
+        """Whether the file looks like it is meant to be in this layout (keys present)."""
+
+    @abc.abstractmethod
+    def _validate(self, f: h5py.File) -> SourceInfo:
+        """Check keys, ranks and shapes; raise DataFormatError naming what is wrong."""
+
+    @abc.abstractmethod
+    def _read(self, f: h5py.File, sample: int, t_start: int, t_stop: int) -> np.ndarray:
+        """Frames ``t_start:t_stop`` of trajectory ``sample`` -> ``[*S, t, C]``."""
+
+    def _key_of(self, sample: int) -> str:
+        """The HDF5 key(s) a sample is read from, for error messages."""
+        return "data"
+
+    # -- public ---------------------------------------------------------------------------------
+    @property
+    def n_samples(self) -> int:
+        return self.info.n_samples
+
+    @property
+    def n_steps(self) -> int:
+        return self.info.n_steps
+
+    @property
+    def spatial_shape(self) -> tuple[int, ...]:
+        return self.info.spatial_shape
+
+    @property
+    def fields(self) -> list[str]:
+        return self.info.fields
+
+    @property
+    def n_channels(self) -> int:
+        return len(self.info.fields)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """``(N, *S, T, C)``."""
+        return self.info.shape
+
+    def __len__(self) -> int:
+        return self.info.n_samples
+
+    def read(self, sample: int, t_start: int = 0, t_stop: int | None = None) -> np.ndarray:
+        """Frames ``t_start:t_stop`` of trajectory ``sample`` as float32 ``[*S, t, C]``.
+
+        Raises NonFiniteDataError (naming file, key, sample and frames) if the window holds NaN or
+        Inf and ``check_finite`` is on.
+        """
+        n, steps = self.info.n_samples, self.info.n_steps
+        if not 0 <= sample < n:
+            raise IndexError(f"{self.path}: sample {sample} out of range [0, {n})")
+        t_stop = steps if t_stop is None else t_stop
+        if not 0 <= t_start < t_stop <= steps:
+            raise IndexError(f"{self.path}: frames {t_start}:{t_stop} out of range [0, {steps}]")
+        try:
+            window = self._read(self._h5(), sample, t_start, t_stop)
+        except OSError as exc:
+            raise DataFormatError(
+                f"{self.path}: key '{self._key_of(sample)}': reading sample {sample} "
+                f"frames {t_start}:{t_stop} failed ({exc}); the file is truncated or corrupt"
+            ) from exc
+        window = np.asarray(window, dtype=np.float32)
+        expected = (*self.info.spatial_shape, t_stop - t_start, self.n_channels)
+        if window.shape != expected:  # a reader bug, not a user error; fail loudly anyway
+            raise DataFormatError(
+                f"{self.path}: key '{self._key_of(sample)}': read {describe_shape(window.shape)}, "
+                f"expected {describe_shape(expected)}"
+            )
+        if self.check_finite and not np.isfinite(window).all():
+            frame_ok = np.isfinite(window.reshape(-1, *window.shape[-2:])).all(axis=(0, 2))
+            bad = [t_start + int(t) for t in np.flatnonzero(~frame_ok)]
+            raise NonFiniteDataError(
+                f"{self.path}: key '{self._key_of(sample)}': sample {sample} has NaN/Inf values in "
+                f"frame(s) {bad} (window {t_start}:{t_stop}, shape {describe_shape(window.shape)}); "
+                "pass nan_policy='skip' to the dataset to skip such windows"
+            )
+        return window
+
+    def finite_frames(self, sample: int) -> np.ndarray:
+        """``[T]`` bool: which frames of trajectory ``sample`` are entirely finite."""
+        check, self.check_finite = self.check_finite, False
+        try:
+            traj = self.read(sample)
+        finally:
+            self.check_finite = check
+        return np.isfinite(traj.reshape(-1, *traj.shape[-2:])).all(axis=(0, 2))
+
+    def close(self) -> None:
+        if self._file is not None:
+            try:
+                self._file.close()
+            finally:
+                self._file = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_file"] = None
+        state["_pid"] = None
+        return state
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}('{self.path}', layout={self.layout}, "
+            f"shape [N, *S, T, C] = {describe_shape(self.shape)}, fields={self.fields})"
+        )
+
+    # -- helpers for subclasses -----------------------------------------------------------------
+    def _h5(self) -> h5py.File:
+        if self._file is None or self._pid != os.getpid():
+            self._file = open_h5(self.path)
+            self._pid = os.getpid()
+        return self._file
+
+    def _require(self, f: h5py.File | h5py.Group, key: str, rank: int | tuple[int, ...], layout_shape: str):
+        """Return dataset ``key``; raise DataFormatError naming it if missing or of wrong rank."""
+        ranks = (rank,) if isinstance(rank, int) else tuple(rank)
+        if key not in f:
+            keys = sorted(f.keys()) if isinstance(f, h5py.Group) else []
+            found = keys[:20] + ([f"... {len(keys) - 20} more"] if len(keys) > 20 else [])
+            raise DataFormatError(
+                f"{self.path}: key '{_join(f.name, key)}' is missing; the {self.layout} layout expects "
+                f"'{key}' shaped {layout_shape}. Found keys: {found}"
+            )
+        ds = f[key]
+        name = _join(f.name, key)
+        if not isinstance(ds, h5py.Dataset):
+            raise DataFormatError(
+                f"{self.path}: key '{name}' is a group; the {self.layout} layout expects a dataset "
+                f"shaped {layout_shape}"
+            )
+        if ds.ndim not in ranks:
+            raise DataFormatError(
+                f"{self.path}: key '{name}' has shape {describe_shape(ds.shape)} (rank {ds.ndim}); "
+                f"the {self.layout} layout expects {layout_shape} (rank {' or '.join(map(str, ranks))})"
+            )
+        return ds
+
+    def _fail(self, message: str) -> DataFormatError:
+        return DataFormatError(f"{self.path}: {message}")
+
+
+def _join(group_name: str, key: str) -> str:
+    return key if group_name in ("/", "") else f"{group_name.lstrip('/')}/{key}"
+
+
+def decode_str(value) -> str:
+    """An HDF5 string attribute (bytes, numpy bytes or str) as str."""
+    if isinstance(value, (bytes, np.bytes_)):
+        return value.decode("utf-8")
+    return str(value)
+
+
+def decode_str_list(value) -> list[str]:
+    """An HDF5 list-of-strings attribute as a list of str."""
+    if isinstance(value, (str, bytes, np.bytes_)):
+        return [decode_str(value)]
+    return [decode_str(v) for v in np.asarray(value).ravel()]
+
+
+def dt_from_times(times: np.ndarray | None) -> float | None:
+    """The constant step of a time array, or None if it has fewer than two entries."""
+    if times is None or len(times) < 2:
+        return None
+    return float(np.median(np.diff(np.asarray(times, dtype=np.float64))))

@@ -1,0 +1,63 @@
+"""Reader for the canonical layout (and DPOT's processed files): ``data`` ``[N, *S, T, C]``."""
+
+from __future__ import annotations
+
+import json
+
+import h5py
+import numpy as np
+
+from opzoo.data.canonical import DATA_KEY
+from opzoo.data.readers.base import SourceInfo, TrajectorySource, decode_str, decode_str_list, dt_from_times
+
+LAYOUT_SHAPE = "[N, *S, T, C] with 1-3 spatial dims"
+
+
+class CanonicalSource(TrajectorySource):
+    """Canonical opzoo file or DPOT processed file. Attributes are optional (DPOT's files have none):
+    missing ``fields`` become ``c0, c1, ...``."""
+
+    layout = "canonical"
+    expects = f"dataset 'data' {LAYOUT_SHAPE} (float), attrs 'fields', 'dt', 'pde', 'params' optional"
+
+    @classmethod
+    def detect(cls, f: h5py.File) -> bool:
+        return DATA_KEY in f and isinstance(f[DATA_KEY], h5py.Dataset)
+
+    def _validate(self, f: h5py.File) -> SourceInfo:
+        ds = self._require(f, DATA_KEY, (4, 5, 6), LAYOUT_SHAPE)
+        n, *spatial, steps, channels = ds.shape
+        attrs = dict(f.attrs)
+        fields = decode_str_list(attrs["fields"]) if "fields" in attrs else [f"c{i}" for i in range(channels)]
+        if len(fields) != channels:
+            raise self._fail(
+                f"key '{DATA_KEY}' has C = {channels} channels (shape {list(ds.shape)}) but attribute "
+                f"'fields' names {len(fields)}: {fields}"
+            )
+        times = np.asarray(attrs["time"], dtype=np.float64) if "time" in attrs else None
+        if times is not None and len(times) != steps:
+            raise self._fail(f"attribute 'time' has {len(times)} entries, key '{DATA_KEY}' has T = {steps}")
+        params = attrs.get("params", "{}")
+        try:
+            params = json.loads(decode_str(params))
+        except json.JSONDecodeError as exc:
+            raise self._fail(f"attribute 'params' is not valid JSON ({exc})") from exc
+        dims = decode_str_list(attrs["spatial_dims"]) if "spatial_dims" in attrs else ["x", "y", "z"][: len(spatial)]
+        coords = {d: np.asarray(attrs[f"coord_{d}"]) for d in dims if f"coord_{d}" in attrs}
+        dt = float(attrs["dt"]) if "dt" in attrs else dt_from_times(times)
+        return SourceInfo(
+            layout=self.layout,
+            n_samples=n,
+            spatial_shape=tuple(spatial),
+            n_steps=steps,
+            fields=fields,
+            dt=dt,
+            times=times,
+            pde=decode_str(attrs.get("pde", "")),
+            params=params,
+            coords=coords,
+            attrs={k: v for k, v in attrs.items() if not k.startswith("coord_")},
+        )
+
+    def _read(self, f: h5py.File, sample: int, t_start: int, t_stop: int) -> np.ndarray:
+        return f[DATA_KEY][sample, ..., t_start:t_stop, :]

@@ -1,0 +1,53 @@
+"""Shape unification for the mixture (DPOT preprocessing): spatial resize and channel padding."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+_MODES = {1: "linear", 2: "bilinear", 3: "trilinear"}
+
+
+def as_size(resolution: int | Sequence[int], n_dims: int) -> tuple[int, ...]:
+    """``128`` -> ``(128, 128)`` for 2 dims; a sequence is checked against ``n_dims``."""
+    if isinstance(resolution, int):
+        return (resolution,) * n_dims
+    size = tuple(int(r) for r in resolution)
+    if len(size) != n_dims:
+        raise ValueError(f"resolution {size} has {len(size)} dims; the data have {n_dims} spatial dims")
+    return size
+
+
+def resize(frames: torch.Tensor, size: Sequence[int]) -> torch.Tensor:
+    """``[*S, T, C]`` -> ``[*size, T, C]`` by (bi/tri)linear interpolation, ``align_corners=False``.
+
+    The identity when ``S == size``. Interpolation runs in float32 at least.
+    """
+    *spatial, steps, channels = frames.shape
+    size = tuple(size)
+    if tuple(spatial) == size:
+        return frames
+    d = len(spatial)
+    x = frames.reshape(*spatial, steps * channels).movedim(-1, 0)[None]  # [1, T*C, *S]
+    if not x.is_floating_point() or x.dtype in (torch.float16, torch.bfloat16):
+        x = x.float()
+    y = F.interpolate(x, size=size, mode=_MODES[d], align_corners=False)
+    return y[0].movedim(0, -1).reshape(*size, steps, channels)
+
+
+def pad_channels(frames: torch.Tensor, n_channels: int, value: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[*S, T, C]`` -> (``[*S, T, n_channels]`` padded with ``value``, mask ``[n_channels]`` bool).
+
+    ``mask[c]`` is True for the C real channels and False for padding.
+    """
+    channels = frames.shape[-1]
+    if channels > n_channels:
+        raise ValueError(f"data have {channels} channels, more than n_channels = {n_channels}")
+    mask = torch.zeros(n_channels, dtype=torch.bool)
+    mask[:channels] = True
+    if channels == n_channels:
+        return frames, mask
+    pad = frames.new_full((*frames.shape[:-1], n_channels - channels), value)
+    return torch.cat([frames, pad], dim=-1), mask
