@@ -23,6 +23,8 @@ import os
 
 import torch
 
+from opzoo.errors import UnknownNameError
+
 from opzoo.data.generators.base import PDEGenerator, generate_batch, generate_to_file, trajectory_generator
 from opzoo.data.generators.burgers import Burgers1D
 from opzoo.data.generators.darcy import Darcy2D
@@ -39,7 +41,7 @@ GENERATORS: dict[str, type[PDEGenerator]] = {
 def make_generator(kind: str, **options) -> PDEGenerator:
     """Build the generator registered as ``kind`` with keyword ``options`` (``res``, ``nu``, ...)."""
     if kind not in GENERATORS:
-        raise ValueError(f"unknown generator '{kind}'; known: {sorted(GENERATORS)}")
+        raise UnknownNameError("generator", kind, GENERATORS)
     return GENERATORS[kind](**options)
 
 
