@@ -1,1 +1,27 @@
-"""opzoo-aot plugin."""
+"""opzoo-aot: the AOT hyper-connection Residual (registered as residual ``aot``) and aot-pot-* presets.
+
+Public API::
+
+    AOTResidual, AOTStreams          # the residual and its stream adapter (DESIGN §6.3)
+    sinkhorn_knopp                   # float32, log-space, batched Sinkhorn–Knopp
+    collect_diagnostics, AOTDiagnostics, amax_gains, composite_products, plot_amax_gains
+"""
+
+from .diagnostics import (
+    AOTDiagnostics,
+    Gains,
+    SubLayerCoefficients,
+    amax_gains,
+    aot_residuals,
+    collect_diagnostics,
+    composite_products,
+    plot_amax_gains,
+)
+from .residual import AOT_ARGS, AOTResidual, AOTStreams, check_aot_args
+from .sinkhorn import sinkhorn_knopp, sinkhorn_knopp_eager
+
+__all__ = [
+    "AOTResidual", "AOTStreams", "AOT_ARGS", "check_aot_args", "sinkhorn_knopp", "sinkhorn_knopp_eager",
+    "AOTDiagnostics", "Gains", "SubLayerCoefficients", "amax_gains", "aot_residuals", "collect_diagnostics",
+    "composite_products", "plot_amax_gains",
+]

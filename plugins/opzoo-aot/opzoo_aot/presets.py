@@ -1,0 +1,44 @@
+"""The aot-pot-* presets: the POT backbone with sandwich blocks and AOT residuals (DESIGN §6.3)."""
+
+from __future__ import annotations
+
+from importlib.resources import files
+
+CARDS = files("opzoo_aot") / "model_cards"
+
+# the paper's AOT hyper-parameters: n = 4 streams, 20 Sinkhorn iterations, gate init α = 0.01
+AOT_RESIDUAL_ARGS = dict(n=4, sinkhorn_iters=20, alpha=0.01)
+
+# preset: (D, depth, Fourier-attention heads, mlp_ratio, out_layer_dim) — DPOT's dims
+AOT_POT_SIZES = {
+    "aot-pot-t": (512, 4, 4, 1.0, 32),
+    "aot-pot-s": (1024, 6, 8, 1.0, 32),
+    "aot-pot-m": (1024, 12, 8, 4.0, 32),
+    "aot-pot-l": (1536, 24, 16, 4.0, 128),
+}
+ALIASES = {"aot-pot-t": ("aot-pot-ti",)}
+
+
+def aot_pot_args(name: str) -> dict:
+    """The POT config of preset ``name`` (img 128, patch 8, modes 32, C 4, T_in 10, n_cls 12)."""
+    width, depth, n_blocks, mlp_ratio, out_layer_dim = AOT_POT_SIZES[name]
+    return dict(
+        in_channels=4, out_channels=4, in_timesteps=10, out_timesteps=1,
+        spatial_dims=2, img_size=[128, 128], patch_size=8,
+        width=width, depth=depth, mlp_ratio=mlp_ratio, out_layer_dim=out_layer_dim, n_cls=12,
+        act="gelu", time_agg="exp_mlp", normalize=False, block="sandwich",
+        mixer="fourier-attention", mixer_args={"n_blocks": n_blocks, "modes": 32},
+        residual="aot", residual_args=dict(AOT_RESIDUAL_ARGS),
+    )
+
+
+def register_presets(registry) -> None:
+    for name in AOT_POT_SIZES:
+        registry.register_model(
+            name,
+            backbone="pot",
+            args=aot_pot_args(name),
+            card=CARDS / f"{name}.md",
+            pretrained_cfg=dict(channels=4, resolution=[128, 128], in_timesteps=10),
+            aliases=ALIASES.get(name, ()),
+        )

@@ -1,0 +1,81 @@
+"""Sinkhorn–Knopp projection of ``exp(logits)`` onto (approximately) doubly stochastic matrices.
+
+DESIGN §6.3: ``H = SinkhornKnopp(exp(H̃), iters)`` normalizes columns, then rows, ``iters`` times,
+so rows sum to 1 exactly (up to rounding) and columns approximately. We iterate in log space
+(``log M -= logsumexp over columns``, then over rows), which is the same recursion as the
+exponential one but cannot divide by an underflowed zero; every entry stays finite and the result
+``exp(log M)`` is non-negative. The computation is always float32, also under autocast.
+
+All matrices of a sub-layer (``[..., n, n]``, one per sample) go through one call. On CUDA the
+20 iterations of tiny kernels are fused by ``torch.compile`` (``compile="auto"``); on CPU the
+eager loop runs unless compilation is asked for explicitly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from typing import Literal, Union
+
+import torch
+from torch import Tensor
+
+__all__ = ["autocast_off", "sinkhorn_knopp", "sinkhorn_knopp_eager", "compiled_sinkhorn", "CompileMode", "use_compiled"]
+
+CompileMode = Union[bool, Literal["auto"]]
+ENV_COMPILE = "OPZOO_AOT_COMPILE"  # "0" turns the compiled path off everywhere, "1" forces it
+
+
+def autocast_off(device: torch.device):
+    """A context that disables autocast on ``device`` (a no-op where autocast does not exist)."""
+    if torch.amp.is_autocast_available(device.type):
+        return torch.autocast(device_type=device.type, enabled=False)
+    return contextlib.nullcontext()
+
+
+def sinkhorn_knopp_eager(logits: Tensor, iters: int) -> Tensor:
+    """``[..., n, n] -> [..., n, n]``: float32 Sinkhorn–Knopp of ``exp(logits)``, columns then rows."""
+    log_m = logits.float()
+    log_m = log_m - log_m.amax(dim=(-2, -1), keepdim=True)
+    for _ in range(iters):
+        log_m = log_m - torch.logsumexp(log_m, dim=-2, keepdim=True)  # columns sum to 1
+        log_m = log_m - torch.logsumexp(log_m, dim=-1, keepdim=True)  # rows sum to 1
+    return log_m.exp()
+
+
+@functools.lru_cache(maxsize=None)
+def compiled_sinkhorn(iters: int):
+    """``sinkhorn_knopp_eager`` with ``iters`` fixed, compiled into one fused graph (built lazily)."""
+
+    def run(logits: Tensor) -> Tensor:
+        return sinkhorn_knopp_eager(logits, iters)
+
+    return torch.compile(run, fullgraph=True, dynamic=True)
+
+
+def use_compiled(mode: CompileMode, device: torch.device) -> bool:
+    """Whether ``mode`` selects the compiled path on ``device`` (``auto``: CUDA only)."""
+    env = os.environ.get(ENV_COMPILE, "").strip()
+    if env == "0":
+        return False
+    if env == "1":
+        return True
+    if mode == "auto":
+        return device.type == "cuda"
+    return bool(mode)
+
+
+def sinkhorn_knopp(logits: Tensor, iters: int = 20, compile: CompileMode = "auto") -> Tensor:
+    """``[..., n, n] -> [..., n, n]`` float32 doubly stochastic (rows exact), stable for any finite input.
+
+    Runs outside autocast, so bf16/fp16 autocast regions still get a float32 projection.
+    """
+    if logits.ndim < 2 or logits.shape[-1] != logits.shape[-2]:
+        raise ValueError(f"sinkhorn_knopp expects square matrices [..., n, n], got shape {list(logits.shape)}")
+    if iters < 1:
+        raise ValueError(f"sinkhorn_knopp needs iters >= 1, got {iters}")
+    with autocast_off(logits.device):
+        if use_compiled(compile, logits.device) and not torch.compiler.is_compiling():
+            return compiled_sinkhorn(iters)(logits.float())
+        return sinkhorn_knopp_eager(logits, iters)

@@ -1,0 +1,289 @@
+"""The AOT residual against DESIGN §6.3: equations, initialization, stream adapter, errors, numerics."""
+
+import math
+
+import opzoo
+import pytest
+import torch
+from opzoo_aot import AOTResidual, AOTStreams, collect_diagnostics
+
+from .aot_reference import aot_coefficients, aot_forward
+
+
+def randomize(module: torch.nn.Module, seed: int = 0, scale: float = 1.0) -> None:
+    """Give every parameter a random value, so no equation is hidden by the zero/identity init."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * scale)
+
+
+def linear_branch(dim: int, seed: int = 1):
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(dim, dim, generator=g) / math.sqrt(dim)
+    return lambda u: torch.tanh(u @ w)
+
+
+# ---- equations ------------------------------------------------------------------------------
+def test_coefficients_match_the_equations_with_loops():
+    torch.manual_seed(0)
+    res = AOTResidual(6, index=1, n=3, sinkhorn_iters=5)
+    randomize(res, seed=3, scale=0.5)
+    state = torch.randn(2, 3, 4, 5, 6)  # [B, n, X, Y, D]
+    h_pre, h_post, H_res = res.coefficients(state)
+    ref_pre, ref_post, ref_res = aot_coefficients(res, state)
+    torch.testing.assert_close(h_pre.double(), ref_pre, rtol=0, atol=1e-6)
+    torch.testing.assert_close(h_post.double(), ref_post, rtol=0, atol=1e-6)
+    torch.testing.assert_close(H_res.double(), ref_res, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("spatial", [(7,), (4, 5), (2, 3, 4)])
+def test_forward_matches_the_equations_with_loops(spatial):
+    torch.manual_seed(1)
+    res = AOTResidual(5, index=2, n=4, sinkhorn_iters=20)
+    randomize(res, seed=4, scale=0.3)
+    state = torch.randn(2, 4, *spatial, 5)
+    branch = linear_branch(5)
+    out = res(state, branch)
+    assert out.shape == state.shape
+    torch.testing.assert_close(out.double(), aot_forward(res, state, branch), rtol=0, atol=2e-5)
+
+
+def test_initialization_values():
+    res = AOTResidual(8, index=6, n=4)
+    p = dict(res.named_parameters())
+    assert set(p) == {"phi_pre", "phi_post", "phi_res", "b_pre", "b_post", "b_res",
+                      "alpha_pre", "alpha_post", "alpha_res"}
+    assert p["phi_pre"].shape == (32, 4) and p["phi_post"].shape == (32, 4) and p["phi_res"].shape == (32, 16)
+    for name in ("phi_pre", "phi_post", "phi_res", "b_post"):
+        assert torch.count_nonzero(p[name]) == 0, name
+    for name in ("alpha_pre", "alpha_post", "alpha_res"):
+        assert p[name].shape == () and p[name].item() == pytest.approx(0.01)
+    torch.testing.assert_close(p["b_res"].detach(), 4 * torch.eye(4))
+    torch.testing.assert_close(p["b_pre"].detach(), torch.tensor([-4.0, -4.0, 4.0, -4.0]))  # 6 mod 4 = 2
+
+    h_pre, h_post, H_res = res.coefficients(torch.randn(3, 4, 5, 5, 8))
+    sig = lambda v: 1 / (1 + math.exp(-v))
+    preferred = sig(4) / (sig(4) + 3 * sig(-4))
+    torch.testing.assert_close(h_pre[:, 2], torch.full((3,), preferred))
+    torch.testing.assert_close(h_post, torch.ones(3, 4), rtol=0, atol=0)
+    diag = math.exp(4) / (math.exp(4) + 3)  # H_res ≈ 0.95·I
+    expected = torch.full((4, 4), (1 - diag) / 3).fill_diagonal_(diag)
+    torch.testing.assert_close(H_res, expected.expand(3, 4, 4), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("index", range(9))
+def test_preferred_stream_is_index_mod_n(index):
+    b_pre = AOTResidual(4, index=index, n=3).b_pre.detach()
+    assert b_pre.argmax().item() == index % 3 and (b_pre == -4).sum() == 2
+
+
+# ---- stream adapter -------------------------------------------------------------------------
+def test_stream_adapter_expand_and_gated_readout():
+    adapter = AOTResidual.stream_adapter(6, n=3, sinkhorn_iters=20)
+    assert isinstance(adapter, AOTStreams) and isinstance(adapter, opzoo.StreamAdapter)
+    x = torch.randn(2, 4, 5, 6)
+    state = adapter.expand(x)
+    assert state.shape == (2, 3, 4, 5, 6)
+    for i in range(3):
+        torch.testing.assert_close(state[:, i], x, rtol=0, atol=0)
+    torch.testing.assert_close(adapter.collapse(state), x)  # g = 0: uniform
+    with torch.no_grad():
+        adapter.g.copy_(torch.tensor([0.0, math.log(2), math.log(5)]))  # softmax = [1, 2, 5] / 8
+    streams = torch.randn(2, 3, 4, 5, 6)
+    expected = (streams[:, 0] + 2 * streams[:, 1] + 5 * streams[:, 2]) / 8
+    torch.testing.assert_close(adapter.collapse(streams), expected)
+
+
+# ---- the function at initialization and after training ---------------------------------------
+def simple_pair(**residual_args):
+    """A simple-backbone network with AOT residuals and the same network with plain residuals."""
+    args = dict(in_channels=2, out_channels=2, in_timesteps=3, width=16, depth=2)
+    torch.manual_seed(0)
+    aot = opzoo.create_model("simple", residual="aot", residual_args=residual_args, **args)
+    plain = opzoo.create_model("simple", residual="plain", **args)
+    shared = {k: v for k, v in aot.state_dict().items() if k in plain.state_dict()}
+    plain.load_state_dict(shared, strict=True)
+    return aot, plain
+
+
+def test_equals_plain_residual_network_at_init():
+    aot, plain = simple_pair()
+    x = torch.randn(3, 8, 8, 3, 2)
+    assert (aot(x) - plain(x)).abs().max() <= 1e-5
+    x = torch.randn(3, 8, 8, 3, 2) * 100
+    assert (aot(x) - plain(x)).abs().max() <= 1e-5 * 100
+
+
+def last_streams(model, x):
+    seen = {}
+    handle = model.blocks[-1].register_forward_hook(lambda m, a, out: seen.setdefault("state", out.detach()))
+    model(x)
+    handle.remove()
+    return seen["state"]
+
+
+def stream_spread(state):
+    """Largest difference between a stream and stream 0, relative to the state's size."""
+    return ((state - state[:, :1]).abs().max() / state.abs().max()).item()
+
+
+def train_steps(model, steps=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x, target = torch.randn(4, 8, 8, 3, 2, generator=g), torch.randn(4, 8, 8, 1, 2, generator=g)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for _ in range(steps):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), target).backward()
+        opt.step()
+    return x
+
+
+def test_streams_separate_after_five_steps():
+    aot, _ = simple_pair()
+    x = torch.randn(4, 8, 8, 3, 2)
+    assert stream_spread(last_streams(aot, x)) < 1e-5  # copies at init
+    train_steps(aot)
+    assert stream_spread(last_streams(aot, x)) > 1e-3
+
+
+def test_symmetric_biases_keep_the_streams_copies():
+    """Why b_pre has a preferred stream: with b_pre symmetric, training keeps the streams identical."""
+    aot, _ = simple_pair(pre_bias=0.0)
+    x = train_steps(aot)
+    assert stream_spread(last_streams(aot, x)) < 1e-5
+
+
+# ---- H_res numerics in a network --------------------------------------------------------------
+def assert_doubly_stochastic(H):
+    assert H.dtype == torch.float32
+    assert torch.isfinite(H).all() and (H >= 0).all()
+    assert (H.sum(-1) - 1).abs().max() <= 1e-6
+    assert (H.sum(-2) - 1).abs().max() <= 1e-3
+
+
+def perturbed_aot_model():
+    """An AOT simple network whose φ make H̃_res input dependent (logit deviations of std ≈ 0.03)."""
+    aot, _ = simple_pair()
+    g = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for name, p in aot.named_parameters():
+            if ".phi_" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 3.0 / math.sqrt(p.shape[0]))
+    return aot
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e6, 1e-6])
+def test_every_H_res_is_doubly_stochastic_for_scaled_inputs(scale):
+    aot = perturbed_aot_model()
+    x = torch.randn(4, 8, 8, 3, 2) * scale
+    diag = collect_diagnostics(aot, x)
+    assert len(diag.layers) == 4
+    assert_doubly_stochastic(diag.H_res)
+    assert diag.H_res.std(dim=1).max() > 1e-4 or scale == 1e-6  # the inputs really move H_res
+    state = aot.streams.expand(torch.randn(2, 8, 8, 16) * scale)  # the residual alone, state scaled
+    for _, residual in [(n, m) for n, m in aot.named_modules() if isinstance(m, AOTResidual)]:
+        assert_doubly_stochastic(residual.coefficients(state)[2])
+        out = residual(state, lambda u: u)
+        assert torch.isfinite(out).all()
+
+
+def test_every_H_res_is_doubly_stochastic_under_bf16_autocast():
+    aot = perturbed_aot_model()
+    x = torch.randn(4, 8, 8, 3, 2)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        diag = collect_diagnostics(aot, x)
+        out = aot(x)
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out.float()).all()
+    assert_doubly_stochastic(diag.H_res)
+    torch.testing.assert_close(diag.H_res, collect_diagnostics(aot, x).H_res, rtol=0, atol=2e-3)
+
+
+def test_every_H_res_is_doubly_stochastic_after_training():
+    aot, _ = simple_pair()
+    x = train_steps(aot)
+    assert_doubly_stochastic(collect_diagnostics(aot, x).H_res)
+
+
+def test_gradients_reach_every_aot_parameter():
+    aot = perturbed_aot_model()
+    aot(torch.randn(2, 8, 8, 3, 2)).square().mean().backward()
+    # the first sub-layer sees n copies, so u = Σ h_pre[i]·x = x whatever h_pre: no gradient to h_pre there
+    first_pre = {"blocks.0.residual1." + k for k in ("phi_pre", "b_pre", "alpha_pre")}
+    for name, p in aot.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+        if name in first_pre:
+            assert p.grad.abs().max() < 1e-6, name
+        elif "residual" in name or name == "streams.g":
+            assert p.grad.abs().max() > 0, name
+
+
+# ---- save / load --------------------------------------------------------------------------
+def test_save_and_load_round_trip(tmp_path):
+    aot = perturbed_aot_model()
+    aot.save_pretrained(tmp_path / "repo")
+    loaded = opzoo.load(f"local-dir:{tmp_path / 'repo'}")
+    x = torch.randn(2, 8, 8, 3, 2)
+    torch.testing.assert_close(loaded(x), aot(x), rtol=0, atol=0)
+    assert isinstance(loaded.blocks[0].residual1, AOTResidual)
+
+
+def test_builds_on_meta_device():
+    with torch.device("meta"):
+        res = AOTResidual(1024, index=3)
+    assert res.phi_res.is_meta and res.phi_res.shape == (4096, 16)
+
+
+# ---- bad input ------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (dict(nn=4), r"unknown field\(s\) 'nn'.*known fields: n, sinkhorn_iters"),
+        (dict(n=0), r"residual_args\.n: expected an integer >= 1, got 0"),
+        (dict(n=2.5), r"residual_args\.n"),
+        (dict(sinkhorn_iters=0), r"residual_args\.sinkhorn_iters"),
+        (dict(alpha="big"), r"residual_args\.alpha: expected a number"),
+        (dict(eps=0.0), r"residual_args\.eps: expected a positive number"),
+        (dict(compile="yes"), r"residual_args\.compile: expected"),
+    ],
+)
+def test_bad_residual_args_are_config_errors(args, match):
+    with pytest.raises(opzoo.ConfigError, match=match):
+        opzoo.create_model("simple", residual="aot", residual_args=args, in_channels=1, out_channels=1,
+                           in_timesteps=2, width=8)
+
+
+def test_bad_state_and_branch_shapes_name_the_shapes():
+    res = AOTResidual(8, index=0, n=4)
+    before = {k: v.clone() for k, v in res.state_dict().items()}
+    with pytest.raises(ValueError, match=r"\[B, 4, \*S, 8\].*got \[2, 5, 8\]"):
+        res(torch.randn(2, 5, 8), lambda u: u)
+    with pytest.raises(ValueError, match=r"got \[2, 3, 5, 8\]"):
+        res(torch.randn(2, 3, 5, 8), lambda u: u)
+    with pytest.raises(ValueError, match=r"branch must map \[2, 5, 8\] to the same shape, got \[2, 5, 4\]"):
+        res(torch.randn(2, 4, 5, 8), lambda u: u[..., :4])
+    with pytest.raises(ValueError, match=r"expand expects \[B, \*S, 8\], got \[2, 5, 7\]"):
+        AOTStreams(8).expand(torch.randn(2, 5, 7))
+    for k, v in res.state_dict().items():
+        torch.testing.assert_close(v, before[k], rtol=0, atol=0)
+
+
+# ---- the torch.compile path (CUDA's default), checked here on CPU with inductor ---------------
+@pytest.mark.slow
+def test_compiled_coefficients_match_eager():
+    eager = AOTResidual(8, index=1, n=4, compile=False)
+    randomize(eager, seed=5, scale=0.3)
+    compiled = AOTResidual(8, index=1, n=4, compile=True)
+    compiled.load_state_dict(eager.state_dict())
+    state = torch.randn(3, 4, 5, 5, 8)
+    branch = linear_branch(8)
+    outs, grads = [], []
+    for module in (eager, compiled):
+        x = state.clone().requires_grad_()
+        out = module(x, branch)
+        (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+        outs.append(out.detach())
+        grads.append([x.grad] + [p.grad for p in module.parameters()])
+    torch.testing.assert_close(outs[1], outs[0], rtol=1e-5, atol=1e-5)
+    for g_compiled, g_eager in zip(grads[1], grads[0]):
+        torch.testing.assert_close(g_compiled, g_eager, rtol=1e-4, atol=1e-5)
