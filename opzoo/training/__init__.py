@@ -1,0 +1,30 @@
+"""Training: auto-regressive denoising pretraining, fine-tuning, rollout evaluation, DDP (DESIGN §8).
+
+    from opzoo.training import load_run_config, Trainer
+    Trainer(load_run_config("configs/micro-pot.yaml")).fit()
+
+Plugins change optimization through :class:`OptimizerHook` (see ``docs/training.md``).
+"""
+
+from .checkpoint import CheckpointReadError, latest_checkpoint, list_checkpoints, read_checkpoint
+from .config import RunConfig, load_run_config, parse_run_config
+from .data import Adapt, H5Trajectories, Mixture, StepBatchSampler, WindowDataset, pad_channels, resize
+from .ema import EMA
+from .evaluate import DatasetResult, evaluate_dataset, write_results
+from .finetune import finetune_config
+from .hooks import OptimizerHook, StepContext
+from .logger import read_log
+from .losses import l2_full, l2_per_step, relative_l2_loss
+from .noise import add_denoising_noise, denoising_noise
+from .optim import build_optimizer, build_param_groups
+from .schedule import one_cycle_factor, schedule_factor
+from .trainer import Trainer, TrainingDivergedError, TrainResult
+
+__all__ = [
+    "Trainer", "TrainResult", "TrainingDivergedError", "RunConfig", "load_run_config", "parse_run_config",
+    "OptimizerHook", "StepContext", "build_optimizer", "build_param_groups", "one_cycle_factor", "schedule_factor",
+    "relative_l2_loss", "l2_full", "l2_per_step", "denoising_noise", "add_denoising_noise", "EMA",
+    "evaluate_dataset", "write_results", "DatasetResult", "read_log", "finetune_config",
+    "Adapt", "H5Trajectories", "Mixture", "StepBatchSampler", "WindowDataset", "pad_channels", "resize",
+    "latest_checkpoint", "list_checkpoints", "read_checkpoint", "CheckpointReadError",
+]

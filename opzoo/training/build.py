@@ -1,0 +1,69 @@
+"""Building what a run needs from its config: the model, the data mixture and the test sets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from torch import nn
+
+from ..errors import ConfigError
+from ..factory import create_model, load
+from ..plugins import get_registry
+from .config import RunConfig
+from .data import Adapt, H5Trajectories, Mixture, WindowDataset, split
+
+
+def build_model(section) -> nn.Module:
+    """A preset (``pretrained`` weights optional), a registered backbone, or a saved repo / Hub id."""
+    registry = get_registry()
+    name = section.name
+    if registry.has_preset(name) or name.startswith(("hf-hub:", "local-dir:")) or Path(name).is_dir():
+        return load(name, pretrained=section.pretrained, **section.args)
+    if section.pretrained:
+        raise ConfigError(f"model.pretrained: {name!r} is a bare backbone with no weights; name a preset or a repo")
+    return create_model(name, **section.args)
+
+
+def model_resolution(model: nn.Module) -> tuple[int, ...] | None:
+    """The resolution a model was pretrained at (``pretrained_cfg['resolution']``), if it says."""
+    res = getattr(model, "pretrained_cfg", {}).get("resolution")
+    if res is None:
+        img = getattr(model.config, "img_size", None)
+        dims = getattr(model.config, "spatial_dims", 2)
+        if isinstance(img, int):
+            res = [img] * dims
+        elif isinstance(img, (list, tuple)):
+            res = list(img)
+    return tuple(int(r) for r in res) if res else None
+
+
+@dataclass
+class RunData:
+    adapt: Adapt
+    train: Mixture
+    test: list[tuple[str, H5Trajectories]]
+
+
+def build_data(cfg: RunConfig, model: nn.Module) -> RunData:
+    """Open every dataset (metadata only), check it fits the model, and build the mixture."""
+    mc = model.config
+    channels = cfg.data.channels or mc.in_channels
+    if channels != mc.in_channels:
+        raise ConfigError(f"data.channels={channels} but the model takes in_channels={mc.in_channels}")
+    if mc.out_channels != mc.in_channels:
+        raise ConfigError(f"auto-regressive training needs in_channels == out_channels, the model has "
+                          f"{mc.in_channels} -> {mc.out_channels}")
+    splits = [(d, *split(d.path, d.layout, d.test_path, d.test_fraction)) for d in cfg.data.datasets]
+    resolution = cfg.data.resolution or model_resolution(model) or splits[0][1].spatial
+    for d, tr, te in splits:
+        for src in (tr, te):
+            if src.channels > channels:
+                raise ConfigError(f"{src.path}: {src.channels} channels, more than the model's {channels}; "
+                                  f"train a model with in_channels >= {src.channels}")
+            if len(src.spatial) != len(resolution):
+                raise ConfigError(f"{src.path}: {len(src.spatial)}-D data, but the run's resolution is {list(resolution)}")
+    adapt = Adapt(tuple(resolution), channels, mc.in_timesteps, mc.out_timesteps)
+    parts = [WindowDataset(tr, adapt, k, d.name) for k, (d, tr, _) in enumerate(splits)]
+    mixture = Mixture(parts, [d.weight for d, _, _ in splits])
+    return RunData(adapt, mixture, [(d.name, te) for d, _, te in splits])

@@ -1,0 +1,212 @@
+"""Training sub-commands of the ``opzoo`` CLI: ``pretrain``, ``finetune``, ``eval``, ``rollout``.
+
+``add_training_commands(subparsers)`` adds them to an argparse sub-parser group; every handler
+takes ``args`` and returns an exit code. ``python -m opzoo.training.cli pretrain CONFIG`` works on
+its own (also under ``torchrun --nproc_per_node=N -m opzoo.training.cli pretrain CONFIG``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+
+def _overrides(pairs: Sequence[str]) -> dict:
+    from ..errors import ConfigError
+
+    out = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {pair!r} is not of the form section.key=value")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def _is_main() -> bool:
+    import os
+
+    return os.environ.get("RANK", "0") == "0"
+
+
+def _report(result) -> None:
+    if not _is_main():
+        return
+    last = result.evals.get(result.steps)
+    first = result.evals.get(0)
+    print(f"trained {result.steps} steps -> {result.run_dir}")
+    if last:
+        for r in last:
+            before = next((f.l2_full for f in first if f.name == r.name), None) if first else None
+            extra = f" (initial {before:.4g}, {before / r.l2_full:.1f}x lower)" if before else ""
+            print(f"  test l2 full {r.name}: {r.l2_full:.4g}{extra}")
+    if result.model_dir:
+        print(f"  model: {result.model_dir}")
+
+
+def cmd_pretrain(args) -> int:
+    from .config import load_run_config
+    from .trainer import Trainer
+
+    overrides = _overrides(args.set)
+    if args.output_dir:
+        overrides["output_dir"] = args.output_dir
+    cfg = load_run_config(args.config, overrides)
+    _report(Trainer(cfg).fit())
+    return 0
+
+
+def cmd_finetune(args) -> int:
+    from .finetune import finetune_config
+    from .trainer import Trainer
+
+    cfg = finetune_config(args.model, args.data, args.out, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
+                          resolution=args.resolution, test_fraction=args.test_fraction,
+                          pretrained=not args.no_pretrained, overrides=_overrides(args.set))
+    _report(Trainer(cfg).fit())
+    return 0
+
+
+def _load_model(name: str, pretrained: bool):
+    from ..factory import load
+
+    return load(name, pretrained=pretrained).eval()
+
+
+def _adapt_for(model, data_paths: Sequence[str], resolution):
+    from .build import model_resolution
+    from .data import Adapt, H5Trajectories
+
+    sources = [H5Trajectories(p) for p in data_paths]
+    res = tuple(resolution) if resolution else (model_resolution(model) or sources[0].spatial)
+    c = model.config
+    return Adapt(res, c.in_channels, c.in_timesteps, c.out_timesteps), sources
+
+
+def cmd_eval(args) -> int:
+    from .evaluate import evaluate_dataset, write_results
+    from .plots import plot_error_curves, plot_rollout_panels
+
+    model = _load_model(args.model, args.pretrained)
+    adapt, sources = _adapt_for(model, args.data, args.resolution)
+    out = Path(args.out)
+    results = []
+    for path, src in zip(args.data, sources):
+        name = Path(path).stem
+        r, (truth, pred) = evaluate_dataset(model, name, src, adapt, args.horizon, batch_size=args.batch_size,
+                                            max_trajectories=args.max_trajectories, keep_first=True)
+        results.append(r)
+        plot_rollout_panels(truth, pred, args.plot_steps, out / f"{name}-panels.png", channel=args.channel,
+                            title=f"{name}, trajectory 0")
+        print(f"{name}: l2 full {r.l2_full:.4g} over {r.n_trajectories} trajectories, horizon {r.horizon}")
+    paths = write_results(results, out, stem="eval")
+    plot_error_curves({r.name: r.per_step for r in results}, out / "error-vs-step.png")
+    print(f"wrote {paths['json']}, {paths['csv']}, {paths['per_step_csv']} and PNG plots in {out}")
+    return 0
+
+
+def cmd_rollout(args) -> int:
+    import torch
+
+    from .losses import l2_full, l2_per_step
+    from .plots import plot_rollout_panels
+
+    model = _load_model(args.model, args.pretrained)
+    adapt, (src,) = _adapt_for(model, [args.data], args.resolution)
+    t_in = adapt.in_timesteps
+    if not 0 <= args.index < len(src):
+        from ..errors import OpzooError
+
+        raise OpzooError(f"{args.data}: --index {args.index} out of range; the file has {len(src)} trajectories")
+    steps = args.steps or src.n_steps - t_in
+    avail = min(steps, src.n_steps - t_in)
+    frames, mask = adapt.frames(src.read(args.index, 0, t_in + avail))
+    with torch.no_grad():
+        pred = model.rollout(frames[None, ..., :t_in, :], steps)[0]
+    print(f"rolled out {steps} steps from trajectory {args.index} of {args.data}")
+    if avail >= 1:
+        truth = frames[..., t_in:, :]
+        p = pred[..., :avail, :]
+        full = float(l2_full(p[None], truth[None], mask)[0])
+        curve = l2_per_step(p[None], truth[None], mask)[0]
+        print(f"  l2 full over the {avail} steps with ground truth: {full:.4g}; last step: {float(curve[-1]):.4g}")
+        if args.plot:
+            plot_rollout_panels(truth, p, args.plot_steps, args.plot, channel=args.channel,
+                                title=f"{Path(args.data).stem}, trajectory {args.index}")
+            print(f"  plot: {args.plot}")
+    if args.save:
+        from safetensors.torch import save_file
+
+        save_file({"prediction": pred.contiguous(), "mask": mask}, args.save)
+        print(f"  prediction [*S, steps, C] saved to {args.save}")
+    return 0
+
+
+def add_training_commands(subparsers) -> None:
+    """Add ``pretrain``, ``finetune``, ``eval`` and ``rollout`` to an argparse sub-parser group."""
+    p = subparsers.add_parser("pretrain", help="train a model from a run config (YAML or JSON)")
+    p.add_argument("config", help="run config, e.g. configs/micro-pot.yaml")
+    p.add_argument("--set", nargs="*", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override config values, e.g. training.steps=100")
+    p.add_argument("--output-dir", help="override output_dir")
+    p.set_defaults(func=cmd_pretrain)
+
+    p = subparsers.add_parser("finetune", help="fine-tune a pretrained model on your HDF5 data")
+    p.add_argument("model", help="preset (with --no-pretrained for random init), hf-hub:org/repo or a saved repo dir")
+    p.add_argument("--data", nargs="+", required=True, help="canonical HDF5 file(s) with 'data' [N, *S, T, C]")
+    p.add_argument("--out", required=True, help="run directory")
+    p.add_argument("--steps", type=int, default=500)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--lr", type=float, default=1e-4, help="max learning rate of the one-cycle schedule")
+    p.add_argument("--resolution", type=int, nargs="+", help="resize data to this (default: the model's)")
+    p.add_argument("--test-fraction", type=float, default=0.1)
+    p.add_argument("--no-pretrained", action="store_true", help="start a preset from random weights")
+    p.add_argument("--set", nargs="*", default=[], metavar="SECTION.KEY=VALUE")
+    p.set_defaults(func=cmd_finetune)
+
+    for name, helptext in (("eval", "roll out a model over whole trajectories: l2 full, per-step error, plots"),
+                           ("rollout", "roll out one trajectory and plot ground truth / prediction / error")):
+        p = subparsers.add_parser(name, help=helptext)
+        p.add_argument("model", help="preset, hf-hub:org/repo or a saved repo dir (e.g. RUN/model)")
+        p.add_argument("--pretrained", action="store_true", help="load a preset's published weights")
+        p.add_argument("--resolution", type=int, nargs="+", help="resize data to this (default: the model's)")
+        p.add_argument("--plot-steps", type=int, nargs="+", default=[1, 5, 10], help="rollout steps in the panels")
+        p.add_argument("--channel", type=int, default=0, help="channel shown in the panels")
+        if name == "eval":
+            p.add_argument("--data", nargs="+", required=True)
+            p.add_argument("--out", default="eval_out")
+            p.add_argument("--horizon", type=int, help="rollout steps (default: whole trajectories)")
+            p.add_argument("--batch-size", type=int, default=8)
+            p.add_argument("--max-trajectories", type=int)
+            p.set_defaults(func=cmd_eval)
+        else:
+            p.add_argument("--data", required=True)
+            p.add_argument("--index", type=int, default=0, help="trajectory index")
+            p.add_argument("--steps", type=int, help="rollout steps (default: to the end of the trajectory)")
+            p.add_argument("--plot", help="PNG path for the panels")
+            p.add_argument("--save", help="write the prediction to a safetensors file")
+            p.set_defaults(func=cmd_rollout)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from ..errors import OpzooError
+
+    parser = argparse.ArgumentParser(prog="python -m opzoo.training.cli")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_training_commands(sub)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except OpzooError as e:
+        print(f"opzoo {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

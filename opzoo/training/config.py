@@ -1,0 +1,336 @@
+"""Run configs for pretraining and fine-tuning: YAML or JSON, validated completely before training.
+
+A run config is a mapping with the sections below; every key is checked (unknown keys, wrong
+types and missing data files are errors that name the key path), so a bad config fails in
+milliseconds instead of after an hour of training.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, Mapping, Optional
+
+from ..errors import ConfigError
+
+
+@dataclasses.dataclass
+class DatasetSpec:
+    """One dataset of the mixture: an HDF5 file in any layout opzoo.data reads (canonical: ``data [N, *S, T, C]``)."""
+
+    path: str
+    name: Optional[str] = None
+    weight: float = 1.0
+    test_path: Optional[str] = None  # separate test file; else the last ``test_fraction`` trajectories
+    test_fraction: float = 0.1
+    layout: Optional[str] = None  # force an opzoo.data layout; None: detected
+    generate: Optional[dict[str, Any]] = None  # {kind, n, seed, **generator args}: made first if path is missing
+
+
+@dataclasses.dataclass
+class DataSection:
+    datasets: list[DatasetSpec] = dataclasses.field(default_factory=list)
+    resolution: Optional[tuple[int, ...]] = None  # resize target; None: the model's pretrained resolution or the first dataset's
+    channels: Optional[int] = None  # pad to this many channels; None: the model's in_channels
+    horizon: Optional[int] = None  # rollout steps at evaluation; None: each dataset's whole trajectory
+    max_test_trajectories: Optional[int] = None
+
+
+@dataclasses.dataclass
+class ModelSection:
+    name: str = "simple"  # preset, registered backbone, hf-hub:org/repo, local-dir:PATH or a directory
+    pretrained: bool = False
+    args: dict[str, Any] = dataclasses.field(default_factory=dict)  # config overrides / backbone args
+
+
+@dataclasses.dataclass
+class HookSpec:
+    name: str
+    args: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class OptimizerSection:
+    name: Literal["adamw", "adam", "sgd"] = "adamw"
+    lr: float = 1e-3
+    betas: tuple[float, ...] = (0.9, 0.9)
+    weight_decay: float = 1e-6
+    eps: float = 1e-8
+    grad_clip: Optional[float] = 1.0  # max global grad norm; None: no clipping
+    hooks: list[HookSpec] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class ScheduleSection:
+    name: Literal["one-cycle", "constant", "cosine"] = "one-cycle"
+    warmup: float = 0.2  # fraction of steps (one-cycle pct_start; linear warm-up for cosine)
+    div_factor: float = 1e4  # initial lr = lr / div_factor
+    final_div_factor: float = 1e4  # final lr = initial lr / final_div_factor
+
+
+@dataclasses.dataclass
+class TrainingSection:
+    steps: int = 1000
+    batch_size: int = 16  # global batch, split evenly across DDP ranks
+    noise_scale: float = 5e-4  # ε of the denoising noise (training only)
+    ema: Optional[float] = None  # EMA decay of the weights, e.g. 0.999; None: no EMA
+    amp: Literal["auto", "bf16", "off"] = "auto"  # auto: bf16 autocast on GPU, off on CPU
+    device: str = "auto"
+    num_workers: int = 0
+    log_every: int = 10
+    eval_every: Optional[int] = None  # evaluate on the test sets every N steps (and at the end)
+    deterministic: bool = True
+
+
+@dataclasses.dataclass
+class CheckpointSection:
+    every: Optional[int] = 500  # steps; None: only at the end
+    keep_last: int = 3
+    resume: bool = True  # continue from the latest checkpoint in output_dir if there is one
+
+
+@dataclasses.dataclass
+class EvaluationSection:
+    plot_steps: tuple[int, ...] = (1, 5, 10)  # rollout steps shown in the panel plots
+    plot_channel: int = 0
+    plots: bool = True
+
+
+@dataclasses.dataclass
+class DistributedSection:
+    strategy: Literal["ddp", "fsdp"] = "ddp"
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    # POT's classification head gets no gradient from the loss; DDP must be told (costs a graph walk)
+    find_unused_parameters: bool = True
+
+
+@dataclasses.dataclass
+class RunConfig:
+    output_dir: str = "runs/run"
+    seed: int = 0
+    model: ModelSection = dataclasses.field(default_factory=ModelSection)
+    data: DataSection = dataclasses.field(default_factory=DataSection)
+    optimizer: OptimizerSection = dataclasses.field(default_factory=OptimizerSection)
+    schedule: ScheduleSection = dataclasses.field(default_factory=ScheduleSection)
+    training: TrainingSection = dataclasses.field(default_factory=TrainingSection)
+    checkpoint: CheckpointSection = dataclasses.field(default_factory=CheckpointSection)
+    evaluation: EvaluationSection = dataclasses.field(default_factory=EvaluationSection)
+    distributed: DistributedSection = dataclasses.field(default_factory=DistributedSection)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(dataclasses.asdict(self))
+
+
+# ---- parsing -----------------------------------------------------------------------------------
+def _plain(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _build(tp: Any, value: Any, where: str) -> Any:
+    """Check ``value`` against annotation ``tp`` and build nested dataclasses; ``where`` is the key path."""
+    origin, targs = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in targs:
+            return None
+        options = [t for t in targs if t is not type(None)]
+        errors = []
+        for option in options:
+            try:
+                return _build(option, value, where)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{where}: {value!r} fits none of {', '.join(map(_type_name, options))}")
+    if origin is Literal:
+        if value not in targs:
+            raise ConfigError(f"{where}: {value!r} is not one of {', '.join(map(repr, targs))}")
+        return value
+    if dataclasses.is_dataclass(tp):
+        return _build_dataclass(tp, value, where)
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, got {type(value).__name__} {value!r}")
+        item = targs[0] if targs else Any
+        built = [_build(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return tuple(built) if origin is tuple else built
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__} {value!r}")
+        return dict(value)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            value = _number_from_string(value, where)
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {type(value).__name__} {value!r}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true or false, got {type(value).__name__} {value!r}")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {type(value).__name__} {value!r}")
+        return value
+    raise ConfigError(f"{where}: unsupported type {_type_name(tp)}")
+
+
+def _number_from_string(value: Any, where: str) -> float:
+    # YAML 1.1 reads "5e-4" as a string; accept numeric strings, reject anything else
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    raise ConfigError(f"{where}: expected a number, got {type(value).__name__} {value!r}")
+
+
+def _build_dataclass(cls: type, value: Any, where: str) -> Any:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: expected a mapping of {cls.__name__} keys, got {type(value).__name__} {value!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(value) - set(fields))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; known keys: {', '.join(fields)}")
+    missing = [n for n, f in fields.items() if n not in value and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ConfigError(f"{where}: missing required key(s) {', '.join(map(repr, missing))}")
+    return cls(**{k: _build(hints[k], v, f"{where}.{k}" if where else k) for k, v in value.items()})
+
+
+def _check_values(cfg: RunConfig, base: Path | None, source: str) -> None:
+    """Checks beyond types: ranges, files that must exist, registered names."""
+    def fail(msg: str) -> None:
+        raise ConfigError(f"{source}: {msg}")
+
+    t = cfg.training
+    for key, value in (("training.steps", t.steps), ("training.batch_size", t.batch_size),
+                       ("training.log_every", t.log_every), ("checkpoint.keep_last", cfg.checkpoint.keep_last)):
+        if value < 1:
+            fail(f"{key} must be >= 1, got {value}")
+    for key, value in (("training.eval_every", t.eval_every), ("checkpoint.every", cfg.checkpoint.every)):
+        if value is not None and value < 1:
+            fail(f"{key} must be >= 1 or null, got {value}")
+    if t.noise_scale < 0:
+        fail(f"training.noise_scale must be >= 0, got {t.noise_scale}")
+    if t.ema is not None and not 0.0 < t.ema < 1.0:
+        fail(f"training.ema must be in (0, 1), got {t.ema}")
+    if cfg.optimizer.lr <= 0:
+        fail(f"optimizer.lr must be > 0, got {cfg.optimizer.lr}")
+    if len(cfg.optimizer.betas) != 2:
+        fail(f"optimizer.betas must have 2 values, got {list(cfg.optimizer.betas)}")
+    if not 0.0 <= cfg.schedule.warmup < 1.0:
+        fail(f"schedule.warmup must be in [0, 1), got {cfg.schedule.warmup}")
+    if not cfg.data.datasets:
+        fail("data.datasets is empty: list at least one HDF5 file")
+    names = []
+    for i, d in enumerate(cfg.data.datasets):
+        where = f"data.datasets[{i}]"
+        for key in ("path", "test_path"):
+            p = getattr(d, key)
+            if p is None:
+                continue
+            resolved = resolve_path(p, base)
+            if not resolved.is_file():
+                if key == "path" and d.generate is not None:
+                    setattr(d, key, str(Path(os.path.expandvars(p)).expanduser()))  # made before training
+                    continue
+                fail(f"{where}.{key}: file {str(resolved)!r} does not exist"
+                     + (" (add a 'generate' entry to make it)" if key == "path" else ""))
+            setattr(d, key, str(resolved))
+        if d.generate is not None:
+            from .generate import check_generate_spec
+
+            check_generate_spec(d.generate, f"{source}: {where}.generate")
+        if d.weight <= 0:
+            fail(f"{where}.weight must be > 0, got {d.weight}")
+        if d.test_path is None and not 0.0 < d.test_fraction < 1.0:
+            fail(f"{where}.test_fraction must be in (0, 1) when there is no test_path, got {d.test_fraction}")
+        d.name = d.name or Path(d.path).stem
+        if d.name in names:
+            fail(f"{where}.name: {d.name!r} is used by two datasets; give them distinct names")
+        names.append(d.name)
+    if cfg.data.resolution is not None and any(r < 1 for r in cfg.data.resolution):
+        fail(f"data.resolution must be positive, got {list(cfg.data.resolution)}")
+    from ..plugins import get_registry
+
+    registry = get_registry()
+    for i, h in enumerate(cfg.optimizer.hooks):
+        if h.name not in registry.names("optimizer_hook"):
+            registry.get("optimizer_hook", h.name)  # raises UnknownNameError with suggestions
+    m = cfg.model
+    if not (registry.has_preset(m.name) or m.name in registry.names("backbone") or m.name.startswith(("hf-hub:", "local-dir:"))
+            or Path(m.name).is_dir()):
+        from ..errors import UnknownNameError
+
+        raise UnknownNameError("model or backbone", m.name, [*registry.list_models(), *registry.names("backbone")])
+
+
+def resolve_path(path: str, base: Path | None) -> Path:
+    p = Path(os.path.expandvars(path)).expanduser()
+    if not p.is_absolute() and base is not None and not p.exists():
+        p = base / p
+    return p
+
+
+def parse_run_config(document: Mapping[str, Any], source: str = "run config", base: Path | None = None) -> RunConfig:
+    """Validate a run-config mapping completely (types, ranges, files, names) and build it."""
+    try:
+        cfg = _build_dataclass(RunConfig, document, "")
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {str(e).lstrip(': ')}") from None
+    _check_values(cfg, base, source)
+    return cfg
+
+
+def read_document(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a YAML (``.yaml``/``.yml``) or JSON file into a mapping."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"run config {str(path)!r} does not exist")
+    text = path.read_text()
+    try:
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            document = yaml.safe_load(text)
+        else:
+            document = json.loads(text)
+    except Exception as e:  # yaml.YAMLError / JSONDecodeError
+        raise ConfigError(f"{path}: not valid {'YAML' if path.suffix in ('.yaml', '.yml') else 'JSON'}: {e}") from None
+    if not isinstance(document, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping, got {type(document).__name__}")
+    return document
+
+
+def load_run_config(path: str | os.PathLike, overrides: Mapping[str, Any] | None = None) -> RunConfig:
+    """Read and validate a run config; ``overrides`` are dotted keys, e.g. ``{"training.steps": 10}``.
+
+    Relative data paths resolve against the working directory first, then the config's folder.
+    """
+    document = read_document(path)
+    for dotted, value in (overrides or {}).items():
+        node = document
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {dotted}: {key!r} is not a section")
+        node[leaf] = value
+    return parse_run_config(document, source=str(path), base=Path(path).resolve().parent)

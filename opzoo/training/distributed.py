@@ -1,0 +1,99 @@
+"""DDP / FSDP glue: process-group setup from torchrun's environment, wrapping, rank-0 helpers."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+@dataclass
+class DistEnv:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    initialized_here: bool = False
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+
+def init_distributed(backend: str = "auto", device: torch.device | None = None) -> DistEnv:
+    """Join the process group torchrun describes (``RANK``/``WORLD_SIZE``); a no-op without it.
+
+    ``backend="auto"`` picks nccl for CUDA devices and gloo otherwise.
+    """
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return DistEnv()
+    rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    if dist.is_initialized():
+        return DistEnv(rank, world, local, False)
+    if backend == "auto":
+        backend = "nccl" if device is not None and device.type == "cuda" else "gloo"
+    if device is not None and device.type == "cuda":
+        torch.cuda.set_device(local)
+    dist.init_process_group(backend=backend)
+    return DistEnv(rank, world, local, True)
+
+
+def shutdown(env: DistEnv) -> None:
+    if env.initialized_here and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def barrier(env: DistEnv) -> None:
+    if env.enabled:
+        dist.barrier()
+
+
+def all_reduce_mean(t: torch.Tensor, env: DistEnv) -> torch.Tensor:
+    if not env.enabled:
+        return t
+    t = t.clone()
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t / env.world_size
+
+
+def all_reduce_max(t: torch.Tensor, env: DistEnv) -> torch.Tensor:
+    if not env.enabled:
+        return t
+    t = t.clone()
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t
+
+
+def wrap_model(model: nn.Module, env: DistEnv, strategy: str, device: torch.device,
+               find_unused_parameters: bool = True) -> nn.Module:
+    """DDP (default) or FSDP2 (``fully_shard``, for the large presets) around ``model``."""
+    if not env.enabled:
+        return model
+    if strategy == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        for block in getattr(model, "blocks", []):
+            fully_shard(block)
+        return fully_shard(model)
+    ids = [device.index if device.index is not None else env.local_rank] if device.type == "cuda" else None
+    return nn.parallel.DistributedDataParallel(model, device_ids=ids, find_unused_parameters=find_unused_parameters)
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+
+
+def full_state_dict(model: nn.Module, env: DistEnv, strategy: str) -> dict[str, torch.Tensor]:
+    """The unsharded, unwrapped state dict on CPU (gathered for FSDP; every rank must call it)."""
+    if env.enabled and strategy == "fsdp":
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return {k: v.detach().cpu() for k, v in unwrap(model).state_dict().items()}

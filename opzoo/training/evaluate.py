@@ -1,0 +1,95 @@
+"""Rollout evaluation: "l2 full" and the per-step error curve per dataset, CSV/JSON and PNG plots."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from .data import Adapt, H5Trajectories
+from .losses import l2_full, l2_per_step
+
+
+@dataclass
+class DatasetResult:
+    name: str
+    l2_full: float  # mean over trajectories
+    per_step: list[float]  # mean relative L2 at each rollout step
+    n_trajectories: int
+    horizon: int
+    l2_full_per_trajectory: list[float] = field(default_factory=list)
+
+
+@torch.no_grad()
+def rollout_trajectories(model: nn.Module, source: H5Trajectories, adapt: Adapt, horizon: int | None,
+                         batch_size: int = 8, device: torch.device | str = "cpu", max_trajectories: int | None = None,
+                         autocast: bool = False):
+    """Roll out from the first ``T_in`` frames of each trajectory.
+
+    Yields ``(truth [B, *R, H, C], pred [B, *R, H, C], mask [C])`` batches where ``H`` is ``horizon``
+    (default: every remaining frame of the trajectory).
+    """
+    t_in = adapt.in_timesteps
+    h = source.n_steps - t_in if horizon is None else min(horizon, source.n_steps - t_in)
+    if h < 1:
+        raise ValueError(f"{source.path}: trajectories of {source.n_steps} frames leave nothing to roll out after T_in={t_in}")
+    n = len(source) if max_trajectories is None else min(len(source), max_trajectories)
+    for start in tqdm(range(0, n, batch_size), desc=f"rollout {os.path.basename(source.path)}", unit="batch",
+                      disable=None, leave=False):
+        frames, mask = zip(*(adapt.frames(source.read(i, 0, t_in + h)) for i in range(start, min(n, start + batch_size))))
+        frames = torch.stack(frames).to(device)
+        with torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16, enabled=autocast):
+            pred = model.rollout(frames[..., :t_in, :], h)
+        yield frames[..., t_in:, :].float(), pred.float(), mask[0].to(device)
+
+
+def evaluate_dataset(model: nn.Module, name: str, source: H5Trajectories, adapt: Adapt, horizon: int | None = None,
+                     batch_size: int = 8, device="cpu", max_trajectories: int | None = None, autocast: bool = False,
+                     keep_first: bool = False):
+    """``DatasetResult`` of one dataset; with ``keep_first`` also ``(truth, pred)`` of its first trajectory."""
+    was_training = model.training
+    model.eval()
+    fulls, curves, first = [], [], None
+    try:
+        for truth, pred, mask in rollout_trajectories(model, source, adapt, horizon, batch_size, device,
+                                                      max_trajectories, autocast):
+            fulls.append(l2_full(pred, truth, mask).cpu())
+            curves.append(l2_per_step(pred, truth, mask).cpu())
+            if keep_first and first is None:
+                first = (truth[0].cpu(), pred[0].cpu())
+    finally:
+        model.train(was_training)
+    full, curve = torch.cat(fulls), torch.cat(curves)
+    result = DatasetResult(name, float(full.mean()), curve.mean(0).tolist(), len(full), curve.shape[1], full.tolist())
+    return (result, first) if keep_first else result
+
+
+def write_results(results: Sequence[DatasetResult], out_dir: str | os.PathLike, stem: str = "eval") -> dict[str, Path]:
+    """``<stem>.json`` (everything), ``<stem>.csv`` (one row per dataset), ``<stem>_per_step.csv``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / f"{stem}.json", "csv": out / f"{stem}.csv", "per_step_csv": out / f"{stem}_per_step.csv"}
+    summary = {"l2_full_mean": sum(r.l2_full for r in results) / len(results),
+               "datasets": {r.name: {"l2_full": r.l2_full, "per_step": r.per_step, "n_trajectories": r.n_trajectories,
+                                     "horizon": r.horizon, "l2_full_per_trajectory": r.l2_full_per_trajectory}
+                            for r in results}}
+    paths["json"].write_text(json.dumps(summary, indent=2))
+    with open(paths["csv"], "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["dataset", "l2_full", "n_trajectories", "horizon"])
+        for r in results:
+            w.writerow([r.name, f"{r.l2_full:.8g}", r.n_trajectories, r.horizon])
+    with open(paths["per_step_csv"], "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["dataset", "step", "l2"])
+        for r in results:
+            for s, v in enumerate(r.per_step, 1):
+                w.writerow([r.name, s, f"{v:.8g}"])
+    return paths

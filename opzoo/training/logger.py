@@ -1,0 +1,85 @@
+"""Run logs: one JSON object per line (always) and TensorBoard scalars (when installed). Rank 0 only."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+
+class RunLogger:
+    """Appends records to ``<run>/log.jsonl``; mirrors numeric fields to TensorBoard if available.
+
+    On resume from step ``s`` the log is truncated to the records of steps ``<= s``, so the log of a
+    resumed run reads like the log of an uninterrupted one.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike, enabled: bool = True, resume_step: int | None = None,
+                 tensorboard: bool = True):
+        self.enabled = enabled
+        self.path = Path(run_dir) / "log.jsonl"
+        self._tb = None
+        if not enabled:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if resume_step is not None and self.path.exists():
+            kept = [line for line in self.path.read_text().splitlines() if _step_of(line) <= resume_step]
+            self.path.write_text("".join(line + "\n" for line in kept))
+        elif resume_step is None and self.path.exists():
+            self.path.unlink()
+        self._fh = open(self.path, "a")
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:  # tensorboard not installed
+                pass
+            else:
+                self._tb = SummaryWriter(str(Path(run_dir) / "tensorboard"))
+
+    def log(self, record: dict[str, Any], flush: bool = False) -> None:
+        if not self.enabled:
+            return
+        self._fh.write(json.dumps(record, allow_nan=True) + "\n")
+        if flush:
+            self._fh.flush()
+        if self._tb is not None and "step" in record:
+            kind = record.get("kind", "train")
+            for k, v in record.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step" and math.isfinite(v):
+                    self._tb.add_scalar(f"{kind}/{k}", v, record["step"])
+
+    def flush(self) -> None:
+        if self.enabled:
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+            if self._tb is not None:
+                self._tb.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.flush()
+            self._fh.close()
+            if self._tb is not None:
+                self._tb.close()
+
+
+def _step_of(line: str) -> float:
+    try:
+        return json.loads(line).get("step", -1)
+    except json.JSONDecodeError:  # a line cut by a kill
+        return math.inf
+
+
+def read_log(path: str | os.PathLike, kind: str | None = "train") -> list[dict[str, Any]]:
+    """Records of a ``log.jsonl`` (of one ``kind``, or all with ``kind=None``)."""
+    out = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if kind is None or rec.get("kind") == kind:
+            out.append(rec)
+    return out

@@ -1,0 +1,109 @@
+"""PNG plots of rollouts: ground truth / prediction / error panels, and error versus step."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import torch
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _field2d(frame: torch.Tensor) -> np.ndarray:
+    """A 2-D view of one spatial frame ``[*S]``: itself in 2-D, the middle slice in 3-D."""
+    a = frame.float().cpu().numpy()
+    while a.ndim > 2:
+        a = a[a.shape[0] // 2]
+    return a
+
+
+def plot_rollout_panels(truth: torch.Tensor, pred: torch.Tensor, steps: Sequence[int], path: str | os.PathLike,
+                        channel: int = 0, title: str = "") -> Path:
+    """Rows ground truth / prediction / |error| at rollout ``steps`` (1-based) of one trajectory.
+
+    truth, pred: ``[*S, T, C]``. 1-D data is drawn as curves (truth and prediction overlaid).
+    """
+    plt = _pyplot()
+    horizon = truth.shape[-2]
+    steps = [s for s in steps if 1 <= s <= horizon] or [horizon]
+    ndim = truth.ndim - 2
+    t, p = truth[..., channel], pred[..., channel]
+    if ndim == 1:
+        fig, axes = plt.subplots(2, len(steps), figsize=(3.2 * len(steps), 5), squeeze=False)
+        for j, s in enumerate(steps):
+            axes[0, j].plot(t[:, s - 1].cpu(), label="ground truth")
+            axes[0, j].plot(p[:, s - 1].cpu(), "--", label="prediction")
+            axes[0, j].set_title(f"step {s}")
+            axes[1, j].plot((p[:, s - 1] - t[:, s - 1]).abs().cpu(), color="C3")
+            axes[1, j].set_title("|error|")
+        axes[0, 0].legend(fontsize=7)
+    else:
+        fig, axes = plt.subplots(3, len(steps), figsize=(3.0 * len(steps), 8.4), squeeze=False)
+        lo, hi = float(t.min()), float(t.max())
+        for j, s in enumerate(steps):
+            gt, pr = _field2d(t[..., s - 1]), _field2d(p[..., s - 1])
+            for row, (img, name, kw) in enumerate([(gt, "ground truth", dict(vmin=lo, vmax=hi)),
+                                                   (pr, "prediction", dict(vmin=lo, vmax=hi)),
+                                                   (np.abs(pr - gt), "|error|", dict(cmap="magma"))]):
+                im = axes[row, j].imshow(img.T, origin="lower", **kw)
+                axes[row, j].set_title(f"{name}, step {s}", fontsize=9)
+                axes[row, j].set_xticks([]), axes[row, j].set_yticks([])
+                fig.colorbar(im, ax=axes[row, j], fraction=0.046)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def plot_error_curves(curves: Mapping[str, Sequence[float]], path: str | os.PathLike, title: str = "") -> Path:
+    """Relative L2 error versus rollout step, one line per dataset (log scale)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, curve in curves.items():
+        ax.plot(np.arange(1, len(curve) + 1), curve, marker=".", label=name)
+    ax.set_xlabel("rollout step")
+    ax.set_ylabel("relative L2 error")
+    ax.set_yscale("log")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    ax.set_title(title or "rollout error per step")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def plot_loss(steps: Sequence[int], losses: Sequence[float], path: str | os.PathLike,
+              evals: Mapping[str, tuple[Sequence[int], Sequence[float]]] | None = None) -> Path:
+    """Training loss (and test l2 full per dataset) versus step."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(steps, losses, lw=0.8, label="train loss")
+    for name, (s, v) in (evals or {}).items():
+        ax.plot(s, v, marker="o", label=f"test l2 full: {name}")
+    ax.set_xlabel("step")
+    ax.set_yscale("log")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path

@@ -1,0 +1,380 @@
+"""The Trainer: auto-regressive denoising training with checkpoints, resume, DDP, hooks and evaluation.
+
+One iteration ``i`` (0-based; logged as ``step = i + 1``, the number of updates done):
+global batch of step i (seeded by (seed, i)) -> rank shard -> ``x += ε‖x‖·randn`` -> forward under
+autocast -> masked relative L2 + aux loss -> backward (DDP averages gradients) -> grad-norm clip ->
+hooks -> lr = lr · schedule(i) · lr_scale · hook multipliers -> optimizer step -> EMA -> hooks.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Mapping
+
+import torch
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from ..errors import ConfigError, OpzooError
+from . import checkpoint as ckpt
+from .build import RunData, build_data, build_model
+from .config import RunConfig
+from .data import StepBatchSampler, collate, step_generator
+from .distributed import (DistEnv, all_reduce_max, all_reduce_mean, barrier, full_state_dict, init_distributed,
+                          shutdown, unwrap, wrap_model)
+from .ema import EMA
+from .evaluate import DatasetResult, evaluate_dataset, write_results
+from .hooks import StepContext, build_hooks, combined_multipliers, split_hook_state
+from .logger import RunLogger
+from .losses import relative_l2_loss
+from .noise import add_denoising_noise
+from .optim import build_optimizer, build_param_groups, set_learning_rates
+from .schedule import schedule_factor
+
+NOISE_SALT, FRESH_SALT = 1, 2
+
+
+class TrainingDivergedError(OpzooError):
+    """A non-finite loss or gradient; the run stops and the last good checkpoint is kept."""
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    steps: int
+    losses: list[float] = field(default_factory=list)  # this process's run only (not before a resume)
+    evals: dict[int, list[DatasetResult]] = field(default_factory=dict)
+    resumed_from: int | None = None
+    model_dir: Path | None = None
+
+
+def pick_device(name: str, env: DistEnv) -> torch.device:
+    if name == "auto":
+        return torch.device(f"cuda:{env.local_rank}" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+class Trainer:
+    """Runs one training job from a validated :class:`RunConfig`.
+
+    ``model`` may be given directly (e.g. for fine-tuning a loaded model); otherwise the run
+    config's ``model`` section builds it.
+    """
+
+    def __init__(self, cfg: RunConfig, model: nn.Module | None = None, show_progress: bool | None = None):
+        self.cfg = cfg
+        self.run_dir = Path(cfg.output_dir)
+        self.env = init_distributed(cfg.distributed.backend, pick_device(cfg.training.device, DistEnv()))
+        self.device = pick_device(cfg.training.device, self.env)
+        t = cfg.training
+        if t.deterministic:
+            torch.use_deterministic_algorithms(True, warn_only=True)
+            if self.device.type == "cuda":
+                torch.backends.cudnn.benchmark = False
+        self.show_progress = show_progress
+        self._generate_missing()
+        torch.manual_seed(cfg.seed)
+        self.model = model if model is not None else build_model(cfg.model)
+        self.data: RunData = build_data(cfg, self.model)
+        self.hooks = build_hooks(cfg.optimizer.hooks)
+        for hook in self.hooks:
+            hook.on_model_built(self.model)
+        self.model.to(self.device)
+        self.fsdp = self.env.enabled and cfg.distributed.strategy == "fsdp"
+        if self.fsdp and t.ema:
+            raise ConfigError("training.ema is not supported with distributed.strategy: fsdp")
+        # wrapped before the optimizer is built: FSDP replaces parameters by sharded ones
+        self.wrapped = wrap_model(self.model, self.env, cfg.distributed.strategy, self.device,
+                                  cfg.distributed.find_unused_parameters)
+        self.groups = build_param_groups(self.model, cfg.optimizer, self.hooks)
+        self.optimizer = build_optimizer(self.groups, cfg.optimizer)
+        self.ema = EMA(self.model, t.ema) if t.ema else None
+        self.autocast = (self.device.type == "cuda" and t.amp != "off") or t.amp == "bf16"
+        self.ckpt_dir = self.run_dir / "checkpoints"
+
+    def _generate_missing(self) -> None:
+        from .generate import generate_dataset
+
+        for d in self.cfg.data.datasets:
+            if d.generate is not None and not Path(d.path).is_file() and self.env.is_main:
+                generate_dataset(d.generate, d.path, progress=self.show_progress is not False)
+        barrier(self.env)
+
+    # ---- batches --------------------------------------------------------------------------------
+    def _sampler(self, start: int, stop: int, salt: int = 0) -> StepBatchSampler:
+        return StepBatchSampler(self.data.train.probabilities(), self.cfg.training.batch_size, self.cfg.seed,
+                                start, stop, self.env.rank, self.env.world_size, salt)
+
+    def _batches(self, start: int) -> Iterator[dict[str, Tensor]]:
+        sampler = self._sampler(start, self.cfg.training.steps)
+        workers = self.cfg.training.num_workers
+        loader = torch.utils.data.DataLoader(self.data.train, batch_sampler=sampler, collate_fn=collate,
+                                             num_workers=workers, persistent_workers=False,
+                                             pin_memory=self.device.type == "cuda")
+        for batch in loader:
+            yield {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+
+    def _fresh_batch(self, step: int) -> dict[str, Tensor]:
+        idx = next(iter(self._sampler(step, step + 1, FRESH_SALT)))
+        batch = collate([self.data.train[i] for i in idx])
+        return {k: v.to(self.device) for k, v in batch.items()}
+
+    def _noise_draw(self, step: int, x: Tensor) -> Tensor:
+        """This rank's rows of one global-batch draw (so noise does not depend on the rank count)."""
+        per = x.shape[0]
+        shape = (per * self.env.world_size, *x.shape[1:])
+        z = torch.randn(shape, generator=step_generator(self.cfg.seed, step, NOISE_SALT))
+        return z[self.env.rank * per:(self.env.rank + 1) * per]
+
+    # ---- loss -----------------------------------------------------------------------------------
+    def _forward(self, model: nn.Module, x: Tensor) -> Tensor:
+        with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+            return model(x)
+
+    def loss_fn(self, pred: Tensor, batch: Mapping[str, Tensor], reduction: str = "mean") -> Tensor:
+        return relative_l2_loss(pred, batch["y"], batch["mask"], reduction=reduction)
+
+    # ---- checkpoints ----------------------------------------------------------------------------
+    def _save(self, step: int) -> Path | None:
+        opt_state = ckpt.optimizer_to_flat(self.optimizer)
+        weights = full_state_dict(self.wrapped, self.env, self.cfg.distributed.strategy)
+        path = None
+        if self.env.is_main:
+            extra: dict[str, Tensor] = {}
+            hook_plain = []
+            if self.ema is not None:
+                extra.update({f"ema/{k}": v.detach().cpu() for k, v in self.ema.state_dict().items()})
+            for i, hook in enumerate(self.hooks):
+                tensors, plain = split_hook_state(hook.state_dict(), f"hook{i}/")
+                extra.update(tensors)
+                hook_plain.append(plain)
+            state = {"hooks": hook_plain, "world_size": self.env.world_size, "config": self.cfg.to_dict()}
+            path = ckpt.write_checkpoint(self.ckpt_dir, step, model_state=weights, optimizer_state=opt_state,
+                                         state=state, extra=extra, keep_last=self.cfg.checkpoint.keep_last)
+        barrier(self.env)
+        return path
+
+    def _resume(self) -> int:
+        if self.env.is_main:
+            ckpt.clean_temporaries(self.ckpt_dir)
+        barrier(self.env)
+        found = ckpt.latest_checkpoint(self.ckpt_dir)
+        if found is None:
+            return 0
+        path, files = found
+        from ..hub import load_state_dict_strict
+
+        saved = files["state.json"].get("config", {})
+        current = self.cfg.to_dict()
+        differ = [k for k in ("model", "data") if k in saved and saved[k] != current[k]]
+        if differ:
+            raise ConfigError(f"{self.run_dir} holds checkpoints of a run with another {' and '.join(differ)} section "
+                              f"({path.name}); choose another output_dir, or set checkpoint.resume: false to start over")
+
+        weights = files["model.safetensors"]
+        if self.fsdp:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+            set_model_state_dict(self.model, weights, options=StateDictOptions(full_state_dict=True))
+        else:
+            load_state_dict_strict(self.model, weights, str(path / "model.safetensors"))
+        state = files["state.json"]
+        ckpt.optimizer_from_flat(self.optimizer, files["optimizer.safetensors"], state["param_groups"], str(path))
+        extra = files["extra.safetensors"]
+        if self.ema is not None:
+            self.ema.load_state_dict({k[4:]: v for k, v in extra.items() if k.startswith("ema/")})
+        for i, hook in enumerate(self.hooks):
+            prefix = f"hook{i}/"
+            tensors = {k[len(prefix):]: v for k, v in extra.items() if k.startswith(prefix)}
+            hook.load_state_dict({**state["hooks"][i], **tensors})
+        ckpt.set_rng_state(extra, state["rng"])
+        return int(state["step"])
+
+    # ---- evaluation -----------------------------------------------------------------------------
+    def evaluate(self, step: int, write: bool = True, plots: bool | None = None) -> list[DatasetResult]:
+        """Roll out every test set over its horizon (rank 0); writes ``eval/step-N.{json,csv}`` and plots."""
+        model = unwrap(self.wrapped)
+        backup = None
+        if self.ema is not None:
+            backup = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            self.ema.copy_to(model)
+        results, firsts = [], {}
+        try:
+            for name, source in self.data.test:
+                r, first = evaluate_dataset(model, name, source, self.data.adapt, self.cfg.data.horizon,
+                                            device=self.device, max_trajectories=self.cfg.data.max_test_trajectories,
+                                            autocast=self.autocast, keep_first=True)
+                results.append(r)
+                firsts[name] = first
+        finally:
+            if backup is not None:
+                model.load_state_dict(backup)
+        if write:
+            out = self.run_dir / "eval"
+            write_results(results, out, stem=f"step-{step:08d}")
+            plots = self.cfg.evaluation.plots if plots is None else plots
+            if plots:
+                from .plots import plot_error_curves, plot_rollout_panels
+
+                plot_error_curves({r.name: r.per_step for r in results}, out / f"step-{step:08d}-error-vs-step.png",
+                                  title=f"rollout error per step (after {step} steps)")
+                for name, (truth, pred) in firsts.items():
+                    plot_rollout_panels(truth, pred, self.cfg.evaluation.plot_steps, out / f"step-{step:08d}-{name}.png",
+                                        channel=self.cfg.evaluation.plot_channel, title=f"{name}, trajectory 0")
+        return results
+
+    # ---- the loop -------------------------------------------------------------------------------
+    def fit(self) -> TrainResult:
+        cfg, t = self.cfg, self.cfg.training
+        try:
+            start = self._resume() if cfg.checkpoint.resume else 0
+            result = TrainResult(self.run_dir, t.steps, resumed_from=start or None)
+            logger = RunLogger(self.run_dir, enabled=self.env.is_main, resume_step=start if start else None)
+            if self.env.is_main:
+                (self.run_dir / "run_config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+            try:
+                self._loop(start, result, logger)
+            finally:
+                logger.close()
+            return result
+        finally:
+            shutdown(self.env)
+
+    def _evaluate_and_log(self, step: int, result: TrainResult, logger: RunLogger) -> None:
+        if self.fsdp:  # a sharded model runs forward on every rank; rank 0 writes
+            evals = self.evaluate(step, write=self.env.is_main)
+        if self.env.is_main:
+            evals = evals if self.fsdp else self.evaluate(step)
+            result.evals[step] = evals
+            logger.log({"kind": "eval", "step": step, **{f"l2_full/{r.name}": r.l2_full for r in evals},
+                        "l2_full/mean": sum(r.l2_full for r in evals) / len(evals)}, flush=True)
+        barrier(self.env)
+
+    def _loop(self, start: int, result: TrainResult, logger: RunLogger) -> None:
+        cfg, t = self.cfg, self.cfg.training
+        names = self.data.train.names
+        eval_every, ckpt_every = t.eval_every, cfg.checkpoint.every
+        if eval_every and start == 0:
+            self._evaluate_and_log(0, result, logger)
+        model, params = self.wrapped, [p for g in self.optimizer.param_groups for p in g["params"]]
+        bar = tqdm(total=t.steps, initial=start, desc="train", unit="step", dynamic_ncols=True,
+                   disable=None if (self.env.is_main and self.show_progress is not False) else True)
+        t0 = time.perf_counter()
+        step = start
+        for i, batch in enumerate(self._batches(start), start):
+            step = i + 1
+            model.train()
+            self.optimizer.zero_grad(set_to_none=True)
+            x = add_denoising_noise(batch["x"], t.noise_scale, z=self._noise_draw(i, batch["x"]).to(self.device))
+            pred = self._forward(model, x)
+            per_sample = self.loss_fn(pred, batch, reduction="none")
+            aux = unwrap(model).aux_loss() if hasattr(unwrap(model), "aux_loss") else 0.0
+            loss = per_sample.mean() + aux
+            loss.backward()
+            loss_value = float(all_reduce_mean(loss.detach().float(), self.env))
+            if not math.isfinite(loss_value):
+                self._diverged(i, step, "loss", loss_value, per_sample.detach(), batch["dataset"], names, logger)
+            grad_norm = None
+            if cfg.optimizer.grad_clip is not None:
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.optimizer.grad_clip))
+                if not math.isfinite(grad_norm):
+                    self._diverged(i, step, "gradient norm", grad_norm, per_sample.detach(), batch["dataset"], names, logger)
+            base_lr = cfg.optimizer.lr * schedule_factor(cfg.schedule, i, t.steps)
+            ctx = StepContext(step=i, model=unwrap(model), optimizer=self.optimizer, batch=batch, loss=loss_value,
+                              base_lr=base_lr, fresh_batch=lambda i=i: self._fresh_batch(i),
+                              loss_fn=self.loss_fn, forward=lambda x: self._forward(unwrap(model), x),
+                              all_reduce_mean=lambda v: all_reduce_mean(v, self.env),
+                              world_size=self.env.world_size, rank=self.env.rank)
+            for hook in self.hooks:
+                hook.before_optimizer_step(ctx)
+            set_learning_rates(self.optimizer, base_lr, combined_multipliers(self.hooks, ctx, len(self.optimizer.param_groups)))
+            self.optimizer.step()
+            if self.ema is not None:
+                self.ema.update(unwrap(model))
+            for hook in self.hooks:
+                hook.after_optimizer_step(ctx)
+            result.losses.append(loss_value)
+            record = {"kind": "train", "step": step, "loss": loss_value, "lr": base_lr,
+                      "time": round(time.perf_counter() - t0, 4)}
+            if grad_norm is not None:
+                record["grad_norm"] = grad_norm
+            logger.log(record, flush=step % t.log_every == 0)
+            bar.update(1)
+            if step % t.log_every == 0:
+                bar.set_postfix(loss=f"{loss_value:.4g}", lr=f"{base_lr:.2e}")
+            if ckpt_every and step % ckpt_every == 0 and step < t.steps:
+                self._save(step)
+            if eval_every and step % eval_every == 0 and step < t.steps:
+                self._evaluate_and_log(step, result, logger)
+        bar.close()
+        if step > start:
+            self._save(t.steps)
+        self._evaluate_and_log(t.steps, result, logger)
+        if self.fsdp:
+            exported = self.export_fsdp(self.run_dir / "model")
+        if self.env.is_main:
+            result.model_dir = exported if self.fsdp else self.export(self.run_dir / "model")
+            self._plot_losses(result)
+        barrier(self.env)
+
+    def _diverged(self, i, step, what, value, per_sample, dataset, names, logger) -> None:
+        bad = (~torch.isfinite(per_sample)).float()
+        flags = torch.zeros(len(names), device=per_sample.device)
+        flags.index_add_(0, dataset.to(per_sample.device), bad)
+        flags = all_reduce_max(flags, self.env)
+        culprits = [n for n, f in zip(names, flags.tolist()) if f > 0] or [names[int(d)] for d in dataset.unique().tolist()]
+        kept = ckpt.list_checkpoints(self.ckpt_dir)
+        msg = (f"non-finite {what} ({value}) at step {step} (iteration {i}) on dataset(s) {', '.join(culprits)}; "
+               f"stopping. Last good checkpoint: {kept[-1] if kept else 'none'}")
+        logger.log({"kind": "error", "step": step, "message": msg}, flush=True)
+        raise TrainingDivergedError(msg)
+
+    def export(self, out: Path) -> Path:
+        """Save the trained model (EMA weights when on) as an opzoo repo with its data facts."""
+        model = unwrap(self.wrapped)
+        backup = None
+        if self.ema is not None:
+            backup = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            self.ema.copy_to(model)
+        a = self.data.adapt
+        model.pretrained_cfg = {**getattr(model, "pretrained_cfg", {}), "resolution": list(a.resolution),
+                                "channels": a.channels, "in_timesteps": a.in_timesteps,
+                                "datasets": self.data.train.names, "trained_steps": self.cfg.training.steps}
+        try:
+            return Path(model.save_pretrained(out))
+        finally:
+            if backup is not None:
+                model.load_state_dict(backup)
+
+    def export_fsdp(self, out: Path) -> Path | None:
+        """Gather the sharded weights (every rank) and save them from an unsharded copy (rank 0)."""
+        weights = full_state_dict(self.wrapped, self.env, "fsdp")
+        if not self.env.is_main:
+            return None
+        model = self.model
+        copy = type(model)(model.config)
+        copy.load_state_dict(weights)
+        copy.preset_name = getattr(model, "preset_name", None)
+        copy.pretrained_cfg = dict(getattr(model, "pretrained_cfg", {}))
+        wrapped, self.wrapped = self.wrapped, copy
+        try:
+            return self.export(out)
+        finally:
+            self.wrapped = wrapped
+
+    def _plot_losses(self, result: TrainResult) -> None:
+        from .logger import read_log
+        from .plots import plot_loss
+
+        records = read_log(self.run_dir / "log.jsonl", kind=None)
+        train = [r for r in records if r.get("kind") == "train"]
+        evals = [r for r in records if r.get("kind") == "eval"]
+        series = {}
+        for name in self.data.train.names:
+            series[name] = ([r["step"] for r in evals], [r[f"l2_full/{name}"] for r in evals])
+        if train:
+            plot_loss([r["step"] for r in train], [r["loss"] for r in train], self.run_dir / "loss.png", series)

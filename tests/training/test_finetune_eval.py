@@ -1,0 +1,148 @@
+"""Fine-tuning a saved model on data with other channels and resolution; rollout evaluation and its outputs."""
+
+import csv
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import opzoo
+from conftest import heat_trajectories, run_document, tiny_pot_args, write_canonical
+from opzoo.training import Adapt, H5Trajectories, Trainer, finetune_config, parse_run_config
+from opzoo.training.evaluate import evaluate_dataset
+
+
+@pytest.fixture(scope="module")
+def pretrained_dir(tmp_path_factory, datasets):
+    """A tiny POT pretrained on the 2-channel 16x16 mixture, saved as an opzoo repo."""
+    out = tmp_path_factory.mktemp("pre") / "run"
+    doc = run_document(out, datasets, model={"name": "pot", "args": tiny_pot_args()},
+                       training={"steps": 20, "batch_size": 4}, optimizer={"lr": 3e-3}, checkpoint={"every": None})
+    result = Trainer(parse_run_config(doc), show_progress=False).fit()
+    return result.model_dir
+
+
+def test_exported_model_records_its_data(pretrained_dir):
+    cfg = json.loads((pretrained_dir / "config.json").read_text())
+    assert cfg["pretrained_cfg"]["resolution"] == [16, 16]
+    assert cfg["pretrained_cfg"]["channels"] == 2 and cfg["pretrained_cfg"]["datasets"] == ["heat", "advection"]
+
+
+def test_finetune_on_other_channels_and_resolution(tmp_path, pretrained_dir):
+    # the user's data: 1 channel (model has 2) at 24x24 (model pretrained at 16x16), other viscosity
+    user = write_canonical(tmp_path / "user.h5", heat_trajectories(12, 24, 12, seed=5, nu=0.01), ["T"], "heat")
+    cfg = finetune_config(str(pretrained_dir), [str(user)], str(tmp_path / "ft"), steps=30, batch_size=4, lr=2e-3,
+                          test_fraction=0.25, overrides={"training.eval_every": 30, "evaluation.plots": False})
+    trainer = Trainer(cfg, show_progress=False)
+    assert trainer.data.adapt.resolution == (16, 16) and trainer.data.adapt.channels == 2
+    sample = trainer.data.train[0]
+    assert sample["x"].shape == (16, 16, 4, 2) and sample["mask"].tolist() == [True, False]
+    assert torch.all(sample["x"][..., 1] == 1.0)  # the padded channel holds the constant 1
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    loaded = opzoo.from_pretrained(pretrained_dir)
+    assert all(torch.equal(before[n], p) for n, p in loaded.named_parameters())  # starts from the pretrained weights
+    result = trainer.fit()
+    start, end = result.evals[0][0].l2_full, result.evals[30][0].l2_full
+    assert end < start, (start, end)
+    assert (tmp_path / "ft" / "model" / "model.safetensors").is_file()
+
+
+def test_finetune_rejects_more_channels_than_the_model(tmp_path, pretrained_dir):
+    data = np.ones((4, 8, 8, 8, 3), dtype=np.float32)
+    f = write_canonical(tmp_path / "wide.h5", data, ["a", "b", "c"], "x")
+    cfg = finetune_config(str(pretrained_dir), [str(f)], str(tmp_path / "ft"), steps=2)
+    with pytest.raises(opzoo.ConfigError, match=r"wide.h5: 3 channels, more than the model's 2"):
+        Trainer(cfg)
+    assert not (tmp_path / "ft").exists()
+
+
+def test_rollout_metrics_match_direct_loop(pretrained_dir, datasets):
+    model = opzoo.from_pretrained(pretrained_dir)
+    src = H5Trajectories(str(datasets["advection"]), indices=[20, 21])
+    adapt = Adapt((16, 16), 2, 4, 1)
+    r = evaluate_dataset(model, "advection", src, adapt, horizon=6)
+    assert r.horizon == 6 and r.n_trajectories == 2 and len(r.per_step) == 6
+    fulls, curves = [], []
+    for i in range(2):
+        frames, _ = adapt.frames(src.read(i))
+        window = frames[None, ..., :4, :]
+        preds = []
+        with torch.no_grad():
+            for _ in range(6):  # explicit auto-regressive loop
+                nxt = model(window)
+                preds.append(nxt)
+                window = torch.cat([window[..., 1:, :], nxt], dim=-2)
+        pred, truth = torch.cat(preds, dim=-2)[0], frames[..., 4:10, :]
+        fulls.append(np.mean([float((pred[..., c] - truth[..., c]).norm() / truth[..., c].norm()) for c in range(2)]))
+        curves.append([np.mean([float((pred[..., t, c] - truth[..., t, c]).norm() / truth[..., t, c].norm())
+                                for c in range(2)]) for t in range(6)])
+    assert r.l2_full == pytest.approx(np.mean(fulls), rel=1e-4)
+    assert r.per_step == pytest.approx(np.mean(curves, axis=0).tolist(), rel=1e-4)
+
+
+def test_eval_and_rollout_commands_write_results_and_plots(tmp_path, pretrained_dir, datasets, capsys):
+    from opzoo.training.cli import main
+
+    out = tmp_path / "ev"
+    code = main(["eval", str(pretrained_dir), "--data", str(datasets["heat"]), str(datasets["advection"]),
+                   "--out", str(out), "--horizon", "5", "--max-trajectories", "3", "--plot-steps", "1", "5"])
+    assert code == 0
+    summary = json.loads((out / "eval.json").read_text())
+    assert set(summary["datasets"]) == {"heat", "advection"}
+    assert len(summary["datasets"]["heat"]["per_step"]) == 5
+    rows = list(csv.DictReader(open(out / "eval.csv")))
+    assert [r["dataset"] for r in rows] == ["heat", "advection"]
+    assert float(rows[0]["l2_full"]) == pytest.approx(summary["datasets"]["heat"]["l2_full"], rel=1e-6)
+    assert len(list(csv.DictReader(open(out / "eval_per_step.csv")))) == 10
+    for png in ("error-vs-step.png", "heat-panels.png", "advection-panels.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    plot = tmp_path / "roll.png"
+    capsys.readouterr()
+    code = main(["rollout", str(pretrained_dir), "--data", str(datasets["heat"]), "--index", "2", "--steps", "6",
+                 "--plot", str(plot), "--save", str(tmp_path / "pred.safetensors")])
+    assert code == 0
+    assert "l2 full over the 6 steps" in capsys.readouterr().out and plot.read_bytes()[:4] == b"\x89PNG"
+    assert main(["rollout", str(pretrained_dir), "--data", str(datasets["heat"]), "--index", "99"]) == 2
+    assert "--index 99 out of range; the file has 24 trajectories" in capsys.readouterr().err
+    from safetensors.torch import load_file
+
+    assert load_file(str(tmp_path / "pred.safetensors"))["prediction"].shape == (16, 16, 6, 2)
+
+
+def test_finetune_preset_with_pretrained_weights_from_the_hub_cache(tmp_path, pretrained_dir, monkeypatch):
+    """``finetune PRESET`` loads the preset's published weights (``opzoo.load(name, pretrained=True)``),
+    here from a Hugging Face cache in offline mode: the same code path as a download, without network."""
+    import shutil
+
+    from huggingface_hub import constants
+
+    from opzoo.training.cli import main
+
+    cfg = json.loads((pretrained_dir / "config.json").read_text())
+    snapshot = tmp_path / "hub" / "models--opzoo-test--micro" / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    shutil.copy(pretrained_dir / "model.safetensors", snapshot / "model.safetensors")
+    (tmp_path / "hub" / "models--opzoo-test--micro" / "refs").mkdir()
+    (tmp_path / "hub" / "models--opzoo-test--micro" / "refs" / "main").write_text("0" * 40)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    registry = opzoo.get_registry()
+    with registry.owned_by("tests"):
+        registry.register_model("test-micro-pot", backbone="pot", args=cfg["model_args"],
+                                pretrained=opzoo.PretrainedSource("opzoo-test/micro", "model.safetensors"),
+                                pretrained_cfg={"resolution": [16, 16]})
+    try:
+        user = write_canonical(tmp_path / "user.h5", heat_trajectories(8, 20, 10, seed=9), ["T"], "heat")
+        out = tmp_path / "ft"
+        assert main(["finetune", "test-micro-pot", "--data", str(user), "--out", str(out), "--steps", "3",
+                     "--batch-size", "2", "--test-fraction", "0.25", "--set", "evaluation.plots=false"]) == 0
+        assert (out / "model" / "model.safetensors").is_file()
+        # the fine-tuning run starts from the published weights
+        trainer = Trainer(finetune_config("test-micro-pot", [str(user)], str(tmp_path / "ft2"), steps=1))
+        reference = opzoo.from_pretrained(pretrained_dir).state_dict()
+        assert all(torch.equal(v, reference[k]) for k, v in trainer.model.state_dict().items())
+        assert trainer.data.adapt.resolution == (16, 16)  # the preset's pretraining resolution, not the file's 20x20
+        assert json.loads((out / "model" / "config.json").read_text())["pretrained_cfg"]["preset"] == "test-micro-pot"
+    finally:
+        registry.forget("tests")
