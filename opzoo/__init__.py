@@ -26,11 +26,23 @@ from .interfaces import Backbone, IdentityStreams, Mixer, Residual, Router, Rout
 from .plugins import get_plugin_host, get_registry, reset_plugins
 from .registry import PretrainedSource, Registry
 
+_LAZY = {"OptimizerHook": "opzoo.training.hooks", "StepContext": "opzoo.training.hooks"}
+
+
+def __getattr__(name):
+    """The optimizer-hook interface lives with the trainer; import it only when asked for."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'opzoo' has no attribute {name!r}")
+
+
 __all__ = [
     "__version__", "load", "list_models", "create_model", "from_pretrained", "save_pretrained", "push_to_hub",
     "hookimpl", "get_registry", "get_plugin_host", "reset_plugins", "Registry", "PretrainedSource",
     "ModelConfig", "Backbone", "Mixer", "Residual", "StreamAdapter", "IdentityStreams", "Router", "Routing",
     "ConvertedCheckpoint", "convert_to_repo", "safe_torch_load", "append_grid",
     "OpzooError", "UnknownNameError", "RegistryConflictError", "ConfigError", "WeightsError", "HubError",
-    "CheckpointError",
+    "CheckpointError", "OptimizerHook", "StepContext",
 ]

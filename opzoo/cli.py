@@ -179,13 +179,7 @@ def _command_providers():
     import importlib
 
     for module_name, function in COMMAND_GROUPS:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as e:  # TEMP until data/training land
-            if e.name != module_name:
-                raise
-            continue
-        yield getattr(module, function)
+        yield getattr(importlib.import_module(module_name), function)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

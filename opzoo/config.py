@@ -56,7 +56,11 @@ def build_dataclass(cls: type, args: Mapping[str, Any], where: str) -> Any:
             f"{where}: unknown field(s) {', '.join(map(repr, unknown))} for {cls.__name__}; "
             f"known fields: {', '.join(sorted(fields))}"
         )
-    return cls(**{k: coerce_value(v, hints[k], f"{where}.{k}") for k, v in args.items()})
+    required = [f.name for f in dataclasses.fields(cls) if f.init and f.name not in args
+                and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if required:
+        raise ConfigError(f"{where}: missing required field(s) {', '.join(map(repr, required))}")
+    return cls(**{k: coerce_value(v, hints[k], f"{where}.{k}" if where else k) for k, v in args.items()})
 
 
 def _plain(value: Any) -> Any:

@@ -103,6 +103,14 @@ class MixtureDataset(Dataset):
     def __len__(self) -> int:
         return int(self.offsets[-1])
 
+    def window_probabilities(self) -> torch.Tensor:
+        """``[len(self)]`` float64: each window's probability under balanced sampling, ``w_k / (Σw · |D_k|)``."""
+        total = sum(self.weights)
+        return torch.cat([
+            torch.full((len(d),), w / (total * len(d)) if len(d) else 0.0, dtype=torch.float64)
+            for d, w in zip(self.datasets, self.weights)
+        ])
+
     def locate(self, i: int) -> tuple[int, int]:
         """Global index -> (dataset index, index inside that dataset)."""
         if not 0 <= i < len(self):

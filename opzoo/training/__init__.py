@@ -8,7 +8,7 @@ Plugins change optimization through :class:`OptimizerHook` (see ``docs/training.
 
 from .checkpoint import CheckpointReadError, latest_checkpoint, list_checkpoints, read_checkpoint
 from .config import RunConfig, load_run_config, parse_run_config
-from .data import Adapt, H5Trajectories, Mixture, StepBatchSampler, WindowDataset, pad_channels, resize
+from .data import Adapt, H5Trajectories, StepBatchSampler
 from .ema import EMA
 from .evaluate import DatasetResult, evaluate_dataset, write_results
 from .finetune import finetune_config
@@ -25,6 +25,6 @@ __all__ = [
     "OptimizerHook", "StepContext", "build_optimizer", "build_param_groups", "one_cycle_factor", "schedule_factor",
     "relative_l2_loss", "l2_full", "l2_per_step", "denoising_noise", "add_denoising_noise", "EMA",
     "evaluate_dataset", "write_results", "DatasetResult", "read_log", "finetune_config",
-    "Adapt", "H5Trajectories", "Mixture", "StepBatchSampler", "WindowDataset", "pad_channels", "resize",
+    "Adapt", "H5Trajectories", "StepBatchSampler",
     "latest_checkpoint", "list_checkpoints", "read_checkpoint", "CheckpointReadError",
 ]

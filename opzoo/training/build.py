@@ -11,7 +11,8 @@ from ..errors import ConfigError
 from ..factory import create_model, load
 from ..plugins import get_registry
 from .config import RunConfig
-from .data import Adapt, H5Trajectories, Mixture, WindowDataset, split
+from ..data import MixtureDataset, WindowDataset
+from .data import Adapt, H5Trajectories, split
 
 
 def build_model(section) -> nn.Module:
@@ -41,7 +42,7 @@ def model_resolution(model: nn.Module) -> tuple[int, ...] | None:
 @dataclass
 class RunData:
     adapt: Adapt
-    train: Mixture
+    train: MixtureDataset
     test: list[tuple[str, H5Trajectories]]
 
 
@@ -64,6 +65,12 @@ def build_data(cfg: RunConfig, model: nn.Module) -> RunData:
             if len(src.spatial) != len(resolution):
                 raise ConfigError(f"{src.path}: {len(src.spatial)}-D data, but the run's resolution is {list(resolution)}")
     adapt = Adapt(tuple(resolution), channels, mc.in_timesteps, mc.out_timesteps)
-    parts = [WindowDataset(tr, adapt, k, d.name) for k, (d, tr, _) in enumerate(splits)]
-    mixture = Mixture(parts, [d.weight for d, _, _ in splits])
+    for d, tr, _ in splits:
+        if tr.n_steps < mc.in_timesteps + mc.out_timesteps:
+            raise ConfigError(f"{tr.path}: trajectories have {tr.n_steps} frames, fewer than "
+                              f"T_in + T_out = {mc.in_timesteps + mc.out_timesteps}")
+    parts = [WindowDataset(tr.source, mc.in_timesteps, mc.out_timesteps, resolution=adapt.resolution,
+                           n_channels=channels, samples=tr.indices, dataset_index=k)
+             for k, (d, tr, _) in enumerate(splits)]
+    mixture = MixtureDataset(parts, [d.weight for d, _, _ in splits], names=[d.name for d, _, _ in splits])
     return RunData(adapt, mixture, [(d.name, te) for d, _, te in splits])

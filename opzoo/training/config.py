@@ -10,11 +10,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import types
-import typing
 from pathlib import Path
 from typing import Any, Literal, Mapping, Optional
 
+from ..config import build_dataclass
 from ..errors import ConfigError
 
 
@@ -134,86 +133,6 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _type_name(tp: Any) -> str:
-    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
-
-
-def _build(tp: Any, value: Any, where: str) -> Any:
-    """Check ``value`` against annotation ``tp`` and build nested dataclasses; ``where`` is the key path."""
-    origin, targs = typing.get_origin(tp), typing.get_args(tp)
-    if tp is Any:
-        return value
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in targs:
-            return None
-        options = [t for t in targs if t is not type(None)]
-        errors = []
-        for option in options:
-            try:
-                return _build(option, value, where)
-            except ConfigError as e:
-                errors.append(str(e))
-        raise ConfigError(errors[0] if len(errors) == 1 else f"{where}: {value!r} fits none of {', '.join(map(_type_name, options))}")
-    if origin is Literal:
-        if value not in targs:
-            raise ConfigError(f"{where}: {value!r} is not one of {', '.join(map(repr, targs))}")
-        return value
-    if dataclasses.is_dataclass(tp):
-        return _build_dataclass(tp, value, where)
-    if origin in (list, tuple):
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where}: expected a list, got {type(value).__name__} {value!r}")
-        item = targs[0] if targs else Any
-        built = [_build(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
-        return tuple(built) if origin is tuple else built
-    if origin is dict:
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__} {value!r}")
-        return dict(value)
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            value = _number_from_string(value, where)
-        return float(value)
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: expected an integer, got {type(value).__name__} {value!r}")
-        return value
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true or false, got {type(value).__name__} {value!r}")
-        return value
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{where}: expected a string, got {type(value).__name__} {value!r}")
-        return value
-    raise ConfigError(f"{where}: unsupported type {_type_name(tp)}")
-
-
-def _number_from_string(value: Any, where: str) -> float:
-    # YAML 1.1 reads "5e-4" as a string; accept numeric strings, reject anything else
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            pass
-    raise ConfigError(f"{where}: expected a number, got {type(value).__name__} {value!r}")
-
-
-def _build_dataclass(cls: type, value: Any, where: str) -> Any:
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: expected a mapping of {cls.__name__} keys, got {type(value).__name__} {value!r}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(value) - set(fields))
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; known keys: {', '.join(fields)}")
-    missing = [n for n, f in fields.items() if n not in value and f.default is dataclasses.MISSING
-               and f.default_factory is dataclasses.MISSING]
-    if missing:
-        raise ConfigError(f"{where}: missing required key(s) {', '.join(map(repr, missing))}")
-    return cls(**{k: _build(hints[k], v, f"{where}.{k}" if where else k) for k, v in value.items()})
-
-
 def _check_values(cfg: RunConfig, base: Path | None, source: str) -> None:
     """Checks beyond types: ranges, files that must exist, registered names."""
     def fail(msg: str) -> None:
@@ -289,10 +208,28 @@ def resolve_path(path: str, base: Path | None) -> Path:
     return p
 
 
+def _load_yaml(text: str) -> Any:
+    """YAML with YAML 1.2's floats: PyYAML (YAML 1.1) reads ``5e-4`` as a string."""
+    import re
+
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:[0-9][0-9_]*\.?[0-9_]*(?:[eE][-+]?[0-9]+)?|\.[0-9_]+(?:[eE][-+]?[0-9]+)?"
+                   r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+        list("-+0123456789."),
+    )
+    return yaml.load(text, Loader=Loader)
+
+
 def parse_run_config(document: Mapping[str, Any], source: str = "run config", base: Path | None = None) -> RunConfig:
     """Validate a run-config mapping completely (types, ranges, files, names) and build it."""
     try:
-        cfg = _build_dataclass(RunConfig, document, "")
+        cfg = build_dataclass(RunConfig, document, "")
     except ConfigError as e:
         raise ConfigError(f"{source}: {str(e).lstrip(': ')}") from None
     _check_values(cfg, base, source)
@@ -307,9 +244,7 @@ def read_document(path: str | os.PathLike) -> dict[str, Any]:
     text = path.read_text()
     try:
         if path.suffix in (".yaml", ".yml"):
-            import yaml
-
-            document = yaml.safe_load(text)
+            document = _load_yaml(text)
         else:
             document = json.loads(text)
     except Exception as e:  # yaml.YAMLError / JSONDecodeError

@@ -1,9 +1,10 @@
-"""Training data: windows of trajectories, resized and channel-padded to the model, mixed with
-balanced sampling that is deterministic per step and DDP-aware (DESIGN §7).
+"""Training data on top of opzoo.data: train/test splits of each file, the adaptation of frames to
+the model, and a batch sampler that is deterministic per step and DDP-aware (DESIGN §7).
 
-Files are read lazily through opzoo.data (any layout it reads); resizing and channel padding are
-opzoo.data's transforms. The sampler here draws each *step's* global batch from (seed, step), which
-is what makes resume exact and a W-rank run equal to one process with the same global batch.
+Windows and the mixture are opzoo.data's ``WindowDataset`` and ``MixtureDataset``. The sampler here
+draws each *step's* global batch from (seed, step) with the mixture's balanced probabilities, which
+is what makes resume exact and a W-rank run equal to one process with the same global batch
+(opzoo.data's BalancedSampler draws per epoch instead).
 """
 
 from __future__ import annotations
@@ -18,9 +19,6 @@ from torch import Tensor
 from ..data import DataFormatError, open_source, pad_channels, resize
 from ..errors import ConfigError
 
-PAD_VALUE = 1.0  # DPOT pads missing channels with ones (opzoo.data.transforms.pad_channels' default)
-
-
 class H5Trajectories:
     """A file read lazily through :func:`opzoo.data.open_source` (canonical HDF5 or any layout it
     detects: PDEBench, FNO .mat, The Well) as trajectories ``[*S, T, C]``; a subset by index.
@@ -32,10 +30,10 @@ class H5Trajectories:
     def __init__(self, path: str, layout: str | None = None, indices: Sequence[int] | None = None):
         self.path, self.layout = path, layout
         try:
-            self._source = open_source(path, layout=layout, check_finite=False)
+            self.source = open_source(path, layout=layout, check_finite=False)
         except (DataFormatError, ValueError, OSError) as e:
             raise ConfigError(f"{path}: {e}") from None
-        self.shape = tuple(self._source.shape)
+        self.shape = tuple(self.source.shape)
         if len(self.shape) < 4:
             raise ConfigError(f"{path}: trajectories shaped {list(self.shape[1:])}; expected [*S, T, C] with 1-3 spatial dims")
         self.indices = list(range(self.shape[0])) if indices is None else list(indices)
@@ -57,7 +55,7 @@ class H5Trajectories:
 
     def read(self, i: int, t0: int = 0, t1: int | None = None) -> Tensor:
         """Frames ``t0:t1`` of trajectory ``i`` (of this subset): ``[*S, t1-t0, C]`` float32."""
-        return torch.from_numpy(np.ascontiguousarray(self._source.read(self.indices[i], t0, t1), dtype=np.float32))
+        return torch.from_numpy(np.ascontiguousarray(self.source.read(self.indices[i], t0, t1), dtype=np.float32))
 
 
 def split(path: str, layout: str | None, test_path: str | None, test_fraction: float) -> tuple[H5Trajectories, H5Trajectories]:
@@ -85,57 +83,6 @@ class Adapt:
         if x.shape[-1] > self.channels:
             raise ConfigError(f"data has {x.shape[-1]} channels but the model takes {self.channels}")
         return pad_channels(x, self.channels)
-
-
-class WindowDataset(torch.utils.data.Dataset):
-    """All windows of ``T_in`` frames -> the next ``T_out`` frames of one dataset.
-
-    Item: ``{"x": [*R, T_in, C], "y": [*R, T_out, C], "mask": [C] bool, "dataset": int}`` with ``R``
-    the target resolution and ``C`` the padded channel count.
-    """
-
-    def __init__(self, source: H5Trajectories, adapt: Adapt, dataset_index: int, name: str):
-        self.source, self.adapt, self.dataset_index, self.name = source, adapt, dataset_index, name
-        span = adapt.in_timesteps + adapt.out_timesteps
-        if source.n_steps < span:
-            raise ConfigError(f"{source.path}: trajectories have {source.n_steps} frames, fewer than "
-                              f"T_in + T_out = {span}")
-        self.per_traj = source.n_steps - span + 1
-
-    def __len__(self) -> int:
-        return len(self.source) * self.per_traj
-
-    def __getitem__(self, k: int) -> dict[str, Tensor]:
-        i, t0 = divmod(int(k), self.per_traj)
-        a = self.adapt
-        frames, mask = a.frames(self.source.read(i, t0, t0 + a.in_timesteps + a.out_timesteps))
-        return {"x": frames[..., : a.in_timesteps, :], "y": frames[..., a.in_timesteps:, :], "mask": mask,
-                "dataset": torch.tensor(self.dataset_index)}
-
-
-class Mixture(torch.utils.data.Dataset):
-    """Concatenated window datasets; ``probabilities`` gives DPOT's balanced sampling.
-
-    ``p(sample) = w_k / (K · |D_k| · Σ_j w_j / K)``, i.e. dataset ``k`` is drawn with probability
-    ``w_k / Σ w`` whatever its size, and uniformly within it.
-    """
-
-    def __init__(self, parts: Sequence[WindowDataset], weights: Sequence[float]):
-        self.parts, self.weights = list(parts), [float(w) for w in weights]
-        self.offsets = np.cumsum([0] + [len(p) for p in self.parts])
-        self.names = [p.name for p in self.parts]
-
-    def __len__(self) -> int:
-        return int(self.offsets[-1])
-
-    def __getitem__(self, k: int) -> dict[str, Tensor]:
-        j = int(np.searchsorted(self.offsets, k, side="right") - 1)
-        return self.parts[j][int(k - self.offsets[j])]
-
-    def probabilities(self) -> Tensor:
-        total = sum(self.weights)
-        return torch.cat([torch.full((len(p),), w / (total * len(p)), dtype=torch.float64)
-                          for p, w in zip(self.parts, self.weights)])
 
 
 class StepBatchSampler(torch.utils.data.Sampler):

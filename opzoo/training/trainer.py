@@ -106,7 +106,7 @@ class Trainer:
 
     # ---- batches --------------------------------------------------------------------------------
     def _sampler(self, start: int, stop: int, salt: int = 0) -> StepBatchSampler:
-        return StepBatchSampler(self.data.train.probabilities(), self.cfg.training.batch_size, self.cfg.seed,
+        return StepBatchSampler(self.data.train.window_probabilities(), self.cfg.training.batch_size, self.cfg.seed,
                                 start, stop, self.env.rank, self.env.world_size, salt)
 
     def _batches(self, start: int) -> Iterator[dict[str, Tensor]]:

@@ -4,7 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from opzoo.training import EMA, StepBatchSampler, pad_channels, resize
+from opzoo.data import pad_channels, resize
+from opzoo.training import EMA, StepBatchSampler
 
 
 def test_ema_update_formula():
