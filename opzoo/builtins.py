@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from importlib.resources import files
 
+from .backbones.pot import PotBackbone
 from .backbones.simple import SimpleOperator
 from .hookspecs import hookimpl
 from .mixers import PointwiseMLPMixer
@@ -17,6 +18,7 @@ def opzoo_register_components(registry):
     registry.register_residual("plain", PlainResidual)
     registry.register_mixer("pointwise-mlp", PointwiseMLPMixer)
     registry.register_backbone("simple", SimpleOperator)
+    registry.register_backbone("pot", PotBackbone)
 
 
 @hookimpl

@@ -1,1 +1,10 @@
-"""opzoo-fourier plugin."""
+"""opzoo-fourier: DPOT's Fourier attention, FNO's spectral convolution, dpot-*/fno-* presets and
+the official-DPOT checkpoint converter, registered through opzoo's public plugin hooks."""
+
+from .dpot_converter import convert_dpot, official_to_opzoo_name
+from .fno import FNO, FnoConfig
+from .fourier_attention import FourierAttention
+from .spectral_conv import SpectralConv, tag_spectral
+
+__all__ = ["FourierAttention", "SpectralConv", "tag_spectral", "FNO", "FnoConfig", "convert_dpot",
+           "official_to_opzoo_name"]

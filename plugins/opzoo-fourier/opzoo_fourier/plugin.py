@@ -1,3 +1,20 @@
 """Entry point of the opzoo-fourier plugin: its registrations through opzoo's public hooks."""
 
 import opzoo
+
+from .dpot_converter import convert_dpot
+from .fno import FNO
+from .fourier_attention import FourierAttention
+from .presets import register_presets
+
+
+@opzoo.hookimpl
+def opzoo_register_components(registry):
+    registry.register_mixer("fourier-attention", FourierAttention)
+    registry.register_backbone("fno", FNO)
+    registry.register_converter("dpot", convert_dpot)
+
+
+@opzoo.hookimpl
+def opzoo_register_models(registry):
+    register_presets(registry)

@@ -1,0 +1,365 @@
+"""The POT backbone shared by DPOT, AOT-POT and NESTOR (DESIGN §6.1).
+
+``[B, *S, T_in, C_in] -> [B, *S, T_out, C_out]`` for ``len(S) == spatial_dims`` (2 or 3):
+grid channels, per-time-step patch embedding, positional embedding, time aggregation, ``depth``
+blocks built from registry components (Mixer, Residual), a classification head and the
+output head. With ``block="dpot"`` and the ``fourier-attention`` mixer it is DPOT's network,
+parameter for parameter; ``block="sandwich"`` is AOT-POT's two-sub-layer layout (DESIGN §6.3).
+
+The latent between blocks is channels-last, ``[B, *S/p, D]``, as every Mixer expects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from timm.layers import Mlp, trunc_normal_
+from torch import Tensor, nn
+
+from ..config import ModelConfig
+from ..errors import ConfigError, WeightsError
+from ..grid import append_grid
+from ..interfaces import Backbone
+from ..plugins import get_registry
+
+# DPOT's ACTIVATION table (official code), as classes
+ACTIVATIONS: dict[str, type[nn.Module]] = {
+    "gelu": nn.GELU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "relu": nn.ReLU,
+    "leaky_relu": nn.LeakyReLU, "softplus": nn.Softplus, "elu": nn.ELU, "silu": nn.SiLU,
+}
+
+
+def make_activation(name: str) -> nn.Module:
+    if name not in ACTIVATIONS:
+        raise ConfigError(f"act: unknown activation {name!r}; known: {', '.join(ACTIVATIONS)}")
+    return nn.LeakyReLU(0.1) if name == "leaky_relu" else ACTIVATIONS[name]()
+
+
+@dataclasses.dataclass
+class PotConfig(ModelConfig):
+    """POT hyper-parameters; defaults are DPOT-Ti's (img 128, patch 8, D 512, depth 4)."""
+
+    spatial_dims: int = 2
+    img_size: tuple[int, ...] = (128, 128)
+    patch_size: int = 8
+    width: int = 512
+    depth: int = 4
+    mlp_ratio: float = 1.0
+    out_layer_dim: int = 32
+    n_cls: int = 12
+    act: str = "gelu"
+    time_agg: Literal["exp_mlp", "mlp"] = "exp_mlp"
+    normalize: bool = False
+    norm_groups: int = 8
+    block: Literal["dpot", "sandwich"] = "dpot"
+    mixer: str = "fourier-attention"
+    mixer_args: dict[str, Any] = dataclasses.field(default_factory=lambda: {"n_blocks": 4, "modes": 32})
+    residual: str = "plain"
+    residual_args: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def check(self) -> None:
+        """Raise ConfigError naming the first inconsistent field."""
+        if self.spatial_dims not in (2, 3):
+            raise ConfigError(f"spatial_dims: POT supports 2 or 3, got {self.spatial_dims}")
+        if len(self.img_size) != self.spatial_dims:
+            raise ConfigError(
+                f"img_size: expected {self.spatial_dims} sizes for spatial_dims={self.spatial_dims}, got {list(self.img_size)}"
+            )
+        bad = [s for s in self.img_size if s % self.patch_size]
+        if bad:
+            raise ConfigError(f"img_size: {list(self.img_size)} is not divisible by patch_size {self.patch_size}")
+        if self.width % self.norm_groups:
+            raise ConfigError(f"width: {self.width} is not divisible by norm_groups {self.norm_groups}")
+        for name in ("patch_size", "width", "depth", "out_layer_dim", "n_cls", "in_channels", "out_channels",
+                     "in_timesteps", "out_timesteps"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
+
+
+def _conv(spatial_dims: int) -> type[nn.Module]:
+    return nn.Conv2d if spatial_dims == 2 else nn.Conv3d
+
+
+def _conv_transpose(spatial_dims: int) -> type[nn.Module]:
+    return nn.ConvTranspose2d if spatial_dims == 2 else nn.ConvTranspose3d
+
+
+class ChannelsLastGroupNorm(nn.GroupNorm):
+    """GroupNorm over a channels-last tensor: ``[B, *S, D] -> [B, *S, D]``."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.group_norm(x.movedim(-1, 1), self.num_groups, self.weight, self.bias, self.eps).movedim(1, -1)
+
+
+class PatchEmbed(nn.Module):
+    """Per-time-step patchify: ``[N, C_in+d+1, *S] -> [N, D, *S/p]``.
+
+    ``proj`` = Conv(k=p, stride p) -> act -> Conv(1x1), hidden width ``C_out*p + 3`` as in DPOT.
+    """
+
+    def __init__(self, cfg: PotConfig):
+        super().__init__()
+        conv = _conv(cfg.spatial_dims)
+        in_chans = cfg.in_channels + cfg.spatial_dims + 1
+        hidden = cfg.out_channels * cfg.patch_size + 3
+        self.proj = nn.Sequential(
+            conv(in_chans, hidden, kernel_size=cfg.patch_size, stride=cfg.patch_size),
+            make_activation(cfg.act),
+            conv(hidden, cfg.width, kernel_size=1, stride=1),
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.proj(x)
+
+
+class TimeAggregator(nn.Module):
+    """DPOT's time aggregation: ``[..., T, D] -> [..., D]``.
+
+    ``exp_mlp``: ``out[..., j] = sum_t sum_i w[t, i, j] * x[..., t, i] * cos(t_lin @ gamma)[t, i]``
+    with ``t_lin = linspace(0, 1, T)``; ``mlp``: the same without the cosine factor.
+    """
+
+    def __init__(self, timesteps: int, dim: int, kind: str = "exp_mlp"):
+        super().__init__()
+        self.kind = kind
+        self.w = nn.Parameter(torch.randn(timesteps, dim, dim) / (timesteps * dim**0.5))
+        if kind == "exp_mlp":
+            self.gamma = nn.Parameter(2 ** torch.linspace(-10, 10, dim).unsqueeze(0))
+
+    def time_embedding(self, timesteps: int, device, dtype) -> Tensor:
+        """``cos(t @ gamma)``: ``[T, D]``."""
+        t = torch.linspace(0, 1, timesteps, device=device, dtype=dtype).unsqueeze(-1)
+        return torch.cos(t @ self.gamma.to(dtype))
+
+    def forward(self, x: Tensor) -> Tensor:
+        t, d = x.shape[-2:]
+        if t != self.w.shape[0]:
+            raise ValueError(f"time aggregation was built for {self.w.shape[0]} input steps, got {t}")
+        if self.kind == "exp_mlp":
+            x = x * self.time_embedding(t, x.device, x.dtype)
+        return x.flatten(-2) @ self.w.reshape(t * d, d)
+
+
+class DpotBlock(nn.Module):
+    """DPOT's block, one sub-layer: ``state -> Residual(state, z -> MLP(GN2(F(GN1(z)))))``.
+
+    ``F(u) = Mixer(u) + u``. With the plain residual this is ``y = x + MLP(GN2(F(GN1(x))))``.
+    """
+
+    def __init__(self, cfg: PotConfig, index: int):
+        super().__init__()
+        registry = get_registry()
+        d = cfg.width
+        self.norm1 = ChannelsLastGroupNorm(cfg.norm_groups, d)
+        self.mixer = registry.get("mixer", cfg.mixer)(d, **cfg.mixer_args)
+        self.norm2 = ChannelsLastGroupNorm(cfg.norm_groups, d)
+        self.mlp = Mlp(d, hidden_features=int(d * cfg.mlp_ratio), act_layer=lambda: make_activation(cfg.act))
+        self.residual = registry.get("residual", cfg.residual)(d, index=index, **cfg.residual_args)
+
+    def branch(self, z: Tensor) -> Tensor:
+        u = self.norm1(z)
+        return self.mlp(self.norm2(self.mixer(u) + u))
+
+    def forward(self, state: Tensor) -> Tensor:
+        return self.residual(state, self.branch)
+
+
+class SandwichBlock(nn.Module):
+    """Two sub-layers with sandwich norms, each joined by its own Residual (AOT-POT, DESIGN §6.3).
+
+    Branch 1 ``z -> post_norm1(Mixer(norm1(z)))``, branch 2 ``z -> post_norm2(MLP(norm2(z)))``;
+    residual indices ``2*index`` and ``2*index + 1``.
+    """
+
+    def __init__(self, cfg: PotConfig, index: int):
+        super().__init__()
+        registry = get_registry()
+        residual_cls = registry.get("residual", cfg.residual)
+        d = cfg.width
+        self.norm1 = ChannelsLastGroupNorm(cfg.norm_groups, d)
+        self.mixer = registry.get("mixer", cfg.mixer)(d, **cfg.mixer_args)
+        self.post_norm1 = ChannelsLastGroupNorm(cfg.norm_groups, d)
+        self.norm2 = ChannelsLastGroupNorm(cfg.norm_groups, d)
+        self.mlp = Mlp(d, hidden_features=int(d * cfg.mlp_ratio), act_layer=lambda: make_activation(cfg.act))
+        self.post_norm2 = ChannelsLastGroupNorm(cfg.norm_groups, d)
+        self.residual1 = residual_cls(d, index=2 * index, **cfg.residual_args)
+        self.residual2 = residual_cls(d, index=2 * index + 1, **cfg.residual_args)
+
+    def mixer_branch(self, z: Tensor) -> Tensor:
+        return self.post_norm1(self.mixer(self.norm1(z)))
+
+    def mlp_branch(self, z: Tensor) -> Tensor:
+        return self.post_norm2(self.mlp(self.norm2(z)))
+
+    def forward(self, state: Tensor) -> Tensor:
+        state = self.residual1(state, self.mixer_branch)
+        return self.residual2(state, self.mlp_branch)
+
+
+BLOCKS = {"dpot": DpotBlock, "sandwich": SandwichBlock}
+
+
+class PotBackbone(Backbone):
+    """``[B, *S, T_in, C_in] -> [B, *S, T_out, C_out]``; ``S`` any multiple of ``patch_size``.
+
+    The positional embedding is laid out for ``img_size``; other resolutions interpolate it
+    (bilinear in 2D, trilinear in 3D, ``align_corners=False``) to the latent grid ``S/p``.
+    """
+
+    config_class = PotConfig
+
+    def __init__(self, config: PotConfig):
+        super().__init__(config)
+        c = config
+        c.check()
+        conv, conv_t = _conv(c.spatial_dims), _conv_transpose(c.spatial_dims)
+        self.patch_embed = PatchEmbed(c)
+        grid = [s // c.patch_size for s in c.img_size]
+        self.pos_embed = nn.Parameter(torch.zeros(1, c.width, *grid))
+        self.time_agg = TimeAggregator(c.in_timesteps, c.width, c.time_agg)
+        self.streams = get_registry().get("residual", c.residual).stream_adapter(c.width, **c.residual_args)
+        self.blocks = nn.ModuleList(BLOCKS[c.block](c, i) for i in range(c.depth))
+        self.cls_head = nn.Sequential(
+            nn.Linear(c.width, c.width), make_activation(c.act),
+            nn.Linear(c.width, c.width), make_activation(c.act),
+            nn.Linear(c.width, c.n_cls),
+        )
+        self.out_head = nn.Sequential(
+            conv_t(c.width, c.out_layer_dim, kernel_size=c.patch_size, stride=c.patch_size),
+            make_activation(c.act),
+            conv(c.out_layer_dim, c.out_layer_dim, kernel_size=1, stride=1),
+            make_activation(c.act),
+            conv(c.out_layer_dim, c.out_channels * c.out_timesteps, kernel_size=1, stride=1),
+        )
+        trunc_normal_(self.pos_embed, std=0.02)
+        self.cls_head.apply(_init_linear)
+
+    # ---- pieces --------------------------------------------------------------------------
+    def check_input(self, x: Tensor) -> None:
+        c = self.config
+        d = c.spatial_dims
+        if x.ndim != d + 3 or tuple(x.shape[-2:]) != (c.in_timesteps, c.in_channels):
+            raise ValueError(
+                f"{type(self).__name__} expects [B, {', '.join('XYZ'[:d])}, T_in={c.in_timesteps}, "
+                f"C={c.in_channels}], got {list(x.shape)}"
+            )
+        bad = [s for s in x.shape[1:1 + d] if s % c.patch_size]
+        if bad:
+            raise ValueError(
+                f"{type(self).__name__}: spatial size {list(x.shape[1:1 + d])} is not divisible by "
+                f"patch_size {c.patch_size}"
+            )
+
+    def position_embedding(self, grid: tuple[int, ...]) -> Tensor:
+        """``pos_embed`` on latent grid ``grid``: ``[1, D, *grid]`` (interpolated if it differs)."""
+        if tuple(self.pos_embed.shape[2:]) == tuple(grid):
+            return self.pos_embed
+        mode = "bilinear" if len(grid) == 2 else "trilinear"
+        return F.interpolate(self.pos_embed, size=tuple(grid), mode=mode, align_corners=False)
+
+    def embed(self, x: Tensor) -> Tensor:
+        """``[B, *S, T, C] -> [B, *S/p, T, D]``: grid channels, patch embedding, positions."""
+        d = self.config.spatial_dims
+        b, t = x.shape[0], x.shape[-2]
+        x = append_grid(x)                                     # [B, *S, T, C+d+1]
+        x = x.movedim(-2, 1).movedim(-1, 2).flatten(0, 1)      # [(B T), C+d+1, *S]
+        z = self.patch_embed(x)                                # [(B T), D, *S/p]
+        z = z + self.position_embedding(tuple(z.shape[2:]))
+        z = z.unflatten(0, (b, t)).movedim(2, -1)              # [B, T, *S/p, D]
+        return z.movedim(1, d + 1)                             # [B, *S/p, T, D]
+
+    def forward_latent(self, x: Tensor) -> Tensor:
+        """``[B, *S, T_in, C] -> [B, *S/p, D]``: the last latent (after the blocks)."""
+        state = self.streams.expand(self.time_agg(self.embed(x)))
+        for block in self.blocks:
+            state = block(state)
+        return self.streams.collapse(state)
+
+    def head(self, z: Tensor) -> Tensor:
+        """``[B, *S/p, D] -> [B, *S, T_out, C_out]`` (channel index ``t*C_out + c``)."""
+        c = self.config
+        y = self.out_head(z.movedim(-1, 1)).movedim(1, -1)
+        return y.unflatten(-1, (c.out_timesteps, c.out_channels))
+
+    def classify(self, z: Tensor) -> Tensor:
+        """``[B, *S/p, D] -> [B, n_cls]``: the (unused by the loss) dataset classifier."""
+        return self.cls_head(z.flatten(1, -2).mean(1))
+
+    # ---- the operator --------------------------------------------------------------------
+    def forward_with_class(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """``x [B, *S, T_in, C]`` -> (prediction ``[B, *S, T_out, C_out]``, class logits ``[B, n_cls]``),
+        as the official DPOTNet returns them."""
+        self.check_input(x)
+        spatial_time = tuple(range(1, x.ndim - 1))
+        if self.config.normalize:
+            mu = x.mean(dim=spatial_time, keepdim=True)
+            sigma = x.std(dim=spatial_time, keepdim=True) + 1e-6
+            x = (x - mu) / sigma
+        z = self.forward_latent(x)
+        y = self.head(z)
+        if self.config.normalize:
+            y = y * sigma + mu
+        return y, self.classify(z)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.forward_with_class(x)[0]
+
+    # ---- 2D -> 3D ------------------------------------------------------------------------
+    def load_inflated_2d(self, state_dict_2d: dict[str, Tensor]) -> None:
+        """Start this 3D model from a 2D POT state dict (DPOT App. A.1: same Fourier-attention,
+        norm, MLP and time weights; patch/head convs and positions inflated along z).
+
+        Conv kernels ``[o, i, p, p]`` become ``[o, i, p, p, p]`` (divided by p, so a z-constant
+        input gives the 2D patch embedding); the new z-coordinate input channel gets zero weight;
+        the transposed-conv head kernels are repeated along z; ``pos_embed`` is resized bilinearly
+        to (X/p, Y/p) and repeated along z. The load is strict.
+        """
+        if self.config.spatial_dims != 3:
+            raise ConfigError("load_inflated_2d: this model has spatial_dims=2; inflate into a spatial_dims=3 model")
+        target = self.state_dict()
+        out: dict[str, Tensor] = {}
+        for key, ref in target.items():
+            if key not in state_dict_2d:
+                raise WeightsError(f"load_inflated_2d: the 2D state dict has no tensor {key!r}")
+            src = state_dict_2d[key]
+            out[key] = _inflate_tensor(key, src, tuple(ref.shape), self.config)
+        unexpected = sorted(set(state_dict_2d) - set(target))
+        if unexpected:
+            raise WeightsError(f"load_inflated_2d: unexpected tensors in the 2D state dict: {', '.join(unexpected)}")
+        self.load_state_dict(out, strict=True)
+
+
+def _inflate_tensor(key: str, src: Tensor, shape: tuple[int, ...], cfg: PotConfig) -> Tensor:
+    if tuple(src.shape) == shape:
+        return src
+    p = cfg.patch_size
+    if key == "pos_embed":
+        planar = F.interpolate(src, size=shape[2:4], mode="bilinear", align_corners=False)
+        return planar.unsqueeze(-1).expand(*planar.shape, shape[4]).contiguous()
+    if key == "patch_embed.proj.0.weight":
+        # input channels: [data..., x, y, t] -> [data..., x, y, z, t], z weight 0
+        c = cfg.in_channels
+        zeros = torch.zeros_like(src[:, :1])
+        src = torch.cat([src[:, : c + 2], zeros, src[:, c + 2:]], dim=1)
+        return (src.unsqueeze(-1) / p).expand(*src.shape, p).contiguous()
+    if src.ndim == 4 and len(shape) == 5:
+        if key.startswith("out_head.0."):  # transposed conv: each output voxel sees one kernel entry
+            return src.unsqueeze(-1).expand(*src.shape, shape[-1]).contiguous()
+        return (src.unsqueeze(-1) / shape[-1]).expand(*src.shape, shape[-1]).contiguous()
+    raise WeightsError(f"load_inflated_2d: cannot inflate {key!r} from {list(src.shape)} to {list(shape)}")
+
+
+def _init_linear(module: nn.Module) -> None:
+    # DPOTNet._init_weights: trunc-normal(0.02) Linear weights, zero biases. Only the class head is
+    # nn.Linear in DPOT; the block MLPs are 1x1 convs whose default init equals nn.Linear's.
+    if isinstance(module, nn.Linear):
+        trunc_normal_(module.weight, std=0.02)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+
+__all__ = ["PotConfig", "PotBackbone", "DpotBlock", "SandwichBlock", "TimeAggregator", "PatchEmbed",
+           "ChannelsLastGroupNorm", "ACTIVATIONS", "make_activation"]

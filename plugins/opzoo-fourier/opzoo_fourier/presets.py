@@ -1,0 +1,57 @@
+"""The dpot-* and fno-* presets (DESIGN §6.2 table, §6.5)."""
+
+from __future__ import annotations
+
+from importlib.resources import files
+
+import opzoo
+
+from .dpot_converter import OFFICIAL_FILES
+
+CARDS = files("opzoo_fourier") / "model_cards"
+DPOT_REPO = "hzk17/DPOT"
+
+# preset: (D, depth, n_blocks, mlp_ratio, out_layer_dim)
+DPOT_SIZES = {
+    "dpot-ti": (512, 4, 4, 1.0, 32),
+    "dpot-s": (1024, 6, 8, 1.0, 32),
+    "dpot-m": (1024, 12, 8, 4.0, 32),
+    "dpot-l": (1536, 24, 16, 4.0, 128),
+    "dpot-h": (2048, 27, 8, 4.0, 128),
+}
+FNO_MODES = {1: 16, 2: 12, 3: 8}  # the reference scripts' defaults (fourier_1d/2d/3d.py)
+
+
+def dpot_args(name: str) -> dict:
+    width, depth, n_blocks, mlp_ratio, out_layer_dim = DPOT_SIZES[name]
+    return dict(
+        in_channels=4, out_channels=4, in_timesteps=10, out_timesteps=1,
+        spatial_dims=2, img_size=[128, 128], patch_size=8,
+        width=width, depth=depth, mlp_ratio=mlp_ratio, out_layer_dim=out_layer_dim, n_cls=12,
+        act="gelu", time_agg="exp_mlp", normalize=False, block="dpot",
+        mixer="fourier-attention", mixer_args={"n_blocks": n_blocks, "modes": 32},
+        residual="plain", residual_args={},
+    )
+
+
+def register_presets(registry) -> None:
+    for name in DPOT_SIZES:
+        registry.register_model(
+            name,
+            backbone="pot",
+            args=dpot_args(name),
+            pretrained=opzoo.PretrainedSource(DPOT_REPO, OFFICIAL_FILES[name], converter="dpot"),
+            card=CARDS / f"{name}.md",
+            pretrained_cfg=dict(channels=4, resolution=[128, 128], in_timesteps=10,
+                                normalization="none (inputs as in DPOT's preprocessed mixture)"),
+            aliases=("dpot-t",) if name == "dpot-ti" else (),
+        )
+    for d, modes in FNO_MODES.items():
+        registry.register_model(
+            f"fno-{d}d",
+            backbone="fno",
+            args=dict(spatial_dims=d, width=64, depth=4, modes=modes, act="gelu",
+                      in_channels=1, out_channels=1, in_timesteps=1, out_timesteps=1),
+            card=CARDS / f"fno-{d}d.md",
+            pretrained_cfg=dict(channels=1, in_timesteps=1),
+        )

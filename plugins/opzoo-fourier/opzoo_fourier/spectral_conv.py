@@ -1,0 +1,106 @@
+"""FNO's spectral convolution for d = 1, 2, 3 (Li et al. 2021; DESIGN §6.5), channels-last.
+
+Each weight tensor is complex ``[in, out, K, ..., K]`` with the reference standard-parametrization
+init ``(1 / (in * out)) * U[0, 1)`` (real and imaginary parts). d = 2 has two tensors (rows
+``k1 in [0, K)`` and ``k1 in [-K, 0)``), d = 3 has four (signs of ``k1, k2``); the last dim is
+the rfft half-spectrum ``[0, K)``. Weights are stored modes-major in memory (see
+:func:`modes_major`; state dicts are the reference shape). Every weight is tagged ``_opzoo_spectral = True`` with its
+``modes`` tuple, so optimizer hooks (e.g. μP for spectral weights) find them.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+from torch import Tensor, nn
+
+import opzoo
+
+
+def tag_spectral(param: nn.Parameter, modes: tuple[int, ...]) -> nn.Parameter:
+    """Mark ``param`` as a spectral weight keeping ``modes`` Fourier modes per spatial dim."""
+    param._opzoo_spectral = True
+    param.modes = tuple(modes)
+    return param
+
+
+def modes_major(weight: Tensor) -> Tensor:
+    """``weight [in, out, *K]`` with the same shape but modes-major memory (``[*K, in, out]``
+    contiguous), so the per-mode matmul reads it without a copy and its gradient needs none."""
+    d = weight.ndim - 2
+    return weight.permute(*range(2, d + 2), 0, 1).contiguous().permute(d, d + 1, *range(d))
+
+
+class SpectralConv(nn.Module):
+    """``x [B, *S, in] -> [B, *S, out]``, ``len(S) == spatial_dims``; sizes ``>= 2K`` on full-FFT dims.
+
+    ``y = irfftn(R . rfftn(x)[lowest K modes per dim])`` with ``norm="backward"`` as in the reference.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, modes: int, spatial_dims: int):
+        super().__init__()
+        if spatial_dims not in (1, 2, 3):
+            raise opzoo.ConfigError(f"spatial_dims: spectral conv supports 1, 2 or 3, got {spatial_dims}")
+        if modes < 1:
+            raise opzoo.ConfigError(f"modes: must be >= 1, got {modes}")
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.modes, self.spatial_dims = modes, spatial_dims
+        self.spectral_modes = (modes,) * spatial_dims
+        scale = 1.0 / (in_channels * out_channels)
+        shape = (in_channels, out_channels, *self.spectral_modes)
+        # one tensor per sign pattern of the full-FFT dims (all but the last)
+        # (the reference's order: weights1 (+, +), weights2 (-, +), weights3 (+, -), weights4 (-, -))
+        self.signs = [tuple(reversed(s)) for s in itertools.product((1, -1), repeat=spatial_dims - 1)]
+        self.weights = nn.ParameterList(
+            tag_spectral(nn.Parameter(modes_major(scale * torch.rand(shape, dtype=torch.cfloat))), self.spectral_modes)
+            for _ in self.signs
+        )
+
+    def _blocks(self, sizes: tuple[int, ...]) -> list[tuple[slice, ...]]:
+        """For each weight tensor, the slices of the full-FFT dims (all but the last) it multiplies."""
+        k = self.modes
+        return [tuple(slice(0, k) if s > 0 else slice(n - k, n) for s, n in zip(sign, sizes[:-1]))
+                for sign in self.signs]
+
+    def forward(self, x: Tensor) -> Tensor:
+        d, k = self.spatial_dims, self.modes
+        if x.ndim != d + 2:
+            raise ValueError(f"SpectralConv{d}d expects [B, {', '.join('XYZ'[:d])}, C], got {list(x.shape)}")
+        sizes = tuple(x.shape[1:-1])
+        if any(n < 2 * k for n in sizes[:-1]) or sizes[-1] // 2 + 1 < k:
+            raise ValueError(f"SpectralConv{d}d with modes={k} needs spatial sizes >= {2 * k}, got {list(sizes)}")
+        dtype, b = x.dtype, x.shape[0]
+        if dtype in (torch.float16, torch.bfloat16):  # FFTs of half types need power-of-2 sizes
+            x = x.float()
+        # The spectrum is kept modes-major, [*S[:-1], K, B, C]: each weight block is then a
+        # (mostly contiguous) [K^d, B, in] batch for one bmm. The rfft runs first on the last
+        # spatial dim and is truncated to K bins before the full FFTs, which saves work.
+        spec = torch.fft.rfft(x, dim=d).narrow(d, 0, k).permute(*range(1, d + 1), 0, d + 1).contiguous()
+        full_dims = tuple(range(d - 1))
+        if full_dims:
+            spec = torch.fft.fftn(spec, dim=full_dims)
+        products = {}
+        for sign, w, rows in zip(self.signs, self.weights, self._blocks(sizes)):
+            block = spec[rows]                                                 # [K, ..., K, B, in]
+            wm = w.to(spec.dtype).permute(*range(2, d + 2), 0, 1).reshape(-1, *w.shape[:2])  # [K^d, in, out]
+            y = torch.bmm(block.reshape(-1, b, self.in_channels), wm)
+            products[sign] = y.view(*block.shape[:-1], self.out_channels)
+        out = _assemble(products, sizes[:-1])                                  # [*S[:-1], K, B, out]
+        if full_dims:
+            out = torch.fft.ifftn(out, dim=full_dims)
+        out = out.permute(d, *range(d), d + 1)                                 # [B, *S[:-1], K, out]
+        return torch.fft.irfft(out, n=sizes[-1], dim=d).to(dtype)
+
+
+def _assemble(products: dict[tuple[int, ...], Tensor], sizes: tuple[int, ...]) -> Tensor:
+    """Place the ``+k`` and ``-k`` corner blocks along each full-FFT dim with zeros in between
+    (concatenation: cheaper than filling a zero spectrum and assigning slices)."""
+    if not sizes:
+        return products[()]
+    dim = len(sizes) - 1
+    low = _assemble({s[:-1]: t for s, t in products.items() if s[-1] > 0}, sizes[:-1])
+    high = _assemble({s[:-1]: t for s, t in products.items() if s[-1] < 0}, sizes[:-1])
+    gap = list(low.shape)
+    gap[dim] = sizes[dim] - low.shape[dim] - high.shape[dim]
+    return torch.cat([low, low.new_zeros(gap), high], dim=dim)
