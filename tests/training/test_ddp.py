@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import cli_module, run_cli, run_document, tiny_pot_args, train_losses, write_json
+from .conftest import cli_module, run_cli, run_document, tiny_pot_args, train_losses, write_json
 
 
 def test_two_process_ddp_matches_single_process(tmp_path, datasets):

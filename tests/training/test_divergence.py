@@ -4,7 +4,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import run_document, tiny_pot_args, write_canonical
+from .conftest import run_document, tiny_pot_args, write_canonical
 from opzoo.training import Trainer, TrainingDivergedError, latest_checkpoint, list_checkpoints, parse_run_config, read_log
 
 

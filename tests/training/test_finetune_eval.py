@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import opzoo
-from conftest import heat_trajectories, run_document, tiny_pot_args, write_canonical
+from .conftest import heat_trajectories, run_document, tiny_pot_args, write_canonical
 from opzoo.training import Adapt, H5Trajectories, Trainer, finetune_config, parse_run_config
 from opzoo.training.evaluate import evaluate_dataset
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cli_module, micro_pot_args, run_document
+from .conftest import cli_module, micro_pot_args, run_document
 
 REPO = Path(__file__).resolve().parents[2]
 
