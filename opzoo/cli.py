@@ -11,21 +11,18 @@ from ._version import __version__
 from .errors import OpzooError
 
 
-def _parse_value(text: str):
-    """``key=value`` override values are JSON when they parse as JSON, else strings."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
-def _overrides(pairs: Sequence[str]) -> dict:
+def parse_overrides(pairs: Sequence[str] | None) -> dict:
+    """``["key=value", ...]`` -> dict; values are JSON when they parse as JSON (numbers, true,
+    lists, objects), else strings. Shared by every command's ``--set``."""
     out = {}
-    for pair in pairs:
+    for pair in pairs or []:
         key, sep, value = pair.partition("=")
         if not sep:
             raise OpzooError(f"override {pair!r} is not of the form key=value")
-        out[key] = _parse_value(value)
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
     return out
 
 
@@ -46,7 +43,7 @@ def cmd_info(args) -> int:
     registry = get_registry()
     preset = registry.preset(args.name)
     with torch.device("meta"):
-        model = build_preset(preset, _overrides(args.set))
+        model = build_preset(preset, parse_overrides(args.set))
     n_params = sum(p.numel() for p in model.parameters())
     src = preset.pretrained
     info = {
@@ -94,7 +91,7 @@ def cmd_plugins(args) -> int:
 def cmd_export(args) -> int:
     from .factory import load
 
-    model = load(args.name, pretrained=args.pretrained, **_overrides(args.set))
+    model = load(args.name, pretrained=args.pretrained, **parse_overrides(args.set))
     out = model.save_pretrained(args.out)
     print(f"wrote {out}/config.json, model.safetensors, README.md")
     return 0
@@ -182,14 +179,25 @@ def _command_providers():
         yield getattr(importlib.import_module(module_name), function)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+def run_parser(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` and run the chosen command; an opzoo error is one line on stderr and exit code 2."""
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except OpzooError as e:
-        print(f"opzoo {args.command}: error: {e}", file=sys.stderr)
+        print(f"{parser.prog} {args.command}: error: {e}", file=sys.stderr)
         return 2
+
+
+def command_group_main(add_commands, prog: str, argv: Sequence[str] | None = None) -> int:
+    """``python -m opzoo.<group>.cli ...``: one command group on its own."""
+    parser = argparse.ArgumentParser(prog=prog)
+    add_commands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    return run_parser(parser, argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_parser(build_parser(), argv)
 
 
 if __name__ == "__main__":

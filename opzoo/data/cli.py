@@ -9,39 +9,27 @@ The core CLI wires this in with :func:`add_data_commands`; it also runs standalo
 from __future__ import annotations
 
 import argparse
-import ast
 import sys
 from typing import Sequence
 
 import torch
 
+from opzoo.cli import command_group_main, parse_overrides
 from opzoo.data.errors import DataFormatError, GeneratorError
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
-def _parse_value(text: str):
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
-
-
-def _parse_set(items: Sequence[str]) -> dict:
-    options = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise argparse.ArgumentTypeError(f"--set expects KEY=VALUE, got {item!r}")
-        options[key.strip().replace("-", "_")] = _parse_value(value)
-    return options
+def _generator_options(items: Sequence[str]) -> dict:
+    """``--set KEY=VALUE`` generator options (JSON values); dashes in keys become underscores."""
+    return {k.replace("-", "_"): v for k, v in parse_overrides(items).items()}
 
 
 def run_generate(args: argparse.Namespace) -> int:
     """Handler of ``opzoo data generate``."""
     from opzoo.data.generators import generate
 
-    options = _parse_set(args.set or [])
+    options = _generator_options(args.set or [])
     for name in ("res", "nu", "steps"):
         value = getattr(args, name)
         if value is not None:
@@ -121,10 +109,7 @@ def add_data_commands(subparsers: argparse._SubParsersAction) -> argparse.Argume
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="opzoo")
-    add_data_commands(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.func(args)
+    return command_group_main(add_data_commands, "python -m opzoo.data.cli", argv)
 
 
 if __name__ == "__main__":

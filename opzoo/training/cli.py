@@ -7,26 +7,11 @@ its own (also under ``torchrun --nproc_per_node=N -m opzoo.training.cli pretrain
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Sequence
 
-
-def _overrides(pairs: Sequence[str]) -> dict:
-    from ..errors import ConfigError
-
-    out = {}
-    for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise ConfigError(f"--set {pair!r} is not of the form section.key=value")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
+from ..cli import command_group_main, parse_overrides
 
 
 def _is_main() -> bool:
@@ -54,7 +39,7 @@ def cmd_pretrain(args) -> int:
     from .config import load_run_config
     from .trainer import Trainer
 
-    overrides = _overrides(args.set)
+    overrides = parse_overrides(args.set)
     if args.output_dir:
         overrides["output_dir"] = args.output_dir
     cfg = load_run_config(args.config, overrides)
@@ -68,7 +53,7 @@ def cmd_finetune(args) -> int:
 
     cfg = finetune_config(args.model, args.data, args.out, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
                           resolution=args.resolution, test_fraction=args.test_fraction,
-                          pretrained=not args.no_pretrained, overrides=_overrides(args.set))
+                          pretrained=not args.no_pretrained, overrides=parse_overrides(args.set))
     _report(Trainer(cfg).fit())
     return 0
 
@@ -195,17 +180,7 @@ def add_training_commands(subparsers) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from ..errors import OpzooError
-
-    parser = argparse.ArgumentParser(prog="python -m opzoo.training.cli")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    add_training_commands(sub)
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except OpzooError as e:
-        print(f"opzoo {args.command}: error: {e}", file=sys.stderr)
-        return 2
+    return command_group_main(add_training_commands, "python -m opzoo.training.cli", argv)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ with field ``h`` (as PDEBench), or ``[.., 3]`` ``h, hu, hv`` with ``momentum=Tru
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np

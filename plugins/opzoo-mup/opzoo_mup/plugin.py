@@ -1,3 +1,2 @@
-"""Entry point of the opzoo-mup plugin: its registrations through opzoo's public hooks."""
-
-import opzoo
+"""Entry point of the opzoo-mup plugin. It registers nothing yet: the distribution installs and is
+discovered (`opzoo plugins`); its components come with their own issue."""
