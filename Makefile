@@ -27,7 +27,7 @@ test-slow: install
 # The main job: pretrain a micro POT on two generated PDE datasets (~5 min on 2 CPU cores),
 # then roll it out on a test trajectory and plot it.
 demo: install
-	$(VENV)/bin/opzoo pretrain configs/micro-pot.yaml
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(VENV)/bin/opzoo pretrain configs/micro-pot.yaml
 	$(VENV)/bin/opzoo rollout runs/micro-pot/model --data data/micro/ns.h5 --index 47 --plot runs/micro-pot/rollout.png
 
 bench: install
