@@ -197,7 +197,13 @@ def command_group_main(add_commands, prog: str, argv: Sequence[str] | None = Non
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_parser(build_parser(), argv)
+    try:
+        return run_parser(build_parser(), argv)
+    except BrokenPipeError:  # e.g. `opzoo list | head`: the reader left, which is not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":
