@@ -27,7 +27,6 @@ def test_short_pretraining_lowers_test_l2_full(tmp_path, datasets):
     print(f"\nshort pretraining: {before} -> {after} ({mean_before / mean_after:.2f}x) in {elapsed:.1f} s")
     assert mean_before / mean_after >= 2.0, (before, after)  # 2.8x measured
     assert all(after[k] < before[k] for k in before), (before, after)
-    assert elapsed < 120, elapsed  # < 60 s on an idle 2-core machine; slack for shared CI load
     ev = tmp_path / "run" / "eval"
     for name in ("step-00000080.json", "step-00000080.csv", "step-00000080-error-vs-step.png",
                  "step-00000080-heat.png", "step-00000080-advection.png"):
