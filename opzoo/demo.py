@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 
 from .factory import load
 from .hub import from_pretrained
+from .training.plots import plot_rollout_panels
 
 
 def heat_trajectories(n: int, res: int, steps: int, kappa: float = 0.02, dt: float = 0.05,
@@ -73,34 +74,7 @@ def run_demo(out_dir: str | Path = "demo_out", steps: int = 200, seed: int = 0) 
     error = relative_l2(rollout, test[..., t_in:, :])
     print(f"saved to {repo}; reloaded model identical: {same}")
     print(f"rollout over {horizon} steps: relative L2 error {error:.4f}")
-    plot = _plot(test[0, ..., t_in:, 0], rollout[0, ..., 0], out_dir / "demo_rollout.png")
-    if plot:
-        print(f"plot: {plot}")
+    plot = plot_rollout_panels(test[0, ..., t_in:, :], rollout[0], [1, horizon], out_dir / "demo_rollout.png",
+                               title="simple-op on the 2D heat equation")
+    print(f"plot: {plot}")
     return 0 if same else 1
-
-
-def _plot(true: torch.Tensor, pred: torch.Tensor, path: Path) -> Path | None:
-    """Ground truth / prediction / error at the first and last rollout step. ``[X, Y, T]`` each."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    steps = [0, true.shape[-1] - 1]
-    fig, axes = plt.subplots(len(steps), 3, figsize=(9, 3 * len(steps)), squeeze=False)
-    for row, s in enumerate(steps):
-        lim = true[..., s].abs().max().item()
-        for col, (title, img) in enumerate([("truth", true[..., s]), ("prediction", pred[..., s]),
-                                            ("|error|", (pred[..., s] - true[..., s]).abs())]):
-            scale = dict(cmap="RdBu_r", vmin=-lim, vmax=lim) if col < 2 else dict(cmap="magma", vmin=0)
-            im = axes[row, col].imshow(img.numpy(), **scale)
-            axes[row, col].set_title(f"{title}, step {s + 1}")
-            axes[row, col].axis("off")
-            fig.colorbar(im, ax=axes[row, col], fraction=0.046)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    return path

@@ -19,6 +19,15 @@ def _pyplot():
     return plt
 
 
+def _save(plt, fig, path: str | os.PathLike) -> Path:
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
 def _field2d(frame: torch.Tensor) -> np.ndarray:
     """A 2-D view of one spatial frame ``[*S]``: itself in 2-D, the middle slice in 3-D."""
     a = frame.float().cpu().numpy()
@@ -61,12 +70,7 @@ def plot_rollout_panels(truth: torch.Tensor, pred: torch.Tensor, steps: Sequence
                 fig.colorbar(im, ax=axes[row, j], fraction=0.046)
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def plot_error_curves(curves: Mapping[str, Sequence[float]], path: str | os.PathLike, title: str = "") -> Path:
@@ -81,12 +85,7 @@ def plot_error_curves(curves: Mapping[str, Sequence[float]], path: str | os.Path
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     ax.set_title(title or "rollout error per step")
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def plot_loss(steps: Sequence[int], losses: Sequence[float], path: str | os.PathLike,
@@ -101,9 +100,4 @@ def plot_loss(steps: Sequence[int], losses: Sequence[float], path: str | os.Path
     ax.set_yscale("log")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
