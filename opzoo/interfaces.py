@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch import Tensor, nn
@@ -32,14 +32,18 @@ class Mixer(nn.Module, metaclass=abc.ABCMeta):
 class StreamAdapter(nn.Module, metaclass=abc.ABCMeta):
     """Turns a latent into a residual state before the first block and back after the last.
 
-    ``expand(x: [B, *S, D]) -> state``; ``collapse(state) -> [B, *S, D]``.
+    ``expand(x: [B, *S, D]) -> state``; ``collapse(state) -> [B, *S, D]``. The state is whatever
+    the adapter and its residual agree on (the latent itself for the plain residual, a multi-stream
+    object for hyper-connections); backbones only pass it from block to block. A state that is not
+    a tensor should be a registered pytree (``torch.export.register_dataclass``) so that FSDP and
+    ``torch.compile`` find the tensors inside it.
     """
 
     @abc.abstractmethod
-    def expand(self, x: Tensor) -> Tensor: ...
+    def expand(self, x: Tensor) -> Any: ...
 
     @abc.abstractmethod
-    def collapse(self, state: Tensor) -> Tensor: ...
+    def collapse(self, state: Any) -> Tensor: ...
 
     def forward(self, x: Tensor) -> Tensor:
         return self.expand(x)
@@ -64,7 +68,7 @@ class Residual(nn.Module, metaclass=abc.ABCMeta):
     """
 
     @abc.abstractmethod
-    def forward(self, state: Tensor, branch: Callable[[Tensor], Tensor]) -> Tensor: ...
+    def forward(self, state: Any, branch: Callable[[Tensor], Tensor]) -> Any: ...
 
     @classmethod
     def stream_adapter(cls, dim: int, **residual_args) -> StreamAdapter:

@@ -7,7 +7,7 @@ import re
 import opzoo
 import pytest
 import torch
-from opzoo_aot import AOTResidual, collect_diagnostics
+from opzoo_aot import collect_diagnostics
 
 pytestmark = pytest.mark.skipif(
     "pot" not in opzoo.get_registry().names("backbone")
@@ -102,7 +102,7 @@ def test_aot_pot_t_equals_the_plain_residual_network_at_init(aot_pot_t):
 
 def final_streams(model, x):
     seen = {}
-    handle = model.blocks[-1].register_forward_hook(lambda m, a, out: seen.update(state=out.detach()))
+    handle = model.blocks[-1].register_forward_hook(lambda m, a, out: seen.update(state=out.materialize().detach()))
     with torch.no_grad():
         model(x)
     handle.remove()

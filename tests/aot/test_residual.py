@@ -5,7 +5,7 @@ import math
 import opzoo
 import pytest
 import torch
-from opzoo_aot import AOTResidual, AOTStreams, collect_diagnostics
+from opzoo_aot import AOTResidual, AOTState, AOTStreams, collect_diagnostics
 
 from .aot_reference import aot_coefficients, aot_forward
 
@@ -84,9 +84,10 @@ def test_stream_adapter_expand_and_gated_readout():
     assert isinstance(adapter, AOTStreams) and isinstance(adapter, opzoo.StreamAdapter)
     x = torch.randn(2, 4, 5, 6)
     state = adapter.expand(x)
-    assert state.shape == (2, 3, 4, 5, 6)
+    assert isinstance(state, AOTState) and state.shape == (2, 3, 4, 5, 6) and state.y is None
     for i in range(3):
-        torch.testing.assert_close(state[:, i], x, rtol=0, atol=0)
+        torch.testing.assert_close(state.streams[:, i], x, rtol=0, atol=0)
+    torch.testing.assert_close(state.pooled, x.mean(dim=(1, 2)).unsqueeze(1).expand(2, 3, 6))
     torch.testing.assert_close(adapter.collapse(state), x)  # g = 0: uniform
     with torch.no_grad():
         adapter.g.copy_(torch.tensor([0.0, math.log(2), math.log(5)]))  # softmax = [1, 2, 5] / 8
@@ -117,7 +118,7 @@ def test_equals_plain_residual_network_at_init():
 
 def last_streams(model, x):
     seen = {}
-    handle = model.blocks[-1].register_forward_hook(lambda m, a, out: seen.setdefault("state", out.detach()))
+    handle = model.blocks[-1].register_forward_hook(lambda m, a, out: seen.setdefault("state", out.materialize().detach()))
     model(x)
     handle.remove()
     return seen["state"]
@@ -185,7 +186,7 @@ def test_every_H_res_is_doubly_stochastic_for_scaled_inputs(scale):
     for _, residual in [(n, m) for n, m in aot.named_modules() if isinstance(m, AOTResidual)]:
         assert_doubly_stochastic(residual.coefficients(state)[2])
         out = residual(state, lambda u: u)
-        assert torch.isfinite(out).all()
+        assert torch.isfinite(out.materialize()).all() and torch.isfinite(out.pooled).all()
 
 
 def test_every_H_res_is_doubly_stochastic_under_bf16_autocast():

@@ -17,11 +17,11 @@ from .diagnostics import (
     composite_products,
     plot_amax_gains,
 )
-from .residual import AOT_ARGS, AOTResidual, AOTStreams, check_aot_args
+from .residual import AOT_ARGS, AOTResidual, AOTState, AOTStreams, check_aot_args
 from .sinkhorn import sinkhorn_knopp, sinkhorn_knopp_eager
 
 __all__ = [
-    "AOTResidual", "AOTStreams", "AOT_ARGS", "check_aot_args", "sinkhorn_knopp", "sinkhorn_knopp_eager",
+    "AOTResidual", "AOTStreams", "AOTState", "AOT_ARGS", "check_aot_args", "sinkhorn_knopp", "sinkhorn_knopp_eager",
     "AOTDiagnostics", "Gains", "SubLayerCoefficients", "amax_gains", "aot_residuals", "collect_diagnostics",
     "composite_products", "plot_amax_gains",
 ]

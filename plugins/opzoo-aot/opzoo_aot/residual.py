@@ -4,22 +4,31 @@ The residual state is ``n`` streams ``X [B, n, *S, D]``. Each sub-layer aggregat
 the branch input with ``h_pre``, redistributes the branch output with ``h_post`` and mixes the
 streams with the doubly stochastic ``H_res``; all three are computed from the input by a pooled,
 RMS-normalized summary of the streams.
+
+Between sub-layers the network carries an :class:`AOTState`: the streams with the last sub-layer's
+update still pending, and their pooled summary. Applying the update and aggregating for the next
+branch is then one pass over the streams (``u' = h_pre'·(H X + h_post y) = (H^T h_pre')·X + (h_pre'·h_post) y``),
+and the summary follows from the update by linearity (``mean_S(X') = H mean_S(X) + h_post mean_S(y)``),
+so no sub-layer reads the streams just to pool them. The result is the same function as applying
+each update at once; a plain ``[B, n, *S, D]`` tensor is accepted and returned too.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, Union
 
 import opzoo
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .sinkhorn import CompileMode, autocast_off, sinkhorn_knopp_eager, use_compiled
-from .stream_ops import aggregate_streams, mix_streams, pool_streams
+from .coefficients import coefficients_cpu, compiled_coefficients, stream_coefficients
+from .sinkhorn import CompileMode, autocast_off, use_compiled
+from .stream_ops import carry_pooled, combine_streams, combine_streams_torch, pool_streams
+from .sublayer import fused_sublayer
 
-__all__ = ["AOTResidual", "AOTStreams", "AOT_ARGS", "check_aot_args"]
+__all__ = ["AOTResidual", "AOTStreams", "AOTState", "AOT_ARGS", "check_aot_args"]
 
 # residual_args understood by the AOT residual, with their defaults (the paper's n=4, 20 iterations, α=0.01)
 AOT_ARGS: dict[str, Any] = dict(
@@ -49,70 +58,109 @@ def check_aot_args(args: dict[str, Any]) -> dict[str, Any]:
     return a
 
 
-def stream_coefficients(
-    pooled: Tensor, phi_pre: Tensor, phi_post: Tensor, phi_res: Tensor, b_pre: Tensor, b_post: Tensor,
-    b_res: Tensor, alpha_pre: Tensor, alpha_post: Tensor, alpha_res: Tensor, eps: float, iters: int,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """DESIGN §6.3 from the pooled streams ``[B, n, D]`` (float32) to ``h_pre [B, n], h_post [B, n], H_res [B, n, n]``."""
-    n = pooled.shape[1]
-    z = F.rms_norm(pooled.flatten(1), (pooled.shape[1] * pooled.shape[2],), eps=eps)  # [B, nD], no affine
-    proj = z @ torch.cat([phi_pre, phi_post, phi_res], dim=1)  # [B, 2n + n²]
-    gate = torch.sigmoid(alpha_pre * proj[:, :n] + b_pre)
-    h_pre = gate / gate.sum(dim=1, keepdim=True)  # on the simplex
-    h_post = 2.0 * torch.sigmoid(alpha_post * proj[:, n:2 * n] + b_post)
-    H_res = sinkhorn_knopp_eager(alpha_res * proj[:, 2 * n:].unflatten(1, (n, n)) + b_res, iters)
-    return h_pre, h_post, H_res
-
-
-@functools.lru_cache(maxsize=None)
-def compiled_coefficients():
-    """:func:`stream_coefficients` fused by torch.compile (the CUDA default): a handful of kernels
-    instead of ~100 tiny launches for the projections and the 20 Sinkhorn iterations."""
-    return torch.compile(stream_coefficients, fullgraph=True, dynamic=True)
-
-
 def _check_dim(dim: Any) -> int:
     if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
         raise opzoo.ConfigError(f"AOT residual: width dim must be an integer >= 1, got {dim!r}")
     return dim
 
 
+
+
+@dataclasses.dataclass
+class AOTState:
+    """The AOT residual state between sub-layers (DESIGN §6.3), made by :meth:`AOTStreams.expand`.
+
+    ``streams [B, n, *S, D]`` with an update pending when ``y`` is set: the current streams are
+    ``X[:, i] = Σ_j H_res[:, i, j] streams[:, j] + h_post[:, i] · y`` (``y [B, *S, D]``,
+    ``H_res [B, n, n]``, ``h_post [B, n]``). ``pooled [B, n, D]`` (float32) is the spatial mean of
+    ``streams``. A registered pytree, so FSDP and ``torch.compile`` see its tensors.
+    """
+
+    streams: Tensor
+    pooled: Tensor
+    y: Tensor | None = None
+    H_res: Tensor | None = None
+    h_post: Tensor | None = None
+
+    def materialize(self) -> Tensor:
+        """The current streams ``[B, n, *S, D]`` (differentiable)."""
+        if self.y is None:
+            return self.streams
+        b, n = self.streams.shape[:2]
+        with autocast_off(self.streams.device):
+            current, _ = combine_streams(self.streams.reshape(b, n, -1), self.y.reshape(b, -1).to(self.streams.dtype),
+                                         self.H_res.to(self.streams.dtype), self.h_post.to(self.streams.dtype))
+        return current.view(self.streams.shape)
+
+    def current_pooled(self) -> Tensor:
+        """``[B, n, D]`` float32: the spatial mean of the current streams (by linearity, no pass over them)."""
+        if self.y is None:
+            return self.pooled
+        b, d = self.y.shape[0], self.pooled.shape[-1]
+        with autocast_off(self.pooled.device):
+            return carry_pooled(self.y.reshape(b, -1, d), self.H_res.float(), self.h_post.float(), self.pooled)
+
+    @property
+    def shape(self) -> torch.Size:
+        """The shape of the current streams, ``[B, n, *S, D]``."""
+        return self.streams.shape
+
+
+torch.export.register_dataclass(AOTState, serialized_type_name="opzoo_aot.AOTState")
+
+State = Union[AOTState, Tensor]
+
+
 class AOTStreams(opzoo.StreamAdapter):
-    """``expand(x [B, *S, D]) -> [B, n, *S, D]`` (n copies); ``collapse(X) -> Σ_i softmax(g)_i X[:, i]``."""
+    """``expand(x [B, *S, D]) -> AOTState`` (n copies); ``collapse(state) -> Σ_i softmax(g)_i X[:, i]``."""
 
     def __init__(self, dim: int, n: int = 4):
         super().__init__()
         self.dim, self.n = _check_dim(dim), n
         self.g = nn.Parameter(torch.zeros(n))  # zero init: uniform readout
 
-    def expand(self, x: Tensor) -> Tensor:
+    def expand(self, x: Tensor) -> AOTState:
         if x.ndim < 3 or x.shape[-1] != self.dim:
             raise ValueError(f"AOTStreams.expand expects [B, *S, {self.dim}], got {list(x.shape)}")
-        return x.unsqueeze(1).expand(x.shape[0], self.n, *x.shape[1:]).contiguous()
+        streams = x.unsqueeze(1).expand(x.shape[0], self.n, *x.shape[1:]).contiguous()
+        with autocast_off(x.device):
+            pooled = x.reshape(x.shape[0], -1, self.dim).mean(dim=1, dtype=torch.float32)
+        return AOTState(streams, pooled.unsqueeze(1).expand(x.shape[0], self.n, self.dim))
 
-    def collapse(self, state: Tensor) -> Tensor:
-        _check_state(state, self.n, self.dim, "AOTStreams.collapse")
-        weights = torch.softmax(self.g.float(), dim=0).to(state.dtype)
-        return torch.matmul(weights, state.reshape(state.shape[0], self.n, -1)).view(
-            state.shape[:1] + state.shape[2:]
-        )
+    def collapse(self, state: State) -> Tensor:
+        streams = _check_state(state, self.n, self.dim, "AOTStreams.collapse")
+        b, dtype = streams.shape[0], streams.dtype
+        with autocast_off(streams.device):
+            weights = torch.softmax(self.g.float(), dim=0).to(dtype).expand(b, self.n)  # [B, n]
+            pending = isinstance(state, AOTState) and state.y is not None
+            if pending:  # Σ_i w_i (H X + h_post y)_i, without forming H X + h_post y
+                _, out = combine_streams(streams.reshape(b, self.n, -1), state.y.reshape(b, -1).to(dtype),
+                                         state.H_res.to(dtype), state.h_post.to(dtype), weights, need_current=False)
+            else:
+                _, out = combine_streams(streams.reshape(b, self.n, -1), h=weights)
+        return out.view(streams.shape[:1] + streams.shape[2:])
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, n={self.n}"
 
 
-def _check_state(state: Tensor, n: int, dim: int, where: str) -> None:
-    if state.ndim < 4 or state.shape[1] != n or state.shape[-1] != dim:
+def _check_state(state: State, n: int, dim: int, where: str) -> Tensor:
+    """The stream tensor of ``state`` (an AOTState or a ``[B, n, *S, D]`` tensor), checked."""
+    streams = state.streams if isinstance(state, AOTState) else state
+    if not isinstance(streams, Tensor) or streams.ndim < 4 or streams.shape[1] != n or streams.shape[-1] != dim:
+        got = list(streams.shape) if isinstance(streams, Tensor) else type(state).__name__
         raise ValueError(
             f"{where} expects the stream state [B, {n}, *S, {dim}] (made by the 'aot' stream adapter's "
-            f"expand), got {list(state.shape)}"
+            f"expand), got {got}"
         )
+    return streams
 
 
 class AOTResidual(opzoo.Residual):
     """One sub-layer's AOT connection: ``forward(X [B, n, *S, D], branch) -> X' [B, n, *S, D]``.
 
     ``X'[:, i] = Σ_j H_res[i, j] X[:, j] + h_post[i] · branch(Σ_i h_pre[i] X[:, i])``.
+    ``X`` is an :class:`AOTState` (returned as one, with the update pending) or a plain tensor.
     Constructed as ``AOTResidual(dim, index=k, **residual_args)`` (keys in :data:`AOT_ARGS`).
     """
 
@@ -151,37 +199,84 @@ class AOTResidual(opzoo.Residual):
     def stream_adapter(cls, dim: int, **residual_args) -> AOTStreams:
         return AOTStreams(dim, n=check_aot_args(residual_args)["n"])
 
-    def coefficients(self, state: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """``X [B, n, *S, D] -> h_pre [B, n], h_post [B, n], H_res [B, n, n]``, all float32."""
-        _check_state(state, self.n, self.dim, f"AOTResidual (sub-layer {self.index})")
-        return self._coefficients(state.reshape(state.shape[0], self.n, -1))
-
-    def _coefficients(self, streams: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def coefficients(self, state: State) -> tuple[Tensor, Tensor, Tensor]:
+        """``X -> h_pre [B, n], h_post [B, n], H_res [B, n, n]``, all float32."""
+        streams = _check_state(state, self.n, self.dim, f"AOTResidual (sub-layer {self.index})")
         with autocast_off(streams.device):
-            pooled = pool_streams(streams, self.dim)  # [B, n, D] float32
-            fn = compiled_coefficients() if use_compiled(self.compile, streams.device) else stream_coefficients
-            return fn(pooled, *(p.float() for p in self._coefficient_parameters()), self.eps, self.sinkhorn_iters)
+            if isinstance(state, AOTState):
+                return self._coefficients(state.current_pooled())
+            return self._coefficients(pool_streams(streams.reshape(streams.shape[0], self.n, -1), self.dim))
+
+    def _coefficients(self, pooled: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``pooled [B, n, D]`` float32 -> the coefficients (see :mod:`opzoo_aot.coefficients`)."""
+        params = [p.float() for p in self._coefficient_parameters()]
+        if use_compiled(self.compile, pooled.device):
+            return compiled_coefficients()(pooled, *params, self.eps, self.sinkhorn_iters)
+        fast = coefficients_cpu(pooled, *params, eps=self.eps, iters=self.sinkhorn_iters)
+        if fast is not None:
+            return fast
+        return stream_coefficients(pooled, *params, self.eps, self.sinkhorn_iters)
 
     def _coefficient_parameters(self) -> tuple[Tensor, ...]:
         return (self.phi_pre, self.phi_post, self.phi_res, self.b_pre, self.b_post, self.b_res,
                 self.alpha_pre, self.alpha_post, self.alpha_res)
 
-    def forward(self, state: Tensor, branch: Callable[[Tensor], Tensor]) -> Tensor:
-        _check_state(state, self.n, self.dim, f"AOTResidual (sub-layer {self.index})")
-        batch, dtype = state.shape[0], state.dtype
-        streams = state.reshape(batch, self.n, -1)  # [B, n, S·D]; all three stream ops share this view
-        h_pre, h_post, H_res = self._coefficients(streams)
-        with autocast_off(state.device):
-            u = aggregate_streams(streams, h_pre.to(dtype)).view(state.shape[:1] + state.shape[2:])
+    def _combine(self, *args):
+        if use_compiled(self.compile, args[0].device):
+            return _compiled_combine()(*args)
+        return combine_streams(*args)
+
+    def forward(self, state: State, branch: Callable[[Tensor], Tensor]) -> State:
+        streams = _check_state(state, self.n, self.dim, f"AOTResidual (sub-layer {self.index})")
+        if not isinstance(state, AOTState):
+            return self._forward_tensor(streams, branch)
+        shape, dtype, b = streams.shape, streams.dtype, streams.shape[0]
+        pending = state.y is not None
+        with autocast_off(streams.device):
+            flat = streams.reshape(b, self.n, -1)
+            y_prev = state.y.reshape(b, -1).to(dtype) if pending else None
+            fused = None
+            if not use_compiled(self.compile, streams.device):
+                params = [p.float() for p in self._coefficient_parameters()]
+                fused = fused_sublayer(flat, y_prev, state.H_res, state.h_post, state.pooled, params, self.eps,
+                                       self.sinkhorn_iters)
+            if fused is not None:
+                current, u, h_post, H_res, pooled = fused
+            else:
+                pooled = state.current_pooled()
+                h_pre, h_post, H_res = self._coefficients(pooled)
+                cast = (lambda t: t.to(dtype)) if pending else (lambda t: t)  # noqa: E731
+                current, u = self._combine(flat, y_prev, cast(state.H_res) if pending else None,
+                                           cast(state.h_post) if pending else None, h_pre.to(dtype))
+        y = self._branch(branch, u.view(shape[:1] + shape[2:]))
+        return AOTState(current.view(shape), pooled, y, H_res, h_post)
+
+    def _branch(self, branch: Callable[[Tensor], Tensor], u: Tensor) -> Tensor:
         y = branch(u)
         if y.shape != u.shape:
             raise ValueError(
                 f"AOTResidual (sub-layer {self.index}): the branch must map {list(u.shape)} to the same "
                 f"shape, got {list(y.shape)}"
             )
-        with autocast_off(state.device):
-            out = mix_streams(streams, H_res.to(dtype), h_post.to(dtype), y.reshape(batch, -1).to(dtype))
-        return out.view(state.shape)
+        return y.contiguous()  # once here rather than in every pass over it
+
+    def _forward_tensor(self, streams: Tensor, branch: Callable[[Tensor], Tensor]) -> Tensor:
+        """The residual on a plain ``[B, n, *S, D]`` tensor: pool, aggregate, branch, update."""
+        shape, dtype, b = streams.shape, streams.dtype, streams.shape[0]
+        h_pre, h_post, H_res = self.coefficients(streams)
+        with autocast_off(streams.device):
+            flat = streams.reshape(b, self.n, -1)
+            _, u = self._combine(flat, None, None, None, h_pre.to(dtype))
+        y = self._branch(branch, u.view(shape[:1] + shape[2:]))
+        with autocast_off(streams.device):
+            out, _ = self._combine(flat, y.reshape(b, -1).to(dtype), H_res.to(dtype), h_post.to(dtype), None)
+        return out.view(shape)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, index={self.index}, n={self.n}, sinkhorn_iters={self.sinkhorn_iters}"
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled_combine():
+    """:func:`combine_streams_torch` fused by torch.compile (with the coefficients, the CUDA default)."""
+    return torch.compile(combine_streams_torch, dynamic=True)

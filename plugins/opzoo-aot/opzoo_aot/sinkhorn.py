@@ -30,7 +30,7 @@ ENV_COMPILE = "OPZOO_AOT_COMPILE"  # "0" turns the compiled path off everywhere,
 
 def autocast_off(device: torch.device):
     """A context that disables autocast on ``device`` (a no-op where autocast does not exist)."""
-    if torch.amp.is_autocast_available(device.type):
+    if torch.amp.is_autocast_available(device.type) and torch.is_autocast_enabled(device.type):
         return torch.autocast(device_type=device.type, enabled=False)
     return contextlib.nullcontext()
 

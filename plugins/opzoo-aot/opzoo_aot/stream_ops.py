@@ -1,9 +1,17 @@
-"""The three stream operations of an AOT sub-layer, with backward passes written as batched matmuls.
+"""The stream operations of an AOT sub-layer: one map for the update and the aggregation, and the
+pooled summary carried through the update.
 
-Autograd's generic formulas for these broadcasting products make several full-size temporaries
-(``G * h_post`` then a sum, an outer product through a k=1 matmul, a materialized mean gradient);
-here every gradient is one ``bmm`` or one broadcast, which matters because the stream state is n
-times the size of a plain residual's latent. Shapes: ``streams [B, n, F]`` with ``F = S·D``.
+``streams [B, n, F]`` (``F = S·D``) with an update pending (``y [B, F]``, ``H [B, n, n]``,
+``h_post [B, n]``) and aggregation weights ``h [B, n]``::
+
+    current = H streams + h_post ⊗ y          (streams itself when H is None; then y is None)
+    u       = Σ_i h[:, i] current[:, i]
+
+``combine_streams`` returns ``(current, u)``: applying the last sub-layer's update and aggregating
+for the next branch is one pass over the streams, because ``u = (H^T h)·streams + (h·h_post) y``
+needs no pass over ``current``. The same map with ``h = softmax(g)`` is the gated readout. On CPU
+(float32/float64, ``n <= 16``) a C kernel (csrc/aot_kernels_impl.h) computes both in one pass and
+the whole backward in one more; elsewhere the equations run as PyTorch ops.
 """
 
 from __future__ import annotations
@@ -12,80 +20,121 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-__all__ = ["pool_streams", "aggregate_streams", "mix_streams"]
+from . import cpu_kernels
+
+__all__ = ["combine_streams", "combine_streams_torch", "carry_pooled", "pool_streams"]
 
 
-class _PoolStreams(torch.autograd.Function):
-    """``streams [B, n, S·D] -> mean over S [B, n, D]`` in float32."""
+def combine_streams_torch(streams: Tensor, y: Tensor | None, H: Tensor | None, h_post: Tensor | None,
+                          h: Tensor | None, need_current: bool = True) -> tuple[Tensor | None, Tensor | None]:
+    """The map in PyTorch ops (differentiable by autograd)."""
+    current = streams
+    if H is not None:
+        current = torch.bmm(H, streams)
+        if y is not None:
+            current = current + h_post.unsqueeze(-1) * y.unsqueeze(1)
+    u = None if h is None else torch.bmm(h.unsqueeze(1), current).squeeze(1)
+    return (current if need_current else None), u
+
+
+def _contiguous(*tensors):
+    return [None if t is None else t.contiguous() for t in tensors]
+
+
+def _check(status: int, what: str) -> None:
+    if status:
+        raise MemoryError(f"opzoo-aot: the stream kernel's {what} could not allocate its workspace")
+
+
+class _CombineStreamsCPU(torch.autograd.Function):
+    """The map through ``aot_streams_forward/backward`` (csrc/aot_kernels_impl.h)."""
 
     @staticmethod
-    def forward(ctx, streams: Tensor, dim: int) -> Tensor:
+    def forward(ctx, streams, y, H, h_post, h, need_current, kernel):
+        streams, y, H, h_post, h = _contiguous(streams, y, H, h_post, h)
         b, n, f = streams.shape
-        ctx.shape, ctx.dtype = (b, n, f // dim, dim), streams.dtype
-        return streams.view(ctx.shape).mean(dim=2, dtype=torch.float32)
+        current = streams.new_empty(b, n, f) if H is not None and need_current else None
+        u = streams.new_empty(b, f) if h is not None else None
+        p = cpu_kernels.ptr
+        _check(kernel.forward(b, n, f, p(streams), p(y), p(H), p(h_post), p(h), p(current), p(u),
+                              torch.get_num_threads()), "forward")
+        ctx.save_for_backward(streams, y, H, h_post, h)
+        ctx.kernel = kernel
+        return current, u
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad: Tensor):
-        b, n, s, d = ctx.shape
-        # contiguous like the aggregate and mix gradients of the same [B, n, S·D] tensor, so autograd
-        # accumulates the three in place in one buffer
-        return (grad / s).to(ctx.dtype).unsqueeze(2).expand(b, n, s, d).reshape(b, n, s * d), None
-
-
-class _AggregateStreams(torch.autograd.Function):
-    """``u[b] = Σ_i h_pre[b, i] · streams[b, i]``: ``[B, n, F], [B, n] -> [B, F]``."""
-
-    @staticmethod
-    def forward(ctx, streams: Tensor, h_pre: Tensor) -> Tensor:
-        ctx.save_for_backward(streams, h_pre)
-        return torch.bmm(h_pre.unsqueeze(1), streams).squeeze(1)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_u: Tensor):
-        streams, h_pre = ctx.saved_tensors
-        grad_u = grad_u.contiguous()
-        grad_streams = grad_h_pre = None
-        if ctx.needs_input_grad[0]:
-            grad_streams = h_pre.unsqueeze(-1) * grad_u.unsqueeze(1)
-        if ctx.needs_input_grad[1]:
-            grad_h_pre = torch.bmm(streams, grad_u.unsqueeze(-1)).squeeze(-1)
-        return grad_streams, grad_h_pre
-
-
-class _MixStreams(torch.autograd.Function):
-    """``out = H @ streams + h_post ⊗ y``: ``[B, n, F], [B, n, n], [B, n], [B, F] -> [B, n, F]``."""
-
-    @staticmethod
-    def forward(ctx, streams: Tensor, H: Tensor, h_post: Tensor, y: Tensor) -> Tensor:
-        ctx.save_for_backward(streams, H, h_post, y)
-        out = torch.bmm(H, streams)
-        return out.addcmul_(h_post.unsqueeze(-1), y.unsqueeze(1))
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad: Tensor):
-        streams, H, h_post, y = ctx.saved_tensors
-        grad = grad.contiguous()
+    def backward(ctx, grad_current, grad_u):
+        streams, y, H, h_post, h = ctx.saved_tensors
         need = ctx.needs_input_grad
-        grad_streams = torch.bmm(H.transpose(1, 2), grad) if need[0] else None
-        grad_H = torch.bmm(grad, streams.transpose(1, 2)) if need[1] else None
-        grad_h_post = torch.bmm(grad, y.unsqueeze(-1)).squeeze(-1) if need[2] else None
-        grad_y = torch.bmm(h_post.unsqueeze(1), grad).squeeze(1) if need[3] else None
-        return grad_streams, grad_H, grad_h_post, grad_y
+        # contiguous copies stay referenced until the kernel returns
+        grad_current, grad_u = _contiguous(grad_current, grad_u)
+        b, n, f = streams.shape
+        new = streams.new_empty
+        gX = new(b, n, f) if need[0] else None
+        gy = new(b, f) if need[1] and y is not None else None
+        gH = new(b, n, n) if need[2] and H is not None else None
+        ghp = new(b, n) if need[3] and h_post is not None else None
+        gh = new(b, n) if need[4] and h is not None else None
+        p = cpu_kernels.ptr
+        _check(ctx.kernel.backward(b, n, f, p(streams), p(y), p(H), p(h_post), p(h), p(grad_current), p(grad_u),
+                                   p(gX), p(gy), p(gH), p(ghp), p(gh), torch.get_num_threads()), "backward")
+        if ghp is not None and y is None:
+            ghp.zero_()  # h_post scales y, which was None
+        return gX, gy, gH, ghp, gh, None, None
+
+
+def combine_streams(streams: Tensor, y: Tensor | None = None, H: Tensor | None = None,
+                    h_post: Tensor | None = None, h: Tensor | None = None,
+                    need_current: bool = True) -> tuple[Tensor | None, Tensor | None]:
+    """``(current [B, n, F] or None, u [B, F] or None)``; all inputs in one dtype (see the module doc)."""
+    if H is None and y is not None:
+        raise ValueError("combine_streams: y without H (a pending update needs its mixing matrix)")
+    kernel = cpu_kernels.stream_kernel(streams, (y, H, h_post, h))
+    if kernel is None:
+        return combine_streams_torch(streams, y, H, h_post, h, need_current)
+    current, u = _CombineStreamsCPU.apply(streams, y, H, h_post, h, need_current, kernel)
+    return (streams if H is None and need_current else current), u
+
+
+class _CarryPooled(torch.autograd.Function):
+    """``pooled' = H pooled + h_post ⊗ mean_S(y)``: ``y [B, S, D], H [B, n, n], h_post [B, n],
+    pooled [B, n, D] -> [B, n, D]`` in the dtype of ``pooled`` (float32 in the residual). One node; the gradient reaching ``y`` is a broadcast
+    view, which autograd adds into y's other gradient in place."""
+
+    @staticmethod
+    def forward(ctx, y, H, h_post, pooled):
+        y_mean = y.mean(dim=1, dtype=pooled.dtype)  # [B, D]
+        ctx.save_for_backward(H, h_post, pooled, y_mean)
+        ctx.y_shape, ctx.y_dtype = y.shape, y.dtype
+        return torch.baddbmm(h_post.unsqueeze(-1) * y_mean.unsqueeze(1), H, pooled)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        H, h_post, pooled, y_mean = ctx.saved_tensors
+        b, s, d = ctx.y_shape
+        need = ctx.needs_input_grad
+        grad_y = grad_H = grad_h_post = grad_pooled = None
+        if need[0]:
+            grad_mean = torch.bmm(h_post.unsqueeze(1), grad).squeeze(1)  # [B, D]
+            grad_y = (grad_mean / s).to(ctx.y_dtype).unsqueeze(1).expand(b, s, d)
+        if need[1]:
+            grad_H = torch.bmm(grad, pooled.transpose(1, 2))
+        if need[2]:
+            grad_h_post = torch.bmm(grad, y_mean.unsqueeze(-1)).squeeze(-1)
+        if need[3]:
+            grad_pooled = torch.bmm(H.transpose(1, 2), grad)
+        return grad_y, grad_H, grad_h_post, grad_pooled
+
+
+def carry_pooled(y: Tensor, H: Tensor, h_post: Tensor, pooled: Tensor) -> Tensor:
+    """The spatial mean of the updated streams from the old one: ``[B, S, D], [B, n, n], [B, n],
+    [B, n, D] -> [B, n, D]``, exact by linearity (``mean_S(H X + h_post y) = H mean_S(X) + h_post mean_S(y)``)."""
+    return _CarryPooled.apply(y, H, h_post, pooled)
 
 
 def pool_streams(streams: Tensor, dim: int) -> Tensor:
     """``[B, n, S·D] -> [B, n, D]``: float32 mean over the spatial positions of width ``dim``."""
-    return _PoolStreams.apply(streams, dim)
-
-
-def aggregate_streams(streams: Tensor, h_pre: Tensor) -> Tensor:
-    """``[B, n, F], [B, n] -> [B, F]``: the sub-layer input ``Σ_i h_pre[i] X_i``."""
-    return _AggregateStreams.apply(streams, h_pre)
-
-
-def mix_streams(streams: Tensor, H: Tensor, h_post: Tensor, y: Tensor) -> Tensor:
-    """``[B, n, F], [B, n, n], [B, n], [B, F] -> [B, n, F]``: ``X'_i = Σ_j H_ij X_j + h_post_i · y``."""
-    return _MixStreams.apply(streams, H, h_post, y)
+    b, n, f = streams.shape
+    return streams.view(b, n, f // dim, dim).mean(dim=2, dtype=torch.float32)

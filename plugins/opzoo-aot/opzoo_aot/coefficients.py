@@ -1,0 +1,96 @@
+"""An AOT sub-layer's coefficients ``h_pre, h_post, H_res`` from its pooled streams (DESIGN §6.3).
+
+``pooled [B, n, D]`` (float32) and the sub-layer's parameters give::
+
+    z      = RMSNorm(flatten(pooled))                      # [B, nD], no affine weight
+    h_pre  = σ(α_pre · z φ_pre + b_pre) / Σ_i σ(...)_i      # [B, n], on the simplex
+    h_post = 2 σ(α_post · z φ_post + b_post)                # [B, n]
+    H_res  = SinkhornKnopp(exp(α_res · mat(z φ_res) + b_res), iters)   # [B, n, n]
+
+Three implementations of the same equations: a C kernel with a hand-written backward on CPU (the
+whole path is a few hundred tiny operations, whose dispatch cost dominated in PyTorch), the
+PyTorch ops, and the PyTorch ops fused by ``torch.compile`` (the CUDA default).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from . import cpu_kernels
+from .sinkhorn import sinkhorn_knopp_eager
+
+__all__ = ["stream_coefficients", "compiled_coefficients", "coefficients_cpu"]
+
+
+def stream_coefficients(
+    pooled: Tensor, phi_pre: Tensor, phi_post: Tensor, phi_res: Tensor, b_pre: Tensor, b_post: Tensor,
+    b_res: Tensor, alpha_pre: Tensor, alpha_post: Tensor, alpha_res: Tensor, eps: float, iters: int,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The equations in PyTorch ops: ``pooled [B, n, D] -> h_pre [B, n], h_post [B, n], H_res [B, n, n]``."""
+    n = pooled.shape[1]
+    z = F.rms_norm(pooled.flatten(1), (pooled.shape[1] * pooled.shape[2],), eps=eps)  # [B, nD], no affine
+    proj = z @ torch.cat([phi_pre, phi_post, phi_res], dim=1)  # [B, 2n + n²]
+    gate = torch.sigmoid(alpha_pre * proj[:, :n] + b_pre)
+    h_pre = gate / gate.sum(dim=1, keepdim=True)  # on the simplex
+    h_post = 2.0 * torch.sigmoid(alpha_post * proj[:, n:2 * n] + b_post)
+    H_res = sinkhorn_knopp_eager(alpha_res * proj[:, 2 * n:].unflatten(1, (n, n)) + b_res, iters)
+    return h_pre, h_post, H_res
+
+
+@functools.lru_cache(maxsize=None)
+def compiled_coefficients():
+    """:func:`stream_coefficients` fused by torch.compile (the CUDA default): a handful of kernels
+    instead of ~100 tiny launches for the projections and the 20 Sinkhorn iterations."""
+    return torch.compile(stream_coefficients, fullgraph=True, dynamic=True)
+
+
+class _CoefficientsCPU(torch.autograd.Function):
+    """The equations through ``aot_coefficients_forward/backward`` (csrc/aot_kernels_impl.h)."""
+
+    @staticmethod
+    def forward(ctx, pooled, phi_pre, phi_post, phi_res, b_pre, b_post, b_res, alpha_pre, alpha_post,
+                alpha_res, eps, iters, kernel):
+        params = [t.contiguous() for t in (phi_pre, phi_post, phi_res, b_pre, b_post, b_res, alpha_pre,
+                                           alpha_post, alpha_res)]
+        pooled = pooled.contiguous()
+        b, n, d = pooled.shape
+        new = pooled.new_empty
+        # h_pre, h_post, H_res, then what the backward needs: z, 1/rms, projections, Sinkhorn iterates
+        out = [new(b, n), new(b, n), new(b, n, n), new(b, n * d), new(b), new(b, 2 * n + n * n),
+               new(b, 2 * iters, n, n)]
+        kernel.forward(b, n, n * d, iters, eps, pooled.data_ptr(), *[t.data_ptr() for t in params],
+                       *[t.data_ptr() for t in out])
+        ctx.save_for_backward(*params, *out)
+        ctx.dims, ctx.kernel = (b, n, d, iters), kernel
+        return out[0], out[1], out[2]
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_h_pre, grad_h_post, grad_H):
+        saved = ctx.saved_tensors
+        params, outputs = saved[:9], saved[9:]
+        b, n, d, iters = ctx.dims
+        grads = [params[0].new_empty(b, n, d)] + [torch.empty_like(t) for t in params]
+        # contiguous copies stay referenced until the kernel returns (a pointer does not keep them alive)
+        incoming = [None if g is None else g.contiguous() for g in (grad_h_pre, grad_h_post, grad_H)]
+        keep = (0, 1, 2, 3, 6, 7, 8)  # phi_pre, phi_post, phi_res, b_pre, alpha_pre, alpha_post, alpha_res
+        status = ctx.kernel.backward(
+            b, n, n * d, iters, *[params[i].data_ptr() for i in keep], *[outputs[i].data_ptr() for i in (0, 1, 3, 4, 5, 6)],
+            *map(cpu_kernels.ptr, incoming), *[g.data_ptr() for g in grads],
+        )
+        if status:
+            raise MemoryError("opzoo-aot: the coefficient kernel's backward could not allocate its workspace")
+        return (*grads, None, None, None)
+
+
+def coefficients_cpu(pooled: Tensor, *params: Tensor, eps: float, iters: int) -> tuple[Tensor, Tensor, Tensor] | None:
+    """The C kernel's result, or None when it does not apply (not CPU, mixed dtypes, no compiler)."""
+    kernel = cpu_kernels.coefficient_kernel(pooled, params)
+    if kernel is None:
+        return None
+    return _CoefficientsCPU.apply(pooled, *params, float(eps), int(iters), kernel)

@@ -1,0 +1,311 @@
+"""The AOT residual's CPU kernels (``opzoo_aot.cpu_kernels``, ``csrc/``) and the deferred stream state.
+
+Every kernel is checked against the same equations written as PyTorch ops, in float32 and float64,
+forward and backward (with transposed incoming gradients), and by gradcheck in float64; the build
+is checked for caching and for a clear error; a network computes the same with and without them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+import textwrap
+
+import opzoo
+import pytest
+import torch
+import torch.utils._pytree as pytree
+from opzoo_aot import AOTResidual, AOTState, cpu_kernels
+from opzoo_aot.coefficients import coefficients_cpu, stream_coefficients
+from opzoo_aot.stream_ops import carry_pooled, combine_streams, combine_streams_torch
+
+from .aot_reference import aot_coefficients
+
+
+def test_the_kernels_build_here():
+    # the project's machines have a C compiler; without one the residual falls back (tested below)
+    assert cpu_kernels.kernels() is not None
+
+
+def transposed_like(t: torch.Tensor) -> torch.Tensor:
+    """Random values with ``t``'s shape, laid out transposed (not contiguous)."""
+    return torch.randn(t.shape[::-1], dtype=t.dtype).permute(*reversed(range(t.ndim)))
+
+
+# ---- the stream map ------------------------------------------------------------------------------
+# (H given, y given, h given, need_current): the first sub-layer, an update with aggregation, the
+# update alone (materialize / a plain-tensor state), the gated readout of a pending update
+MODES = [(False, False, True, True), (True, True, True, True), (True, True, False, True), (True, True, True, False),
+         (True, False, True, True)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("n", [4, 3])  # 4: the register-blocked path; 3: the general one
+@pytest.mark.parametrize("features", [37, 1024, 9000])  # below a block, whole blocks, several chunks
+@pytest.mark.parametrize("mode", MODES)
+def test_combine_streams_matches_the_torch_equations(dtype, n, features, mode):
+    has_H, has_y, has_h, need_current = mode
+    g = torch.Generator().manual_seed(features + n)
+
+    def make(*shape):
+        return torch.randn(*shape, dtype=dtype, generator=g).requires_grad_()
+
+    b = 3
+    inputs = [make(b, n, features), make(b, features) if has_y else None, make(b, n, n) if has_H else None,
+              make(b, n) if has_H else None, make(b, n) if has_h else None]
+    assert cpu_kernels.stream_kernel(inputs[0], inputs[1:]) is not None
+    fast = combine_streams(*inputs, need_current=need_current)
+    reference = combine_streams_torch(*inputs, need_current=need_current)
+    tol = dict(rtol=1e-12, atol=1e-12) if dtype == torch.float64 else dict(rtol=1e-5, atol=1e-4)
+    for a, r in zip(fast, reference):
+        assert (a is None) == (r is None)
+        if a is not None:
+            torch.testing.assert_close(a, r, **tol)
+    grads = [None if r is None else transposed_like(r) for r in reference]
+    live = [t for t in inputs if t is not None]
+
+    def backward(outputs):
+        pairs = [(o, gr) for o, gr in zip(outputs, grads) if o is not None]
+        return torch.autograd.grad([o for o, _ in pairs], live, [gr for _, gr in pairs], allow_unused=True)
+
+    tol = dict(rtol=1e-10, atol=1e-10) if dtype == torch.float64 else dict(rtol=1e-4, atol=1e-3)
+    for a, r in zip(backward(fast), backward(reference)):
+        if r is None:
+            assert a is None or not a.any()
+        else:
+            torch.testing.assert_close(a, r, **tol)
+
+
+@pytest.mark.parametrize("n", [4, 3])
+def test_combine_streams_gradcheck_float64(n):
+    g = torch.Generator().manual_seed(n)
+
+    def make(*shape):
+        return torch.randn(*shape, dtype=torch.float64, generator=g).requires_grad_()
+
+    streams, y, H, h_post, h = make(2, n, 11), make(2, 11), make(2, n, n), make(2, n), make(2, n)
+    assert torch.autograd.gradcheck(lambda *a: combine_streams(*a), (streams, y, H, h_post, h))
+    assert torch.autograd.gradcheck(lambda s, w: combine_streams(s, h=w)[1], (streams, h))
+    assert torch.autograd.gradcheck(lambda *a: combine_streams(*a, need_current=False)[1], (streams, y, H, h_post, h))
+
+
+def test_combine_streams_does_not_depend_on_the_number_of_threads():
+    g = torch.Generator().manual_seed(0)
+    inputs = [torch.randn(*s, generator=g).requires_grad_() for s in ((2, 4, 70000), (2, 70000), (2, 4, 4), (2, 4), (2, 4))]
+    results = []
+    threads = torch.get_num_threads()
+    try:
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            current, u = combine_streams(*inputs)
+            grads = torch.autograd.grad((current, u), inputs, (torch.ones_like(current), torch.ones_like(u)))
+            results.append((current, u, *grads))
+    finally:
+        torch.set_num_threads(threads)
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+
+
+def test_pending_update_requires_its_matrix():
+    with pytest.raises(ValueError, match="y without H"):
+        combine_streams(torch.randn(1, 4, 6), torch.randn(1, 6))
+
+
+# ---- the coefficients --------------------------------------------------------------------------
+def randomized_residual(dim, n, seed, dtype=torch.float32):
+    residual = AOTResidual(dim, index=1, n=n).to(dtype)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in residual.parameters():
+            p.add_(torch.randn(p.shape, generator=g, dtype=dtype) * 0.3)
+    return residual
+
+
+@pytest.mark.parametrize("n", [4, 3])
+def test_coefficients_match_the_torch_equations_and_the_loops(n):
+    residual = randomized_residual(6, n, seed=n)
+    params = [p for p in residual._coefficient_parameters()]
+    state = torch.randn(5, n, 3, 2, 6)
+    pooled = state.flatten(2, 3).mean(dim=2).requires_grad_()
+    fast = coefficients_cpu(pooled, *params, eps=residual.eps, iters=residual.sinkhorn_iters)
+    reference = stream_coefficients(pooled, *params, residual.eps, residual.sinkhorn_iters)
+    loops = aot_coefficients(residual, state)
+    for a, r, l in zip(fast, reference, loops):
+        torch.testing.assert_close(a, r, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(a.double(), l, rtol=0, atol=2e-6)
+    grads = [transposed_like(r) for r in reference]  # transposed: the kernel must copy them first
+    for a, r in zip(torch.autograd.grad(fast, [pooled, *params], grads),
+                    torch.autograd.grad(reference, [pooled, *params], grads)):
+        torch.testing.assert_close(a, r, rtol=1e-4, atol=1e-5)
+
+
+def test_coefficients_gradcheck_float64():
+    residual = randomized_residual(3, 4, seed=1, dtype=torch.float64)
+    params = [p for p in residual._coefficient_parameters()]
+    pooled = torch.randn(2, 4, 3, dtype=torch.float64, requires_grad=True)
+    assert cpu_kernels.coefficient_kernel(pooled, params) is not None
+    assert torch.autograd.gradcheck(lambda p, *ps: coefficients_cpu(p, *ps, eps=1e-6, iters=5), (pooled, *params))
+
+
+def test_coefficients_with_only_some_gradients():
+    residual = randomized_residual(4, 4, seed=2)
+    params = [p for p in residual._coefficient_parameters()]
+    pooled = torch.randn(2, 4, 4, requires_grad=True)
+    for keep in range(3):
+        fast = coefficients_cpu(pooled, *params, eps=1e-6, iters=20)[keep]
+        reference = stream_coefficients(pooled, *params, 1e-6, 20)[keep]
+        torch.testing.assert_close(torch.autograd.grad(fast.sum(), pooled)[0],
+                                   torch.autograd.grad(reference.sum(), pooled)[0], rtol=1e-4, atol=1e-6)
+
+
+# ---- the carried pooled summary and the deferred state -----------------------------------------
+def test_carry_pooled_is_the_mean_of_the_updated_streams_and_passes_gradcheck():
+    g = torch.Generator().manual_seed(3)
+    streams, y = torch.randn(2, 4, 5, 3, generator=g), torch.randn(2, 5, 3, generator=g)
+    H, h_post = torch.rand(2, 4, 4, generator=g), torch.rand(2, 4, generator=g)
+    updated = torch.einsum("bij,bjsd->bisd", H, streams) + h_post[..., None, None] * y[:, None]
+    torch.testing.assert_close(carry_pooled(y, H, h_post, streams.mean(dim=2)), updated.mean(dim=2))
+    args = [t.double().requires_grad_() for t in (y, H, h_post, streams.mean(dim=2))]
+    assert torch.autograd.gradcheck(carry_pooled, args)
+
+
+def test_state_is_a_pytree_and_materializes_the_pending_update():
+    g = torch.Generator().manual_seed(4)
+    streams, y = torch.randn(2, 4, 3, 5, generator=g), torch.randn(2, 3, 5, generator=g)
+    H, h_post = torch.rand(2, 4, 4, generator=g), torch.rand(2, 4, generator=g)
+    state = AOTState(streams, streams.mean(dim=2), y, H, h_post)
+    leaves, spec = pytree.tree_flatten(state)
+    assert len(leaves) == 5 and all(isinstance(t, torch.Tensor) for t in leaves)
+    assert isinstance(pytree.tree_unflatten(leaves, spec), AOTState)
+    expected = torch.einsum("bij,bjsd->bisd", H, streams) + h_post[..., None, None] * y[:, None]
+    torch.testing.assert_close(state.materialize(), expected)
+    assert state.shape == (2, 4, 3, 5)
+
+
+def aot_network(seed=0):
+    torch.manual_seed(seed)
+    model = opzoo.create_model("simple", residual="aot", in_channels=2, out_channels=2, in_timesteps=3,
+                               width=16, depth=3)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "residual" in name or name == "streams.g":
+                p.add_(torch.randn(p.shape, generator=g) * 0.2)
+    return model
+
+
+def forward_backward(model, x):
+    model.zero_grad(set_to_none=True)
+    out = model(x)
+    (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+    return out.detach(), {name: p.grad.clone() for name, p in model.named_parameters()}
+
+
+def test_network_is_the_same_with_and_without_the_kernels(monkeypatch):
+    model, x = aot_network(), torch.randn(2, 8, 8, 3, 2)
+    fast = forward_backward(model, x)
+    monkeypatch.setenv(cpu_kernels.ENV_KERNELS, "0")
+    assert cpu_kernels.kernels() is None and cpu_kernels.stream_kernel(x, ()) is None
+    reference = forward_backward(model, x)
+    torch.testing.assert_close(fast[0], reference[0], rtol=1e-5, atol=1e-5)
+    for name, grad in reference[1].items():
+        torch.testing.assert_close(fast[1][name], grad, rtol=1e-3, atol=1e-5, msg=name)
+
+
+def test_deferred_state_equals_applying_every_update_at_once():
+    """A network on AOTState (updates deferred, summary carried) against the same residuals on
+    plain [B, n, *S, D] tensors (every update applied, every summary pooled)."""
+    model, x = aot_network(seed=1), torch.randn(2, 8, 8, 3, 2)
+    deferred = forward_backward(model, x)
+    expand = model.streams.expand
+    model.streams.expand = lambda latent: expand(latent).materialize()  # a plain tensor from the start
+    try:
+        eager = forward_backward(model, x)
+    finally:
+        del model.streams.expand
+    torch.testing.assert_close(deferred[0], eager[0], rtol=1e-5, atol=1e-5)
+    for name, grad in eager[1].items():
+        torch.testing.assert_close(deferred[1][name], grad, rtol=1e-3, atol=1e-5, msg=name)
+
+
+def test_unsupported_inputs_take_the_torch_path():
+    x = torch.randn(1, 4, 8)
+    assert cpu_kernels.stream_kernel(x.bfloat16(), ()) is None
+    assert cpu_kernels.stream_kernel(x, (torch.randn(1, 4, 4, dtype=torch.float64),)) is None
+    assert cpu_kernels.stream_kernel(torch.randn(1, cpu_kernels.NMAX + 1, 8), ()) is None
+    assert cpu_kernels.stream_kernel(x.to("meta"), ()) is None
+
+
+def test_bfloat16_streams_run_on_the_torch_path():
+    model = aot_network().bfloat16()
+    out = model(torch.randn(2, 8, 8, 3, 2).bfloat16())
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out.float()).all()
+
+
+# ---- the build ----------------------------------------------------------------------------------
+def test_build_is_cached(tmp_path, monkeypatch):
+    first = cpu_kernels.build_library(tmp_path)
+    assert first.is_file() and first.parent.parent == tmp_path
+
+    def no_compiler(*args, **kwargs):
+        raise AssertionError("a cached build must not run the compiler")
+
+    monkeypatch.setattr(subprocess, "run", no_compiler)
+    assert cpu_kernels.build_library(tmp_path) == first
+    assert [p.name for p in first.parent.iterdir()] == ["libaot_kernels.so"]  # no temporary left behind
+
+
+def test_build_failure_names_the_compiler_and_leaves_nothing(tmp_path):
+    with pytest.raises(cpu_kernels.KernelBuildError, match=r"(?s)could not build the AOT CPU kernels.*no-such-cc"):
+        cpu_kernels.build_library(tmp_path, compiler="/no/such/dir/no-such-cc")
+    assert not list(tmp_path.rglob("*.so"))
+
+
+def test_without_a_compiler_the_residual_falls_back_and_warns_once(tmp_path):
+    script = textwrap.dedent(
+        """
+        import warnings, torch, opzoo
+        warnings.simplefilter("always")
+        torch.manual_seed(0)
+        model = opzoo.create_model("simple", residual="aot", in_channels=1, out_channels=1, in_timesteps=2, width=8)
+        x = torch.randn(2, 6, 6, 2, 1)
+        with warnings.catch_warnings(record=True) as caught:
+            out = model(x)
+            model(x).sum().backward()
+        messages = [str(w.message) for w in caught if "CPU kernels are unavailable" in str(w.message)]
+        assert len(messages) == 1, messages
+        assert "no-such-cc" in messages[0], messages[0]
+        print(repr(out.flatten()[:4].tolist()))
+        """
+    )
+    env = {**os.environ, "CC": "/no/such/dir/no-such-cc", "OPZOO_CACHE_DIR": str(tmp_path)}
+    env.pop(cpu_kernels.ENV_KERNELS, None)
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    torch.manual_seed(0)
+    model = opzoo.create_model("simple", residual="aot", in_channels=1, out_channels=1, in_timesteps=2, width=8)
+    with torch.no_grad():
+        expected = model(torch.randn(2, 6, 6, 2, 1)).flatten()[:4]
+    torch.testing.assert_close(torch.tensor(eval(result.stdout.strip().splitlines()[-1])), expected,
+                               rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("modes", list(itertools.product([False, True], repeat=2)))
+def test_residual_on_a_plain_tensor_state_returns_a_tensor(modes):
+    pending, batch_two = modes
+    residual = randomized_residual(5, 4, seed=7)
+    state = torch.randn(2 if batch_two else 1, 4, 3, 5)
+    if pending:
+        b = state.shape[0]
+        state = AOTState(state, state.mean(dim=2), torch.randn(b, 3, 5), torch.softmax(torch.randn(b, 4, 4), -1),
+                         torch.rand(b, 4))
+        out = residual(state, torch.tanh)
+        assert isinstance(out, AOTState) and out.y is not None
+        torch.testing.assert_close(out.streams, state.materialize(), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(out.pooled, out.streams.mean(dim=2), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(out.current_pooled(), out.materialize().mean(dim=2), rtol=1e-5, atol=1e-6)
+    else:
+        out = residual(state, torch.tanh)
+        assert isinstance(out, torch.Tensor) and out.shape == state.shape
