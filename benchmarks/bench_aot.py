@@ -5,6 +5,8 @@
 2. One AOT residual alone vs the manifold-constrained hyper-connection layer (``mHC``) of the PyPI
    ``hyper-connections`` package at the same n = 4 and width D = 512, on aot-pot-t's latent grid
    (16x16 tokens), identity branch, forward + backward; the plain residual ``x + f(x)`` as the floor.
+   ``opzoo aot`` takes and returns a plain ``[B, n, H, W, D]`` tensor like mHC; ``opzoo aot, state``
+   takes an AOTState with the previous update pending, as inside a network.
 
 Timings are interleaved (A, B, B, A, ...) so that a machine whose load drifts affects both sides
 alike; we print per-side medians, the ratio of medians, and the median of the per-round ratios.
@@ -25,7 +27,7 @@ from typing import Callable
 
 import opzoo
 import torch
-from opzoo_aot import AOTResidual
+from opzoo_aot import AOTResidual, AOTState
 from tqdm import tqdm
 
 
@@ -122,14 +124,30 @@ def bench_residuals(device: torch.device, batches: list[int], rounds: int, warmu
         branch_input, add_residual = mhc(streams)
         return add_residual(identity(branch_input))
 
+    def deferred_step(state: AOTState) -> Callable[[], None]:
+        """The way a network runs the residual: an AOTState in (with the previous sub-layer's update
+        pending), an AOTState out; the loss reads the updated streams."""
+        leaves = [t.detach().requires_grad_() for t in (state.streams, state.pooled, state.y, state.H_res, state.h_post)]
+
+        def step() -> None:
+            for t in leaves:
+                t.grad = None
+            aot(AOTState(*leaves), identity).materialize().square().mean().backward()
+
+        return step
+
     lines = []
     for batch in batches:
         x = torch.randn(batch, grid, grid, dim, device=device)
         aot_state = x.unsqueeze(1).expand(batch, n, grid, grid, dim).contiguous()  # [B, n, H, W, D]
         mhc_state = x.repeat_interleave(n, dim=0)  # [(B n), H, W, D], the package's layout
+        previous = AOTResidual(dim, index=0, n=n).to(device)
+        with torch.no_grad():
+            pending = previous(aot.stream_adapter(dim, n=n).to(device).expand(x), identity)
         fns = {
             "plain x+f(x)": residual_step(lambda s: s + identity(s), x),
             "opzoo aot": residual_step(lambda s: aot(s, identity), aot_state),
+            "opzoo aot, state": deferred_step(pending),
             "hyper-connections mHC": residual_step(mhc_forward, mhc_state),
         }
         times = side_by_side(f"residual batch {batch}", fns, device, rounds, warmup)

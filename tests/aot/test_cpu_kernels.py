@@ -309,3 +309,52 @@ def test_residual_on_a_plain_tensor_state_returns_a_tensor(modes):
     else:
         out = residual(state, torch.tanh)
         assert isinstance(out, torch.Tensor) and out.shape == state.shape
+
+
+# ---- the fused sub-layer node ---------------------------------------------------------------------
+@pytest.mark.parametrize("pending", [False, True])
+@pytest.mark.parametrize("n", [4, 3])
+def test_fused_sublayer_equals_its_composition(pending, n):
+    from opzoo_aot.sublayer import fused_sublayer
+
+    residual = randomized_residual(6, n, seed=11)
+    params = [p.float() for p in residual._coefficient_parameters()]
+    g = torch.Generator().manual_seed(12)
+    b, s, d = 3, 10, 6
+    streams = torch.randn(b, n, s * d, generator=g).requires_grad_()
+    pooled = streams.detach().view(b, n, s, d).mean(dim=2).requires_grad_()
+    y = H = h_post = None
+    if pending:
+        y = torch.randn(b, s * d, generator=g).requires_grad_()
+        H = torch.softmax(torch.randn(b, n, n, generator=g), -1).requires_grad_()
+        h_post = torch.rand(b, n, generator=g).requires_grad_()
+    fused = fused_sublayer(streams, y, H, h_post, pooled, params, residual.eps, residual.sinkhorn_iters)
+    current_pooled = pooled if not pending else carry_pooled(y.view(b, s, d), H, h_post, pooled)
+    h_pre, h_post_new, H_new = stream_coefficients(current_pooled, *params, residual.eps, residual.sinkhorn_iters)
+    current, u = combine_streams_torch(streams, y, H, h_post, h_pre)
+    composed = (current, u, h_post_new, H_new, current_pooled)
+    for a, r in zip(fused, composed):
+        torch.testing.assert_close(a, r, rtol=1e-5, atol=1e-5)
+    live = [t for t in (streams, y, H, h_post, pooled, *params) if t is not None]
+    grads = [transposed_like(r) for r in composed]
+    for a, r in zip(torch.autograd.grad(fused, live, grads, allow_unused=True),
+                    torch.autograd.grad(composed, live, grads, allow_unused=True)):
+        if r is None:
+            assert a is None or not a.any()
+        else:
+            torch.testing.assert_close(a, r, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_compiled_path_on_the_deferred_state_matches_the_kernels():
+    """compile=True (the CUDA default, run here with inductor on CPU) against the CPU kernels."""
+    model = aot_network(seed=2)
+    x = torch.randn(2, 8, 8, 3, 2)
+    kernels = forward_backward(model, x)
+    for m in model.modules():
+        if isinstance(m, AOTResidual):
+            m.compile = True
+    compiled = forward_backward(model, x)
+    torch.testing.assert_close(compiled[0], kernels[0], rtol=1e-5, atol=1e-5)
+    for name, grad in kernels[1].items():
+        torch.testing.assert_close(compiled[1][name], grad, rtol=1e-3, atol=1e-5, msg=name)

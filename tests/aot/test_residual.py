@@ -58,7 +58,7 @@ def test_initialization_values():
     for name in ("phi_pre", "phi_post", "phi_res", "b_post"):
         assert torch.count_nonzero(p[name]) == 0, name
     for name in ("alpha_pre", "alpha_post", "alpha_res"):
-        assert p[name].shape == () and p[name].item() == pytest.approx(0.01)
+        assert p[name].shape == (1,) and p[name].item() == pytest.approx(0.01)  # [1], not 0-dim: FSDP2 shards it
     torch.testing.assert_close(p["b_res"].detach(), 4 * torch.eye(4))
     torch.testing.assert_close(p["b_pre"].detach(), torch.tensor([-4.0, -4.0, 4.0, -4.0]))  # 6 mod 4 = 2
 

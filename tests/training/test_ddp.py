@@ -31,13 +31,18 @@ def test_two_process_ddp_matches_single_process(tmp_path, datasets):
     assert (tmp_path / "two" / "model" / "config.json").is_file()
 
 
+# AOT-POT's blocks pass an AOTState (a pytree of tensors) from block to block, which FSDP must see
+RESIDUALS = {"plain": {}, "aot": {"block": "sandwich", "residual": "aot"}}
+
+
 @pytest.mark.slow
-def test_two_process_fsdp_matches_single_process_and_resumes(tmp_path, datasets):
+@pytest.mark.parametrize("residual", RESIDUALS)
+def test_two_process_fsdp_matches_single_process_and_resumes(tmp_path, datasets, residual):
     """FSDP2 (fully_shard) on 2 CPU processes: the loss sequence of one process; gathered checkpoints resume."""
     import shutil
 
     def doc(out, **dist):
-        return run_document(out, datasets, model={"name": "pot", "args": tiny_pot_args()},
+        return run_document(out, datasets, model={"name": "pot", "args": {**tiny_pot_args(), **RESIDUALS[residual]}},
                             training={"steps": 4, "batch_size": 4, "log_every": 1},
                             checkpoint={"every": 2, "keep_last": 2}, optimizer={"lr": 3e-3}, seed=7, distributed=dist)
 

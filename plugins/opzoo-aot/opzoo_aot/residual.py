@@ -191,9 +191,10 @@ class AOTResidual(opzoo.Residual):
         self.b_pre = nn.Parameter(b_pre)
         self.b_post = nn.Parameter(torch.zeros(n))
         self.b_res = nn.Parameter(float(res_bias) * torch.eye(n))
-        self.alpha_pre = nn.Parameter(torch.tensor(float(alpha)))
-        self.alpha_post = nn.Parameter(torch.tensor(float(alpha)))
-        self.alpha_res = nn.Parameter(torch.tensor(float(alpha)))
+        # the gate scalars are stored as [1] tensors: FSDP2 cannot shard 0-dim parameters
+        self.alpha_pre = nn.Parameter(torch.full((1,), float(alpha)))
+        self.alpha_post = nn.Parameter(torch.full((1,), float(alpha)))
+        self.alpha_res = nn.Parameter(torch.full((1,), float(alpha)))
 
     @classmethod
     def stream_adapter(cls, dim: int, **residual_args) -> AOTStreams:
