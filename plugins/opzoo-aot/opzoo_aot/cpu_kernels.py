@@ -9,6 +9,11 @@ and renamed, so concurrent processes (DDP ranks) never load a half-written libra
 Where no compiler works, the AOT residual runs its PyTorch implementation instead and warns once.
 ``OPZOO_AOT_CPU_KERNELS=0`` turns the kernels off; ``OPZOO_CACHE_DIR`` moves the cache
 (default ``$XDG_CACHE_HOME/opzoo`` or ``~/.cache/opzoo``).
+
+The kernels' large outputs come from a caching pool (:func:`pooled_empty`): freed buffers are kept
+for reuse instead of going back to the operating system, which would hand them out again as
+fresh pages to be zeroed on first touch. ``OPZOO_AOT_POOL_MB`` caps what the pool keeps (default
+1024; 0 turns it off) and :func:`empty_cache` releases it.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import math
 import os
 import platform
 import shlex
@@ -25,11 +31,12 @@ import warnings
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["ENV_KERNELS", "KernelBuildError", "build_library", "cache_dir", "kernels", "kernels_enabled"]
+__all__ = ["ENV_KERNELS", "KernelBuildError", "build_library", "cache_dir", "kernels", "kernels_enabled",
+           "pooled_empty", "empty_cache", "cached_bytes"]
 
 ENV_KERNELS = "OPZOO_AOT_CPU_KERNELS"
 SOURCES = ("aot_kernels.c", "aot_kernels_impl.h")
-FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-std=c11")
+FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-std=c11", "-pthread")
 OPENMP = ("-fopenmp",)
 
 _p, _i64, _int, _f64 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_double
@@ -121,6 +128,11 @@ def _load() -> ctypes.CDLL | None:
         for suffix in ("_f32", "_f64"):
             fn = getattr(lib, name + suffix)
             fn.argtypes, fn.restype = argtypes, restype
+    lib.aot_pool_tensor.argtypes, lib.aot_pool_tensor.restype = [_int, ctypes.POINTER(_i64), _int], _p
+    lib.aot_pool_empty.argtypes, lib.aot_pool_empty.restype = [], ctypes.c_size_t
+    lib.aot_pool_cached_bytes.argtypes, lib.aot_pool_cached_bytes.restype = [], ctypes.c_size_t
+    lib.aot_pool_set_limit.argtypes, lib.aot_pool_set_limit.restype = [ctypes.c_size_t], None
+    lib.aot_pool_set_limit(_pool_limit_mb() << 20)
     return lib
 
 
@@ -202,3 +214,48 @@ def sublayer_kernels(streams, others) -> SubLayerKernels | None:
 def ptr(tensor) -> int | None:
     """The data pointer of a contiguous tensor, None for None."""
     return None if tensor is None else tensor.data_ptr()
+
+
+ENV_POOL = "OPZOO_AOT_POOL_MB"
+POOL_MIN_BYTES = 1 << 18  # smaller tensors come from PyTorch's allocator as usual
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.argtypes, _capsule_new.restype = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p], ctypes.py_object
+
+
+def _pool_limit_mb() -> int:
+    value = os.environ.get(ENV_POOL, "1024").strip()
+    try:
+        limit = int(value)
+    except ValueError:
+        raise ValueError(f"{ENV_POOL}={value!r}: expected a whole number of MiB (0 turns the pool off)") from None
+    if limit < 0:
+        raise ValueError(f"{ENV_POOL}={value!r}: expected a whole number of MiB >= 0")
+    return limit
+
+
+def pooled_empty(like, *shape: int):
+    """An uninitialized contiguous tensor of ``like``'s dtype on CPU, from the caching pool when it
+    is large and the kernels are loaded (else from PyTorch's allocator)."""
+    import torch
+
+    bits = {torch.float32: 32, torch.float64: 64}.get(like.dtype)
+    lib = _load() if kernels_enabled() else None
+    numel = math.prod(shape)
+    if lib is None or bits is None or like.device.type != "cpu" or numel * bits // 8 < POOL_MIN_BYTES:
+        return like.new_empty(shape)
+    managed = lib.aot_pool_tensor(len(shape), (_i64 * len(shape))(*shape), bits)
+    if not managed:
+        raise MemoryError(f"opzoo-aot: could not allocate a {list(shape)} buffer")
+    return torch.from_dlpack(_capsule_new(managed, b"dltensor", None))
+
+
+def empty_cache() -> int:
+    """Release every buffer the pool keeps; returns the bytes released."""
+    lib = _load.cache_info().currsize and _load()
+    return int(lib.aot_pool_empty()) if lib else 0
+
+
+def cached_bytes() -> int:
+    """Bytes the pool keeps for reuse."""
+    lib = _load.cache_info().currsize and _load()
+    return int(lib.aot_pool_cached_bytes()) if lib else 0

@@ -53,8 +53,8 @@ class _CombineStreamsCPU(torch.autograd.Function):
     def forward(ctx, streams, y, H, h_post, h, need_current, kernel):
         streams, y, H, h_post, h = _contiguous(streams, y, H, h_post, h)
         b, n, f = streams.shape
-        current = streams.new_empty(b, n, f) if H is not None and need_current else None
-        u = streams.new_empty(b, f) if h is not None else None
+        current = cpu_kernels.pooled_empty(streams, b, n, f) if H is not None and need_current else None
+        u = cpu_kernels.pooled_empty(streams, b, f) if h is not None else None
         p = cpu_kernels.ptr
         _check(kernel.forward(b, n, f, p(streams), p(y), p(H), p(h_post), p(h), p(current), p(u),
                               torch.get_num_threads()), "forward")
@@ -71,8 +71,8 @@ class _CombineStreamsCPU(torch.autograd.Function):
         grad_current, grad_u = _contiguous(grad_current, grad_u)
         b, n, f = streams.shape
         new = streams.new_empty
-        gX = new(b, n, f) if need[0] else None
-        gy = new(b, f) if need[1] and y is not None else None
+        gX = cpu_kernels.pooled_empty(streams, b, n, f) if need[0] else None
+        gy = cpu_kernels.pooled_empty(streams, b, f) if need[1] and y is not None else None
         gH = new(b, n, n) if need[2] and H is not None else None
         ghp = new(b, n) if need[3] and h_post is not None else None
         gh = new(b, n) if need[4] and h is not None else None

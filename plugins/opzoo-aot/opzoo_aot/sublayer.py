@@ -54,8 +54,9 @@ class _SubLayerCPU(torch.autograd.Function):
         coef = [new(b, n), new(b, n), new(b, n, n), new(b, n * d), new(b), new(b, 2 * n + n * n), new(b, 2 * iters, n, n)]
         kernels.coefficients.forward(b, n, n * d, iters, eps, current_pooled.data_ptr(), *[t.data_ptr() for t in params],
                                      *[t.data_ptr() for t in coef])
-        current = new(b, n, f) if pending else None
-        u = new(b, f)
+        pooled_empty = cpu_kernels.pooled_empty
+        current = pooled_empty(streams, b, n, f) if pending else None
+        u = pooled_empty(streams, b, f)
         _check(kernels.streams.forward(b, n, f, streams.data_ptr(), _ptr(y), _ptr(H_prev), _ptr(h_post_prev),
                                        coef[0].data_ptr(), _ptr(current), u.data_ptr(), threads), "stream")
         ctx.save_for_backward(streams, y, H_prev, h_post_prev, pooled, y_mean, current_pooled, *params, *coef)
@@ -77,8 +78,8 @@ class _SubLayerCPU(torch.autograd.Function):
         grad_current, grad_u, grad_h_post, grad_H = (None if g is None else g.contiguous()
                                                      for g in (grad_current, grad_u, grad_h_post, grad_H))
         # 1. the stream pass: streams, y, the pending update, and h_pre
-        g_streams = new(b, n, f) if need[0] else None
-        g_y = new(b, f) if pending else None
+        g_streams = cpu_kernels.pooled_empty(streams, b, n, f) if need[0] else None
+        g_y = cpu_kernels.pooled_empty(streams, b, f) if pending else None
         g_H_prev = new(b, n, n) if pending else None
         g_h_post_prev = new(b, n) if pending else None
         g_h_pre = new(b, n)
