@@ -29,6 +29,24 @@ static void NAME(forward_n4)(int64_t F, int64_t start, int64_t stop, const real 
     }
 }
 
+/* o[f] = w v[f] + sum_k coef[k cstride] src[k sstride + f] for f < len (v NULL: w v = 0; src NULL:
+ * no sum): the one pattern of the general stream passes, on blocks that stay in L1. */
+static void NAME(weighted_sum)(real *o, int64_t len, real w, const real *v, int64_t K, const real *coef,
+                               int64_t cstride, const real *src, int64_t sstride) {
+    if (v) {
+#pragma omp simd
+        for (int64_t f = 0; f < len; ++f) o[f] = w * v[f];
+    } else {
+#pragma omp simd
+        for (int64_t f = 0; f < len; ++f) o[f] = 0;
+    }
+    for (int64_t k = 0; src && k < K; ++k) {
+        const real h = coef[k * cstride], *x = src + k * sstride;
+#pragma omp simd
+        for (int64_t f = 0; f < len; ++f) o[f] += h * x[f];
+    }
+}
+
 /* ---- the stream map: forward ------------------------------------------------------------ */
 static void NAME(streams_forward_core)(int64_t B, int64_t n, int64_t F, const real *X, const real *y,
                                       const real *H, const real *hp, const real *a, const real *c,
@@ -46,43 +64,13 @@ static void NAME(streams_forward_core)(int64_t B, int64_t n, int64_t F, const re
         }
         for (int64_t f0 = start; f0 < stop; f0 += BLOCK) {
             const int64_t len = f0 + BLOCK < stop ? BLOCK : stop - f0;
-            if (Xout) {
-                for (int64_t i = 0; i < n; ++i) {
-                    real *o = Xout + (b * n + i) * F + f0;
-                    const real w = yb ? hp[b * n + i] : 0;
-                    if (yb) {
-                        const real *yy = yb + f0;
-#pragma omp simd
-                        for (int64_t f = 0; f < len; ++f) o[f] = w * yy[f];
-                    } else {
-#pragma omp simd
-                        for (int64_t f = 0; f < len; ++f) o[f] = 0;
-                    }
-                    for (int64_t j = 0; j < n; ++j) {
-                        const real h = H[(b * n + i) * n + j];
-                        const real *xj = xb + j * F + f0;
-#pragma omp simd
-                        for (int64_t f = 0; f < len; ++f) o[f] += h * xj[f];
-                    }
-                }
-            }
-            if (u) {
-                real *o = u + b * F + f0;
-                if (yb) {
-                    const real w = c[b], *yy = yb + f0;
-#pragma omp simd
-                    for (int64_t f = 0; f < len; ++f) o[f] = w * yy[f];
-                } else {
-#pragma omp simd
-                    for (int64_t f = 0; f < len; ++f) o[f] = 0;
-                }
-                for (int64_t j = 0; j < n; ++j) {
-                    const real h = a[b * n + j];
-                    const real *xj = xb + j * F + f0;
-#pragma omp simd
-                    for (int64_t f = 0; f < len; ++f) o[f] += h * xj[f];
-                }
-            }
+            if (Xout)
+                for (int64_t i = 0; i < n; ++i)
+                    NAME(weighted_sum)(Xout + (b * n + i) * F + f0, len, yb ? hp[b * n + i] : 0, yb ? yb + f0 : NULL,
+                                       n, H + (b * n + i) * n, 1, xb + f0, F);
+            if (u)
+                NAME(weighted_sum)(u + b * F + f0, len, yb ? c[b] : 0, yb ? yb + f0 : NULL, n, a + b * n, 1,
+                                   xb + f0, F);
         }
     }
 }
@@ -164,42 +152,13 @@ static int NAME(streams_backward_core)(int64_t B, int64_t n, int64_t F, const re
         }
         for (int64_t f0 = start; f0 < stop; f0 += BLOCK) {
             const int64_t len = f0 + BLOCK < stop ? BLOCK : stop - f0;
-            if (gX) {
-                for (int64_t j = 0; j < n; ++j) {
-                    real *o = gX + (b * n + j) * F + f0;
-                    if (gub) {
-                        const real w = a[b * n + j], *g = gub + f0;
-#pragma omp simd
-                        for (int64_t f = 0; f < len; ++f) o[f] = w * g[f];
-                    } else {
-#pragma omp simd
-                        for (int64_t f = 0; f < len; ++f) o[f] = 0;
-                    }
-                    if (Gb)
-                        for (int64_t i = 0; i < n; ++i) {
-                            const real h = H[(b * n + i) * n + j], *g = Gb + i * F + f0;
-#pragma omp simd
-                            for (int64_t f = 0; f < len; ++f) o[f] += h * g[f];
-                        }
-                }
-            }
-            if (gy && yb) {
-                real *o = gy + b * F + f0;
-                if (gub) {
-                    const real w = c[b], *g = gub + f0;
-#pragma omp simd
-                    for (int64_t f = 0; f < len; ++f) o[f] = w * g[f];
-                } else {
-#pragma omp simd
-                    for (int64_t f = 0; f < len; ++f) o[f] = 0;
-                }
-                if (Gb)
-                    for (int64_t i = 0; i < n; ++i) {
-                        const real h = hp[b * n + i], *g = Gb + i * F + f0;
-#pragma omp simd
-                        for (int64_t f = 0; f < len; ++f) o[f] += h * g[f];
-                    }
-            }
+            if (gX)
+                for (int64_t j = 0; j < n; ++j)
+                    NAME(weighted_sum)(gX + (b * n + j) * F + f0, len, gub ? a[b * n + j] : 0, gub ? gub + f0 : NULL,
+                                       n, H ? H + b * n * n + j : NULL, n, Gb ? Gb + f0 : NULL, F);
+            if (gy && yb)
+                NAME(weighted_sum)(gy + b * F + f0, len, gub ? c[b] : 0, gub ? gub + f0 : NULL, n, hp + b * n, 1,
+                                   Gb ? Gb + f0 : NULL, F);
             if (Gb) {
                 for (int64_t i = 0; i < n; ++i) {
                     const real *g = Gb + i * F + f0;
