@@ -7,8 +7,9 @@ exponential one but cannot divide by an underflowed zero; every entry stays fini
 ``exp(log M)`` is non-negative. The computation is always float32, also under autocast.
 
 All matrices of a sub-layer (``[..., n, n]``, one per sample) go through one call. On CUDA the
-20 iterations of tiny kernels are fused by ``torch.compile`` (``compile="auto"``); on CPU the
-eager loop runs unless compilation is asked for explicitly.
+20 iterations of tiny kernels are fused by ``torch.compile`` (``compile="auto"``); on CPU the AOT
+residual runs the same recursion inside its C coefficient kernel (``csrc/aot_kernels_impl.h``), and
+this module's eager loop is the reference it is tested against.
 """
 
 from __future__ import annotations
