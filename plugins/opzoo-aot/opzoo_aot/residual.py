@@ -246,9 +246,8 @@ class AOTResidual(opzoo.Residual):
             else:
                 pooled = state.current_pooled()
                 h_pre, h_post, H_res = self._coefficients(pooled)
-                cast = (lambda t: t.to(dtype)) if pending else (lambda t: t)  # noqa: E731
-                current, u = self._combine(flat, y_prev, cast(state.H_res) if pending else None,
-                                           cast(state.h_post) if pending else None, h_pre.to(dtype))
+                H_prev, h_post_prev = (state.H_res.to(dtype), state.h_post.to(dtype)) if pending else (None, None)
+                current, u = self._combine(flat, y_prev, H_prev, h_post_prev, h_pre.to(dtype))
         y = self._branch(branch, u.view(shape[:1] + shape[2:]))
         return AOTState(current.view(shape), pooled, y, H_res, h_post)
 
