@@ -31,10 +31,13 @@ import warnings
 from importlib import resources
 from pathlib import Path
 
+import torch
+
 __all__ = ["ENV_KERNELS", "KernelBuildError", "build_library", "cache_dir", "kernels", "kernels_enabled",
            "pooled_empty", "empty_cache", "cached_bytes"]
 
 ENV_KERNELS = "OPZOO_AOT_CPU_KERNELS"
+NMAX = 16  # the largest number of streams the kernels take (NMAX in csrc/aot_kernels.c)
 SOURCES = ("aot_kernels.c", "aot_kernels_impl.h")
 FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-std=c11", "-pthread")
 OPENMP = ("-fopenmp",)
@@ -124,6 +127,10 @@ def _load() -> ctypes.CDLL | None:
             stacklevel=3,
         )
         return None
+    if lib.aot_kernels_nmax() != NMAX:  # a library from other sources: the cache key should prevent it
+        warnings.warn(f"opzoo-aot: the CPU kernel library at {build_library()} does not match this version; "
+                      f"using the PyTorch implementation", RuntimeWarning, stacklevel=3)
+        return None
     for name, (argtypes, restype) in SIGNATURES.items():
         for suffix in ("_f32", "_f64"):
             fn = getattr(lib, name + suffix)
@@ -141,9 +148,6 @@ def kernels() -> ctypes.CDLL | None:
     return _load() if kernels_enabled() else None
 
 
-NMAX = 16  # the largest number of streams the kernels take (csrc/aot_kernels.c)
-
-
 class Kernels:
     """The forward and backward functions of one kernel family for one dtype."""
 
@@ -156,8 +160,6 @@ class Kernels:
 
 @functools.lru_cache(maxsize=None)
 def _family(family: str, dtype) -> Kernels | None:
-    import torch
-
     suffix = {torch.float32: "_f32", torch.float64: "_f64"}.get(dtype)
     lib = _load()
     return None if suffix is None or lib is None else Kernels(lib, family, suffix)
@@ -166,8 +168,6 @@ def _family(family: str, dtype) -> Kernels | None:
 def _kernel(family: str, n: int, first, tensors) -> Kernels | None:
     """The kernels for these tensors when they take them (CPU, one float dtype, ``n <= NMAX``, not
     under torch.compile), else None: the caller runs its PyTorch implementation."""
-    import torch
-
     if first.device.type != "cpu" or n > NMAX or not kernels_enabled() or torch.compiler.is_compiling():
         return None
     dtype = first.dtype
@@ -196,16 +196,12 @@ class SubLayerKernels:
 
 @functools.lru_cache(maxsize=None)
 def _sublayer_kernels() -> SubLayerKernels | None:
-    import torch
-
     families = [_family(name, torch.float32) for name in ("streams", "coefficients", "carry")]
     return None if None in families else SubLayerKernels(*families)
 
 
 def sublayer_kernels(streams, others) -> SubLayerKernels | None:
     """The kernels for a fused sub-layer when every tensor is a float32 CPU tensor, else None."""
-    import torch
-
     if streams.dtype != torch.float32 or _kernel("streams", streams.shape[1], streams, others) is None:
         return None
     return _sublayer_kernels()
@@ -236,8 +232,6 @@ def _pool_limit_mb() -> int:
 def pooled_empty(like, *shape: int):
     """An uninitialized contiguous tensor of ``like``'s dtype on CPU, from the caching pool when it
     is large and the kernels are loaded (else from PyTorch's allocator)."""
-    import torch
-
     bits = {torch.float32: 32, torch.float64: 64}.get(like.dtype)
     lib = _load() if kernels_enabled() else None
     numel = math.prod(shape)
