@@ -83,8 +83,7 @@ class _CoefficientsCPU(torch.autograd.Function):
             b, n, n * d, iters, *[params[i].data_ptr() for i in keep], *[outputs[i].data_ptr() for i in (0, 1, 3, 4, 5, 6)],
             *map(cpu_kernels.ptr, incoming), *[g.data_ptr() for g in grads],
         )
-        if status:
-            raise MemoryError("opzoo-aot: the coefficient kernel's backward could not allocate its workspace")
+        cpu_kernels.check_status(status, "coefficient")
         return (*grads, None, None, None)
 
 

@@ -212,6 +212,12 @@ def ptr(tensor) -> int | None:
     return None if tensor is None else tensor.data_ptr()
 
 
+def check_status(status: int, what: str) -> None:
+    """Kernels return 1 when their workspace allocation failed."""
+    if status:
+        raise MemoryError(f"opzoo-aot: the {what} kernel could not allocate its workspace")
+
+
 ENV_POOL = "OPZOO_AOT_POOL_MB"
 POOL_MIN_BYTES = 1 << 18  # smaller tensors come from PyTorch's allocator as usual
 _capsule_new = ctypes.pythonapi.PyCapsule_New

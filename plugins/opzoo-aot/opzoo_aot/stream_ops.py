@@ -41,11 +41,6 @@ def _contiguous(*tensors):
     return [None if t is None else t.contiguous() for t in tensors]
 
 
-def _check(status: int, what: str) -> None:
-    if status:
-        raise MemoryError(f"opzoo-aot: the stream kernel's {what} could not allocate its workspace")
-
-
 class _CombineStreamsCPU(torch.autograd.Function):
     """The map through ``aot_streams_forward/backward`` (csrc/aot_kernels_impl.h)."""
 
@@ -55,9 +50,9 @@ class _CombineStreamsCPU(torch.autograd.Function):
         b, n, f = streams.shape
         current = cpu_kernels.pooled_empty(streams, b, n, f) if H is not None and need_current else None
         u = cpu_kernels.pooled_empty(streams, b, f) if h is not None else None
-        p = cpu_kernels.ptr
-        _check(kernel.forward(b, n, f, p(streams), p(y), p(H), p(h_post), p(h), p(current), p(u),
-                              torch.get_num_threads()), "forward")
+        p, threads = cpu_kernels.ptr, torch.get_num_threads()
+        status = kernel.forward(b, n, f, p(streams), p(y), p(H), p(h_post), p(h), p(current), p(u), threads)
+        cpu_kernels.check_status(status, "stream")
         ctx.save_for_backward(streams, y, H, h_post, h)
         ctx.kernel = kernel
         return current, u
@@ -76,9 +71,10 @@ class _CombineStreamsCPU(torch.autograd.Function):
         gH = new(b, n, n) if need[2] and H is not None else None
         ghp = new(b, n) if need[3] and h_post is not None else None
         gh = new(b, n) if need[4] and h is not None else None
-        p = cpu_kernels.ptr
-        _check(ctx.kernel.backward(b, n, f, p(streams), p(y), p(H), p(h_post), p(h), p(grad_current), p(grad_u),
-                                   p(gX), p(gy), p(gH), p(ghp), p(gh), torch.get_num_threads()), "backward")
+        p, threads = cpu_kernels.ptr, torch.get_num_threads()
+        status = ctx.kernel.backward(b, n, f, p(streams), p(y), p(H), p(h_post), p(h), p(grad_current), p(grad_u),
+                                     p(gX), p(gy), p(gH), p(ghp), p(gh), threads)
+        cpu_kernels.check_status(status, "stream")
         if ghp is not None and y is None:
             ghp.zero_()  # h_post scales y, which was None
         return gX, gy, gH, ghp, gh, None, None
