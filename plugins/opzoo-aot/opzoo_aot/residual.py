@@ -66,7 +66,7 @@ def _check_dim(dim: Any) -> int:
 
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)  # tensors do not compare to a bool
 class AOTState:
     """The AOT residual state between sub-layers (DESIGN §6.3), made by :meth:`AOTStreams.expand`.
 
