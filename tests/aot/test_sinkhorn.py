@@ -118,3 +118,28 @@ def test_hand_written_backward_matches_autograd_through_the_iterations(scale):
     torch.testing.assert_close(fast, reference, rtol=1e-4, atol=1e-6)
     (twice,) = torch.autograd.grad((sinkhorn_knopp(logits, 20, compile=False) * weights).sum(), logits)
     torch.testing.assert_close(twice, fast, rtol=0, atol=0)
+
+
+@pytest.mark.slow
+def test_compiled_coefficients_fuse_the_sinkhorn_iterations():
+    """The CUDA default (torch.compile of the coefficient path), lowered here by inductor for CPU:
+    projections, gates and the 20 Sinkhorn iterations become a few fused kernels and one matmul,
+    not the ~100 separate launches of the eager loop."""
+    import re
+
+    from opzoo_aot import AOTResidual
+    from opzoo_aot.coefficients import stream_coefficients
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    residual = AOTResidual(64, index=1)
+    params = [p.detach().float() for p in residual._coefficient_parameters()]
+    pooled = torch.randn(3, 4, 64)
+    compiled = torch.compile(stream_coefficients, fullgraph=True, dynamic=True)
+    result, sources = run_and_get_code(compiled, pooled, *params, residual.eps, residual.sinkhorn_iters)
+    code = "\n".join(sources)
+    fused = set(re.findall(r"cpp_fused_\w+", code))
+    assert 1 <= len(fused) <= 4, sorted(fused)
+    assert len(re.findall(r"extern_kernels\.\w+\(", code)) <= 2  # the projection matmul
+    for a, b in zip(result, stream_coefficients(pooled, *params, residual.eps, residual.sinkhorn_iters)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
