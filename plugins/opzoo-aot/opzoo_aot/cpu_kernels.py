@@ -59,7 +59,16 @@ class KernelBuildError(RuntimeError):
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("OPZOO_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "opzoo"
+    """``$OPZOO_CACHE_DIR/aot-kernels``, else under ``$XDG_CACHE_HOME``, ``~/.cache`` or the temp dir."""
+    root = os.environ.get("OPZOO_CACHE_DIR")
+    if not root:
+        base = os.environ.get("XDG_CACHE_HOME")
+        if not base:
+            try:
+                base = str(Path.home() / ".cache")
+            except RuntimeError:  # no home directory (some containers)
+                base = tempfile.gettempdir()
+        root = str(Path(base) / "opzoo")
     return Path(root) / "aot-kernels"
 
 
