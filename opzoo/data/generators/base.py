@@ -35,6 +35,13 @@ class PDEGenerator(abc.ABC):
         self.device = torch.device(device)
         self.dtype = dtype
 
+    def _set_resolution(self, res: int, solver_res: int | None) -> None:
+        """``self.res`` (written grid) and ``self.solver_res`` (solved grid, a multiple of it; default ``res``)."""
+        self.res = int(res)
+        self.solver_res = int(solver_res or res)
+        if self.solver_res % self.res:
+            raise ValueError(f"solver_res {self.solver_res} must be a multiple of res {self.res}")
+
     @property
     @abc.abstractmethod
     def spatial_shape(self) -> tuple[int, ...]:

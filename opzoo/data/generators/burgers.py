@@ -46,10 +46,7 @@ class Burgers1D(PDEGenerator):
         dtype: torch.dtype = torch.float64,
     ):
         super().__init__(device, dtype)
-        self.res = int(res)
-        self.solver_res = int(solver_res or res)
-        if self.solver_res % self.res:
-            raise ValueError(f"solver_res {self.solver_res} must be a multiple of res {self.res}")
+        self._set_resolution(res, solver_res)
         self.nu = float(nu)
         self.steps, self.t_end, self.include_initial = int(steps), float(t_end), include_initial
         self.alpha, self.tau, self.sigma = float(alpha), float(tau), float(sigma)

@@ -53,10 +53,7 @@ class NavierStokes2D(PDEGenerator):
         dtype: torch.dtype = torch.float64,
     ):
         super().__init__(device, dtype)
-        self.res = int(res)
-        self.solver_res = int(solver_res or res)
-        if self.solver_res % self.res:
-            raise ValueError(f"solver_res {self.solver_res} must be a multiple of res {self.res}")
+        self._set_resolution(res, solver_res)
         if forcing not in ("fno", "none"):
             raise ValueError(f"forcing must be 'fno' or 'none', got {forcing!r}")
         self.nu = float(nu)

@@ -49,6 +49,36 @@ def compiled_coefficients():
     return torch.compile(stream_coefficients, fullgraph=True, dynamic=True)
 
 
+def run_coefficients(kernel, pooled: Tensor, params: list[Tensor], eps: float, iters: int) -> list[Tensor]:
+    """``aot_coefficients_forward`` on contiguous inputs: ``[h_pre, h_post, H_res]`` followed by what
+    the backward needs (``z``, ``1/rms``, the projections and the Sinkhorn iterates)."""
+    b, n, d = pooled.shape
+    new = pooled.new_empty
+    out = [new(b, n), new(b, n), new(b, n, n), new(b, n * d), new(b), new(b, 2 * n + n * n), new(b, 2 * iters, n, n)]
+    kernel.forward(b, n, n * d, iters, eps, pooled.data_ptr(), *[t.data_ptr() for t in params],
+                   *[t.data_ptr() for t in out])
+    return out
+
+
+def run_coefficients_backward(kernel, params: list[Tensor], saved: list[Tensor], grad_h_pre: Tensor | None,
+                              grad_h_post: Tensor | None, grad_H: Tensor | None) -> list[Tensor]:
+    """``aot_coefficients_backward``: ``[grad_pooled, *grad_params]`` from :func:`run_coefficients`'s output."""
+    h_pre, h_post, _, z, rinv, proj, iterates = saved
+    b, n = h_pre.shape
+    d, iters = z.shape[1] // n, iterates.shape[1] // 2
+    grads = [z.new_empty(b, n, d)] + [torch.empty_like(t) for t in params]
+    # contiguous copies stay referenced until the kernel returns (a pointer does not keep them alive)
+    incoming = [None if g is None else g.contiguous() for g in (grad_h_pre, grad_h_post, grad_H)]
+    phi_pre, phi_post, phi_res, b_pre, _, _, alpha_pre, alpha_post, alpha_res = params
+    status = kernel.backward(
+        b, n, n * d, iters, *[t.data_ptr() for t in (phi_pre, phi_post, phi_res, b_pre, alpha_pre, alpha_post, alpha_res)],
+        *[t.data_ptr() for t in (h_pre, h_post, z, rinv, proj, iterates)], *map(cpu_kernels.ptr, incoming),
+        *[g.data_ptr() for g in grads],
+    )
+    cpu_kernels.check_status(status, "coefficient")
+    return grads
+
+
 class _CoefficientsCPU(torch.autograd.Function):
     """The equations through ``aot_coefficients_forward/backward`` (csrc/aot_kernels_impl.h)."""
 
@@ -57,33 +87,16 @@ class _CoefficientsCPU(torch.autograd.Function):
                 alpha_res, eps, iters, kernel):
         params = [t.contiguous() for t in (phi_pre, phi_post, phi_res, b_pre, b_post, b_res, alpha_pre,
                                            alpha_post, alpha_res)]
-        pooled = pooled.contiguous()
-        b, n, d = pooled.shape
-        new = pooled.new_empty
-        # h_pre, h_post, H_res, then what the backward needs: z, 1/rms, projections, Sinkhorn iterates
-        out = [new(b, n), new(b, n), new(b, n, n), new(b, n * d), new(b), new(b, 2 * n + n * n),
-               new(b, 2 * iters, n, n)]
-        kernel.forward(b, n, n * d, iters, eps, pooled.data_ptr(), *[t.data_ptr() for t in params],
-                       *[t.data_ptr() for t in out])
+        out = run_coefficients(kernel, pooled.contiguous(), params, eps, iters)
         ctx.save_for_backward(*params, *out)
-        ctx.dims, ctx.kernel = (b, n, d, iters), kernel
+        ctx.kernel = kernel
         return out[0], out[1], out[2]
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_h_pre, grad_h_post, grad_H):
         saved = ctx.saved_tensors
-        params, outputs = saved[:9], saved[9:]
-        b, n, d, iters = ctx.dims
-        grads = [params[0].new_empty(b, n, d)] + [torch.empty_like(t) for t in params]
-        # contiguous copies stay referenced until the kernel returns (a pointer does not keep them alive)
-        incoming = [None if g is None else g.contiguous() for g in (grad_h_pre, grad_h_post, grad_H)]
-        keep = (0, 1, 2, 3, 6, 7, 8)  # phi_pre, phi_post, phi_res, b_pre, alpha_pre, alpha_post, alpha_res
-        status = ctx.kernel.backward(
-            b, n, n * d, iters, *[params[i].data_ptr() for i in keep], *[outputs[i].data_ptr() for i in (0, 1, 3, 4, 5, 6)],
-            *map(cpu_kernels.ptr, incoming), *[g.data_ptr() for g in grads],
-        )
-        cpu_kernels.check_status(status, "coefficient")
+        grads = run_coefficients_backward(ctx.kernel, saved[:9], saved[9:], grad_h_pre, grad_h_post, grad_H)
         return (*grads, None, None, None)
 
 

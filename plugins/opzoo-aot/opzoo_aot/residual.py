@@ -64,8 +64,6 @@ def _check_dim(dim: Any) -> int:
     return dim
 
 
-
-
 @dataclasses.dataclass(eq=False)  # tensors do not compare to a bool
 class AOTState:
     """The AOT residual state between sub-layers (DESIGN §6.3), made by :meth:`AOTStreams.expand`.
@@ -210,7 +208,7 @@ class AOTResidual(opzoo.Residual):
 
     def _coefficients(self, pooled: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``pooled [B, n, D]`` float32 -> the coefficients (see :mod:`opzoo_aot.coefficients`)."""
-        params = [p.float() for p in self._coefficient_parameters()]
+        params = self._float_parameters()
         if use_compiled(self.compile, pooled.device):
             return compiled_coefficients()(pooled, *params, self.eps, self.sinkhorn_iters)
         fast = coefficients_cpu(pooled, *params, eps=self.eps, iters=self.sinkhorn_iters)
@@ -221,6 +219,10 @@ class AOTResidual(opzoo.Residual):
     def _coefficient_parameters(self) -> tuple[Tensor, ...]:
         return (self.phi_pre, self.phi_post, self.phi_res, self.b_pre, self.b_post, self.b_res,
                 self.alpha_pre, self.alpha_post, self.alpha_res)
+
+    def _float_parameters(self) -> list[Tensor]:
+        """The coefficient parameters in float32 (the coefficients are float32 under any autocast)."""
+        return [p.float() for p in self._coefficient_parameters()]
 
     def _combine(self, *args):
         if use_compiled(self.compile, args[0].device):
@@ -238,9 +240,8 @@ class AOTResidual(opzoo.Residual):
             y_prev = state.y.reshape(b, -1).to(dtype) if pending else None
             fused = None
             if not use_compiled(self.compile, streams.device):
-                params = [p.float() for p in self._coefficient_parameters()]
-                fused = fused_sublayer(flat, y_prev, state.H_res, state.h_post, state.pooled, params, self.eps,
-                                       self.sinkhorn_iters)
+                fused = fused_sublayer(flat, y_prev, state.H_res, state.h_post, state.pooled,
+                                       self._float_parameters(), self.eps, self.sinkhorn_iters)
             if fused is not None:
                 current, u, h_post, H_res, pooled = fused
             else:

@@ -41,43 +41,56 @@ def _contiguous(*tensors):
     return [None if t is None else t.contiguous() for t in tensors]
 
 
+def run_streams(kernel, streams: Tensor, y: Tensor | None, H: Tensor | None, h_post: Tensor | None,
+                h: Tensor | None, need_current: bool) -> tuple[Tensor | None, Tensor | None]:
+    """``aot_streams_forward`` on contiguous inputs: ``(current or None, u or None)``."""
+    b, n, f = streams.shape
+    current = cpu_kernels.pooled_empty(streams, b, n, f) if H is not None and need_current else None
+    u = cpu_kernels.pooled_empty(streams, b, f) if h is not None else None
+    p = cpu_kernels.ptr
+    status = kernel.forward(b, n, f, p(streams), p(y), p(H), p(h_post), p(h), p(current), p(u), torch.get_num_threads())
+    cpu_kernels.check_status(status, "stream")
+    return current, u
+
+
+def run_streams_backward(kernel, streams: Tensor, y: Tensor | None, H: Tensor | None, h_post: Tensor | None,
+                         h: Tensor | None, grad_current: Tensor | None, grad_u: Tensor | None,
+                         need: tuple[bool, ...]) -> tuple[Tensor | None, ...]:
+    """``aot_streams_backward``: ``(g_streams, g_y, g_H, g_h_post, g_h)``, each None unless ``need``
+    asks for it and the input exists."""
+    b, n, f = streams.shape
+    new = streams.new_empty
+    # contiguous copies stay referenced until the kernel returns
+    grad_current, grad_u = _contiguous(grad_current, grad_u)
+    g_streams = cpu_kernels.pooled_empty(streams, b, n, f) if need[0] else None
+    g_y = cpu_kernels.pooled_empty(streams, b, f) if need[1] and y is not None else None
+    g_H = new(b, n, n) if need[2] and H is not None else None
+    g_h_post = new(b, n) if need[3] and h_post is not None else None
+    g_h = new(b, n) if need[4] and h is not None else None
+    p = cpu_kernels.ptr
+    status = kernel.backward(b, n, f, p(streams), p(y), p(H), p(h_post), p(h), p(grad_current), p(grad_u),
+                             p(g_streams), p(g_y), p(g_H), p(g_h_post), p(g_h), torch.get_num_threads())
+    cpu_kernels.check_status(status, "stream")
+    if g_h_post is not None and y is None:
+        g_h_post.zero_()  # h_post scales y, which was None
+    return g_streams, g_y, g_H, g_h_post, g_h
+
+
 class _CombineStreamsCPU(torch.autograd.Function):
     """The map through ``aot_streams_forward/backward`` (csrc/aot_kernels_impl.h)."""
 
     @staticmethod
     def forward(ctx, streams, y, H, h_post, h, need_current, kernel):
-        streams, y, H, h_post, h = _contiguous(streams, y, H, h_post, h)
-        b, n, f = streams.shape
-        current = cpu_kernels.pooled_empty(streams, b, n, f) if H is not None and need_current else None
-        u = cpu_kernels.pooled_empty(streams, b, f) if h is not None else None
-        p, threads = cpu_kernels.ptr, torch.get_num_threads()
-        status = kernel.forward(b, n, f, p(streams), p(y), p(H), p(h_post), p(h), p(current), p(u), threads)
-        cpu_kernels.check_status(status, "stream")
-        ctx.save_for_backward(streams, y, H, h_post, h)
+        inputs = _contiguous(streams, y, H, h_post, h)
+        ctx.save_for_backward(*inputs)
         ctx.kernel = kernel
-        return current, u
+        return run_streams(kernel, *inputs, need_current)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_current, grad_u):
-        streams, y, H, h_post, h = ctx.saved_tensors
-        need = ctx.needs_input_grad
-        # contiguous copies stay referenced until the kernel returns
-        grad_current, grad_u = _contiguous(grad_current, grad_u)
-        b, n, f = streams.shape
-        new = streams.new_empty
-        gX = cpu_kernels.pooled_empty(streams, b, n, f) if need[0] else None
-        gy = cpu_kernels.pooled_empty(streams, b, f) if need[1] and y is not None else None
-        gH = new(b, n, n) if need[2] and H is not None else None
-        ghp = new(b, n) if need[3] and h_post is not None else None
-        gh = new(b, n) if need[4] and h is not None else None
-        p, threads = cpu_kernels.ptr, torch.get_num_threads()
-        status = ctx.kernel.backward(b, n, f, p(streams), p(y), p(H), p(h_post), p(h), p(grad_current), p(grad_u),
-                                     p(gX), p(gy), p(gH), p(ghp), p(gh), threads)
-        cpu_kernels.check_status(status, "stream")
-        if ghp is not None and y is None:
-            ghp.zero_()  # h_post scales y, which was None
-        return gX, gy, gH, ghp, gh, None, None
+        grads = run_streams_backward(ctx.kernel, *ctx.saved_tensors, grad_current, grad_u, ctx.needs_input_grad)
+        return (*grads, None, None)
 
 
 def combine_streams(streams: Tensor, y: Tensor | None = None, H: Tensor | None = None,
@@ -93,41 +106,13 @@ def combine_streams(streams: Tensor, y: Tensor | None = None, H: Tensor | None =
     return (streams if H is None and need_current else current), u
 
 
-class _CarryPooled(torch.autograd.Function):
-    """``pooled' = H pooled + h_post ⊗ mean_S(y)``: ``y [B, S, D], H [B, n, n], h_post [B, n],
-    pooled [B, n, D] -> [B, n, D]`` in the dtype of ``pooled`` (float32 in the residual). One node; the gradient reaching ``y`` is a broadcast
-    view, which autograd adds into y's other gradient in place."""
-
-    @staticmethod
-    def forward(ctx, y, H, h_post, pooled):
-        y_mean = y.mean(dim=1, dtype=pooled.dtype)  # [B, D]
-        ctx.save_for_backward(H, h_post, pooled, y_mean)
-        ctx.y_shape, ctx.y_dtype = y.shape, y.dtype
-        return torch.baddbmm(h_post.unsqueeze(-1) * y_mean.unsqueeze(1), H, pooled)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad):
-        H, h_post, pooled, y_mean = ctx.saved_tensors
-        b, s, d = ctx.y_shape
-        need = ctx.needs_input_grad
-        grad_y = grad_H = grad_h_post = grad_pooled = None
-        if need[0]:
-            grad_mean = torch.bmm(h_post.unsqueeze(1), grad).squeeze(1)  # [B, D]
-            grad_y = (grad_mean / s).to(ctx.y_dtype).unsqueeze(1).expand(b, s, d)
-        if need[1]:
-            grad_H = torch.bmm(grad, pooled.transpose(1, 2))
-        if need[2]:
-            grad_h_post = torch.bmm(grad, y_mean.unsqueeze(-1)).squeeze(-1)
-        if need[3]:
-            grad_pooled = torch.bmm(H.transpose(1, 2), grad)
-        return grad_y, grad_H, grad_h_post, grad_pooled
-
-
 def carry_pooled(y: Tensor, H: Tensor, h_post: Tensor, pooled: Tensor) -> Tensor:
-    """The spatial mean of the updated streams from the old one: ``[B, S, D], [B, n, n], [B, n],
-    [B, n, D] -> [B, n, D]``, exact by linearity (``mean_S(H X + h_post y) = H mean_S(X) + h_post mean_S(y)``)."""
-    return _CarryPooled.apply(y, H, h_post, pooled)
+    """The spatial mean of the updated streams from the old one: ``y [B, S, D], H [B, n, n],
+    h_post [B, n], pooled [B, n, D] -> [B, n, D]`` in ``pooled``'s dtype, exact by linearity
+    (``mean_S(H X + h_post y) = H mean_S(X) + h_post mean_S(y)``). The CPU kernels' path fuses it;
+    this is the PyTorch form."""
+    y_mean = y.mean(dim=1, dtype=pooled.dtype)  # [B, D]
+    return torch.baddbmm(h_post.unsqueeze(-1) * y_mean.unsqueeze(1), H, pooled)
 
 
 def pool_streams(streams: Tensor, dim: int) -> Tensor:
