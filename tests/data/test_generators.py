@@ -270,3 +270,13 @@ def test_generators_run_on_gpu(kind):
     inputs = torch.stack([cpu.sample_input(torch.Generator().manual_seed(i)) for i in range(2)])
     a, b = cpu.solve(inputs), gpu.solve(inputs.cuda()).cpu()
     assert float((a - b).norm() / a.norm()) < 1e-8
+
+
+@pytest.mark.parametrize("kind", ["ns", "burgers"])
+def test_solver_grid_must_be_a_multiple_of_the_written_grid(kind):
+    from opzoo.data.generators import make_generator
+
+    with pytest.raises(ValueError, match="solver_res 100 must be a multiple of res 64"):
+        make_generator(kind, res=64, solver_res=100)
+    assert make_generator(kind, res=32, solver_res=64).solver_res == 64
+    assert make_generator(kind, res=32).solver_res == 32
