@@ -18,6 +18,7 @@ from .errors import (
     UnknownNameError,
     WeightsError,
 )
+from .backbones.pot import pot_preset_args
 from .factory import create_model, list_models, load
 from .grid import append_grid
 from .hookspecs import hookimpl
@@ -42,7 +43,7 @@ __all__ = [
     "__version__", "load", "list_models", "create_model", "from_pretrained", "save_pretrained", "push_to_hub",
     "hookimpl", "get_registry", "get_plugin_host", "reset_plugins", "Registry", "PretrainedSource",
     "ModelConfig", "Backbone", "Mixer", "Residual", "StreamAdapter", "IdentityStreams", "Router", "Routing",
-    "ConvertedCheckpoint", "convert_to_repo", "safe_torch_load", "append_grid",
+    "ConvertedCheckpoint", "convert_to_repo", "safe_torch_load", "append_grid", "pot_preset_args",
     "OpzooError", "UnknownNameError", "RegistryConflictError", "ConfigError", "WeightsError", "HubError",
     "CheckpointError", "OptimizerHook", "StepContext",
 ]

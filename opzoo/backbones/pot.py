@@ -11,6 +11,7 @@ The latent between blocks is channels-last, ``[B, *S/p, D]``, as every Mixer exp
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any, Literal
 
@@ -77,6 +78,30 @@ class PotConfig(ModelConfig):
                      "in_timesteps", "out_timesteps"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
+
+
+# DPOT's pretraining setup, shared by every preset on the POT backbone (DESIGN §6.2): 128x128 inputs
+# of 4 channels and 10 steps, patch 8, 32 Fourier modes, 12 dataset classes
+_DPOT_SETUP: dict[str, Any] = dict(
+    in_channels=4, out_channels=4, in_timesteps=10, out_timesteps=1,
+    spatial_dims=2, img_size=[128, 128], patch_size=8, n_cls=12,
+    act="gelu", time_agg="exp_mlp", normalize=False, block="dpot",
+    mixer="fourier-attention", residual="plain", residual_args={},
+)
+
+
+def pot_preset_args(width: int, depth: int, n_blocks: int, mlp_ratio: float, out_layer_dim: int,
+                    **overrides: Any) -> dict[str, Any]:
+    """The config of a POT preset at DPOT's dims (a row of DESIGN §6.2's table) and pretraining
+    setup: DPOT's network by default; ``overrides`` replace fields, e.g. ``block="sandwich",
+    residual="aot"``. ``n_blocks`` is the Fourier-attention head count (``mixer_args``)."""
+    unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(PotConfig)})
+    if unknown:
+        raise ConfigError(f"pot_preset_args: unknown POT config field(s) {', '.join(map(repr, unknown))}")
+    args = copy.deepcopy(_DPOT_SETUP)  # callers may edit the lists and dicts they get
+    args.update(width=width, depth=depth, mlp_ratio=mlp_ratio, out_layer_dim=out_layer_dim,
+                mixer_args={"n_blocks": n_blocks, "modes": 32}, **overrides)
+    return args
 
 
 def _conv(spatial_dims: int) -> type[nn.Module]:
@@ -361,5 +386,5 @@ def _init_linear(module: nn.Module) -> None:
             nn.init.zeros_(module.bias)
 
 
-__all__ = ["PotConfig", "PotBackbone", "DpotBlock", "SandwichBlock", "TimeAggregator", "PatchEmbed",
+__all__ = ["PotConfig", "PotBackbone", "pot_preset_args", "DpotBlock", "SandwichBlock", "TimeAggregator", "PatchEmbed",
            "ChannelsLastGroupNorm", "ACTIVATIONS", "make_activation"]

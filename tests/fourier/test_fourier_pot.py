@@ -32,6 +32,27 @@ def test_presets_point_at_the_official_weights():
         assert (src.repo_id, src.filename, src.converter) == ("hzk17/DPOT", file, "dpot")
 
 
+def test_pot_preset_args_is_dpots_setup_at_given_dims():
+    """The public helper the preset plugins share: DPOT's setup (DPOT §4 / official configs) at one
+    row of dims, ``overrides`` replacing fields, a fresh dict each call, unknown fields rejected."""
+    args = opzoo.pot_preset_args(1024, 6, 8, 1.0, 32)
+    assert args == dict(
+        in_channels=4, out_channels=4, in_timesteps=10, out_timesteps=1, spatial_dims=2, img_size=[128, 128],
+        patch_size=8, width=1024, depth=6, mlp_ratio=1.0, out_layer_dim=32, n_cls=12, act="gelu",
+        time_agg="exp_mlp", normalize=False, block="dpot", mixer="fourier-attention",
+        mixer_args={"n_blocks": 8, "modes": 32}, residual="plain", residual_args={},
+    )
+    assert args == opzoo.get_registry().preset("dpot-s").args
+    sandwich = opzoo.pot_preset_args(1024, 6, 8, 1.0, 32, block="sandwich", residual="aot", residual_args={"n": 2})
+    assert sandwich == {**args, "block": "sandwich", "residual": "aot", "residual_args": {"n": 2}}
+    args["img_size"].append(3)
+    args["residual_args"]["n"] = 7
+    assert opzoo.pot_preset_args(1024, 6, 8, 1.0, 32)["img_size"] == [128, 128]
+    assert opzoo.pot_preset_args(1024, 6, 8, 1.0, 32)["residual_args"] == {}
+    with pytest.raises(opzoo.ConfigError, match="'widht'"):
+        opzoo.pot_preset_args(512, 4, 4, 1.0, 32, widht=256)
+
+
 def test_dpot_block_is_one_residual_around_the_whole_branch():
     torch.manual_seed(0)
     model = opzoo.create_model("pot", **SMALL)

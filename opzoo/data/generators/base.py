@@ -22,7 +22,10 @@ from opzoo.data.errors import GeneratorError
 
 
 class PDEGenerator(abc.ABC):
-    """One PDE family. Subclasses set the class attributes and implement the two methods."""
+    """One PDE family. Subclasses set the class attributes and ``res`` (and ``steps``, ``t_end``
+    for the default :attr:`times`), and implement :meth:`params`, :meth:`sample_input` and
+    :meth:`solve`; they override :attr:`spatial_shape` and :attr:`times` when their grid or frames
+    differ."""
 
     #: registry name (``opzoo data generate KIND``)
     kind: str = ""
@@ -30,6 +33,10 @@ class PDEGenerator(abc.ABC):
     version: str = "1"
     pde: str = ""
     fields: Sequence[str] = ()
+    #: number of spatial axes of the written grid
+    spatial_ndim: int = 2
+    #: whether the recorded frames start with the initial condition
+    include_initial: bool = True
 
     def __init__(self, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float64):
         self.device = torch.device(device)
@@ -43,14 +50,16 @@ class PDEGenerator(abc.ABC):
             raise ValueError(f"solver_res {self.solver_res} must be a multiple of res {self.res}")
 
     @property
-    @abc.abstractmethod
     def spatial_shape(self) -> tuple[int, ...]:
-        """``S`` of the written trajectories."""
+        """``S`` of the written trajectories: ``res`` points along each of ``spatial_ndim`` axes."""
+        return (self.res,) * self.spatial_ndim
 
     @property
-    @abc.abstractmethod
     def times(self) -> np.ndarray:
-        """``[T]`` times of the recorded frames."""
+        """``[T]`` times of the recorded frames: ``steps`` equal intervals of ``[0, t_end]``, the
+        initial frame included unless ``include_initial`` is False."""
+        t = np.linspace(0.0, self.t_end, self.steps + 1)
+        return t if self.include_initial else t[1:]
 
     @property
     def spatial_dims(self) -> list[str]:

@@ -28,6 +28,7 @@ class Burgers1D(PDEGenerator):
     version = "1"
     pde = "burgers"
     fields = ("u",)
+    spatial_ndim = 1
 
     def __init__(
         self,
@@ -55,15 +56,6 @@ class Burgers1D(PDEGenerator):
         self._k = k.to(self.device)
         self._kmax = 2 * math.pi * ((self.solver_res - 1) // 3)
         self._dealias = dealias_mask((self.solver_res,), dtype).to(self.device)
-
-    @property
-    def spatial_shape(self) -> tuple[int]:
-        return (self.res,)
-
-    @property
-    def times(self) -> np.ndarray:
-        t = np.linspace(0.0, self.t_end, self.steps + 1)
-        return t if self.include_initial else t[1:]
 
     @property
     def coords(self) -> dict[str, np.ndarray]:

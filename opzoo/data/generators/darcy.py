@@ -55,10 +55,6 @@ class Darcy2D(PDEGenerator):
         self.h = 1.0 / (self.res - 1)
 
     @property
-    def spatial_shape(self) -> tuple[int, int]:
-        return (self.res, self.res)
-
-    @property
     def times(self) -> np.ndarray:
         return np.zeros(1)
 

@@ -62,14 +62,6 @@ class DiffusionReaction2D(PDEGenerator):
         self._k2 = (kx**2 + ky**2).to(self.device)
 
     @property
-    def spatial_shape(self) -> tuple[int, int]:
-        return (self.res, self.res)
-
-    @property
-    def times(self) -> np.ndarray:
-        return np.linspace(0.0, self.t_end, self.steps + 1)
-
-    @property
     def coords(self) -> dict[str, np.ndarray]:
         h = self.length / self.res
         x = -1.0 + h * (np.arange(self.res) + 0.5)

@@ -77,10 +77,6 @@ class NavierStokes2D(PDEGenerator):
 
     # -- metadata -----------------------------------------------------------------------------
     @property
-    def spatial_shape(self) -> tuple[int, int]:
-        return (self.res, self.res)
-
-    @property
     def times(self) -> np.ndarray:
         first = 0 if self.include_initial else 1
         return self.record_dt * np.arange(first, self.steps + 1, dtype=np.float64)

@@ -61,14 +61,6 @@ class ShallowWater2D(PDEGenerator):
         return ("h", "hu", "hv") if self.momentum else ("h",)
 
     @property
-    def spatial_shape(self) -> tuple[int, int]:
-        return (self.res, self.res)
-
-    @property
-    def times(self) -> np.ndarray:
-        return np.linspace(0.0, self.t_end, self.steps + 1)
-
-    @property
     def coords(self) -> dict[str, np.ndarray]:
         x = -self.length / 2 + self.dx * (np.arange(self.res) + 0.5)
         return {"x": x, "y": x}

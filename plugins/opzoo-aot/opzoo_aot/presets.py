@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from importlib.resources import files
 
+import opzoo
+
 CARDS = files("opzoo_aot") / "model_cards"
 
 # the paper's AOT hyper-parameters: n = 4 streams, 20 Sinkhorn iterations, gate init α = 0.01
@@ -20,16 +22,9 @@ ALIASES = {"aot-pot-t": ("aot-pot-ti",)}
 
 
 def aot_pot_args(name: str) -> dict:
-    """The POT config of preset ``name`` (img 128, patch 8, modes 32, C 4, T_in 10, n_cls 12)."""
-    width, depth, n_blocks, mlp_ratio, out_layer_dim = AOT_POT_SIZES[name]
-    return dict(
-        in_channels=4, out_channels=4, in_timesteps=10, out_timesteps=1,
-        spatial_dims=2, img_size=[128, 128], patch_size=8,
-        width=width, depth=depth, mlp_ratio=mlp_ratio, out_layer_dim=out_layer_dim, n_cls=12,
-        act="gelu", time_agg="exp_mlp", normalize=False, block="sandwich",
-        mixer="fourier-attention", mixer_args={"n_blocks": n_blocks, "modes": 32},
-        residual="aot", residual_args=dict(AOT_RESIDUAL_ARGS),
-    )
+    """The POT config of preset ``name``: DPOT's dims and setup with sandwich blocks and AOT residuals."""
+    return opzoo.pot_preset_args(*AOT_POT_SIZES[name], block="sandwich", residual="aot",
+                                 residual_args=dict(AOT_RESIDUAL_ARGS))
 
 
 def register_presets(registry) -> None:

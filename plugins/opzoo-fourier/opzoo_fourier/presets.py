@@ -23,15 +23,8 @@ FNO_MODES = {1: 16, 2: 12, 3: 8}  # the reference scripts' defaults (fourier_1d/
 
 
 def dpot_args(name: str) -> dict:
-    width, depth, n_blocks, mlp_ratio, out_layer_dim = DPOT_SIZES[name]
-    return dict(
-        in_channels=4, out_channels=4, in_timesteps=10, out_timesteps=1,
-        spatial_dims=2, img_size=[128, 128], patch_size=8,
-        width=width, depth=depth, mlp_ratio=mlp_ratio, out_layer_dim=out_layer_dim, n_cls=12,
-        act="gelu", time_agg="exp_mlp", normalize=False, block="dpot",
-        mixer="fourier-attention", mixer_args={"n_blocks": n_blocks, "modes": 32},
-        residual="plain", residual_args={},
-    )
+    """The POT config of DPOT preset ``name``: DPOT's network at its dims."""
+    return opzoo.pot_preset_args(*DPOT_SIZES[name])
 
 
 def register_presets(registry) -> None:
