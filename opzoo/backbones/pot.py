@@ -100,7 +100,8 @@ def pot_preset_args(width: int, depth: int, n_blocks: int, mlp_ratio: float, out
         raise ConfigError(f"pot_preset_args: unknown POT config field(s) {', '.join(map(repr, unknown))}")
     args = copy.deepcopy(_DPOT_SETUP)  # callers may edit the lists and dicts they get
     args.update(width=width, depth=depth, mlp_ratio=mlp_ratio, out_layer_dim=out_layer_dim,
-                mixer_args={"n_blocks": n_blocks, "modes": 32}, **overrides)
+                mixer_args={"n_blocks": n_blocks, "modes": 32})
+    args.update(overrides)  # mixer_args too
     return args
 
 

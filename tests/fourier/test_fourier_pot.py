@@ -45,6 +45,8 @@ def test_pot_preset_args_is_dpots_setup_at_given_dims():
     assert args == opzoo.get_registry().preset("dpot-s").args
     sandwich = opzoo.pot_preset_args(1024, 6, 8, 1.0, 32, block="sandwich", residual="aot", residual_args={"n": 2})
     assert sandwich == {**args, "block": "sandwich", "residual": "aot", "residual_args": {"n": 2}}
+    other_mixer = opzoo.pot_preset_args(1024, 6, 8, 1.0, 32, mixer="pointwise-mlp", mixer_args={})
+    assert other_mixer == {**args, "mixer": "pointwise-mlp", "mixer_args": {}}
     args["img_size"].append(3)
     args["residual_args"]["n"] = 7
     assert opzoo.pot_preset_args(1024, 6, 8, 1.0, 32)["img_size"] == [128, 128]

@@ -24,11 +24,12 @@ def _coords(f: h5py.File, n_dims: int) -> dict[str, np.ndarray]:
     return {a: f[f"{a}-coordinate"][()] for a in AXES[:n_dims] if f"{a}-coordinate" in f}
 
 
-def _times(f: h5py.File, n_steps: int) -> np.ndarray | None:
-    """PDEBench's ``t-coordinate`` holds T + 1 edges in the CFD files and T frames elsewhere."""
-    if "t-coordinate" not in f:
+def _times(t_dataset: h5py.Dataset | None, n_steps: int) -> np.ndarray | None:
+    """The first ``n_steps`` times of a time coordinate (PDEBench's ``t-coordinate`` holds T + 1
+    edges in the CFD files and T frames elsewhere); None without one or when it is too short."""
+    if t_dataset is None:
         return None
-    t = np.asarray(f["t-coordinate"][()], dtype=np.float64).ravel()
+    t = np.asarray(t_dataset[()], dtype=np.float64).ravel()
     return t[:n_steps] if len(t) >= n_steps else None
 
 
@@ -56,7 +57,7 @@ class PDEBenchCFDSource(TrajectorySource):
                     f"([N, T, {', '.join(a.upper() for a in AXES[:n_dims])}])"
                 )
         n, steps, *spatial = ref.shape
-        times = _times(f, steps)
+        times = _times(f.get("t-coordinate"), steps)
         return SourceInfo(
             layout=self.layout,
             n_samples=n,
@@ -91,7 +92,7 @@ class PDEBenchTensorSource(TrajectorySource):
     def _validate(self, f: h5py.File) -> SourceInfo:
         ds = self._require(f, "tensor", (3, 4, 5), "[N, T, *S] with 1-3 spatial dims")
         n, steps, *spatial = ds.shape
-        times = _times(f, steps)
+        times = _times(f.get("t-coordinate"), steps)
         return SourceInfo(
             layout=self.layout,
             n_samples=n,
@@ -144,9 +145,7 @@ class PDEBenchGroupsSource(TrajectorySource):
         times = None
         coords: dict[str, np.ndarray] = {}
         if isinstance(grid, h5py.Group):
-            if "t" in grid:
-                t = np.asarray(grid["t"][()], dtype=np.float64).ravel()
-                times = t[:steps] if len(t) >= steps else None
+            times = _times(grid.get("t"), steps)
             coords = {a: grid[a][()] for a in AXES[: len(spatial)] if a in grid}
         return SourceInfo(
             layout=self.layout,
