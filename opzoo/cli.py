@@ -165,6 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     for add_commands in _command_providers():
         add_commands(sub)
+    from .plugins import get_plugin_host
+
+    get_plugin_host().add_commands(sub)
     return parser
 
 

@@ -30,3 +30,15 @@ def opzoo_register_components(registry):
 @hookspec
 def opzoo_register_models(registry):
     """Register presets with ``registry.register_model(name, backbone=..., args=..., ...)``."""
+
+
+@hookspec
+def opzoo_register_commands(subparsers):
+    """Add sub-commands to the ``opzoo`` command line.
+
+    ``subparsers`` is the ``argparse`` sub-parsers action of ``opzoo``: add a parser with
+    ``subparsers.add_parser(name, help=...)`` and give it ``set_defaults(func=fn)``, where
+    ``fn(args) -> int`` is the exit code. Raise :class:`opzoo.OpzooError` for a user's mistake:
+    it is printed as one line and the exit code is 2. A name another plugin (or the core)
+    already uses is an error naming both.
+    """

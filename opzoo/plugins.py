@@ -104,10 +104,62 @@ class PluginHost:
                         registry.forget(owner)
                         self._drop(owner, f"{hook_name} raised {type(e).__name__}: {e}")
 
+    def add_commands(self, subparsers: Any, taken: dict[str, str] | None = None) -> None:
+        """Run every loaded plugin's ``opzoo_register_commands`` on ``opzoo``'s sub-parsers.
+
+        ``taken`` maps the command names that already exist to their owner (default: every name
+        in ``subparsers``, owned by the core). A plugin taking a name already taken is a
+        :class:`RegistryConflictError` naming both; any other error in its hook is a warning, and
+        the commands it added before failing are removed.
+        """
+        owners = dict(taken) if taken is not None else {n: CORE_NAME for n in subparsers.choices}
+        for impl in self.pm.hook.opzoo_register_commands.get_hookimpls():
+            owner = self._owner.get(id(impl.plugin), impl.plugin_name)
+            adder = _CommandAdder(subparsers, owners, owner)
+            try:
+                impl.function(subparsers=adder)
+            except RegistryConflictError:
+                raise
+            except Exception as e:
+                adder.remove_added()
+                warnings.warn(f"opzoo plugin {owner!r}: opzoo_register_commands raised {type(e).__name__}: {e}",
+                              PluginLoadWarning, stacklevel=2)
+
     def _drop(self, dist: str, error: str) -> None:
         info = next(p for p in self.loaded if p.distribution == dist)
         self.loaded.remove(info)
         self._fail(info.name, dist, info.version, error)
+
+
+class _CommandAdder:
+    """What a plugin's ``opzoo_register_commands`` receives: ``add_parser`` of ``opzoo``'s
+    sub-parsers, refusing a name (or alias) that another owner already has."""
+
+    def __init__(self, subparsers: Any, owners: dict[str, str], owner: str):
+        self._subparsers = subparsers
+        self._owners = owners
+        self._owner = owner
+        self._added: list[str] = []
+
+    def add_parser(self, name: str, **kwargs: Any) -> Any:
+        for key in (name, *kwargs.get("aliases", ())):
+            if key in self._owners:
+                raise RegistryConflictError(
+                    f"command {key!r} is registered by both {self._owners[key]!r} and {self._owner!r}; "
+                    f"uninstall one of them or restrict loading with OPZOO_PLUGINS"
+                )
+        parser = self._subparsers.add_parser(name, **kwargs)
+        for key in (name, *kwargs.get("aliases", ())):
+            self._owners[key] = self._owner
+            self._added.append(key)
+        return parser
+
+    def remove_added(self) -> None:
+        for key in self._added:
+            self._subparsers.choices.pop(key, None)
+            self._owners.pop(key, None)
+        names = set(self._added)
+        self._subparsers._choices_actions[:] = [a for a in self._subparsers._choices_actions if a.dest not in names]
 
 
 _lock = threading.Lock()

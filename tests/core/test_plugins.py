@@ -81,3 +81,55 @@ def test_env_variable_parsing(monkeypatch):
     assert allowed_from_env() == set()
     monkeypatch.setenv("OPZOO_PLUGINS", "opzoo-aot, opzoo-fourier")
     assert allowed_from_env() == {"opzoo-aot", "opzoo-fourier"}
+
+
+COMMAND_PLUGIN = '''
+import opzoo
+
+def _hello(args):
+    print(f"hello {args.who}")
+    return 3
+
+@opzoo.hookimpl
+def opzoo_register_commands(subparsers):
+    p = subparsers.add_parser("{name}", help="say hello")
+    p.add_argument("who")
+    p.set_defaults(func=_hello)
+'''
+
+
+def test_a_plugin_adds_a_command_to_the_cli(tmp_path, monkeypatch, fresh_plugins, capsys):
+    from opzoo.cli import main
+
+    write_dist(tmp_path, "opzoo-hello", "1.0", "hello_plugin", COMMAND_PLUGIN.replace("{name}", "hello"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["hello", "world"]) == 3
+    assert capsys.readouterr().out == "hello world\n"
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "hello" in capsys.readouterr().out
+
+
+def test_a_plugin_command_taking_a_core_name_is_an_error_naming_both(tmp_path, monkeypatch, fresh_plugins):
+    from opzoo.cli import build_parser
+
+    write_dist(tmp_path, "opzoo-lister", "1.0", "lister_plugin", COMMAND_PLUGIN.replace("{name}", "list"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(RegistryConflictError, match=r"command 'list' is registered by both 'opzoo' and 'opzoo-lister'"):
+        build_parser()
+
+
+def test_a_plugin_whose_command_hook_raises_is_a_warning_and_adds_nothing(tmp_path, monkeypatch, fresh_plugins):
+    from opzoo.cli import build_parser
+
+    source = COMMAND_PLUGIN.replace("{name}", "half") + '''
+    raise ValueError("no more commands")
+'''
+    source = source.replace("    p.set_defaults(func=_hello)\n\n    raise", "    p.set_defaults(func=_hello)\n    raise")
+    write_dist(tmp_path, "opzoo-halfcmd", "1.0", "halfcmd_plugin", source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.warns(PluginLoadWarning, match=r"opzoo-halfcmd.*opzoo_register_commands raised ValueError: no more commands"):
+        parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    assert "half" not in sub.choices and "list" in sub.choices
+    assert "half" not in parser.format_help()
