@@ -18,12 +18,12 @@ from .errors import (
     UnknownNameError,
     WeightsError,
 )
-from .backbones.pot import pot_preset_args
+from .backbones.pot import PotConfig, pot_preset_args
 from .factory import create_model, list_models, load
 from .grid import append_grid
 from .hookspecs import hookimpl
 from .hub import from_pretrained, push_to_hub, save_pretrained
-from .interfaces import Backbone, IdentityStreams, Mixer, Residual, Router, Routing, StreamAdapter
+from .interfaces import Backbone, Block, FeedForward, IdentityStreams, Mixer, Residual, Router, Routing, StreamAdapter
 from .plugins import get_plugin_host, get_registry, reset_plugins
 from .registry import PretrainedSource, Registry
 
@@ -42,7 +42,7 @@ def __getattr__(name):
 __all__ = [
     "__version__", "load", "list_models", "create_model", "from_pretrained", "save_pretrained", "push_to_hub",
     "hookimpl", "get_registry", "get_plugin_host", "reset_plugins", "Registry", "PretrainedSource",
-    "ModelConfig", "Backbone", "Mixer", "Residual", "StreamAdapter", "IdentityStreams", "Router", "Routing",
+    "ModelConfig", "PotConfig", "Backbone", "Mixer", "FeedForward", "Block", "Residual", "StreamAdapter", "IdentityStreams", "Router", "Routing",
     "ConvertedCheckpoint", "convert_to_repo", "safe_torch_load", "append_grid", "pot_preset_args",
     "OpzooError", "UnknownNameError", "RegistryConflictError", "ConfigError", "WeightsError", "HubError",
     "CheckpointError", "OptimizerHook", "StepContext",

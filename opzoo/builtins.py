@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from importlib.resources import files
 
+from .backbones.blocks import DpotBlock, SandwichBlock
 from .backbones.pot import PotBackbone
 from .backbones.simple import SimpleOperator
+from .feedforward import MlpFeedForward
 from .hookspecs import hookimpl
 from .mixers import PointwiseMLPMixer
 from .residual import PlainResidual
@@ -17,6 +19,9 @@ CARDS = files("opzoo") / "model_cards"
 def opzoo_register_components(registry):
     registry.register_residual("plain", PlainResidual)
     registry.register_mixer("pointwise-mlp", PointwiseMLPMixer)
+    registry.register_feedforward("mlp", MlpFeedForward)
+    registry.register_block("dpot", DpotBlock)
+    registry.register_block("sandwich", SandwichBlock)
     registry.register_backbone("simple", SimpleOperator)
     registry.register_backbone("pot", PotBackbone)
 

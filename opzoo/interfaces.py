@@ -15,7 +15,7 @@ from torch import Tensor, nn
 if TYPE_CHECKING:
     from .config import ModelConfig
 
-__all__ = ["Mixer", "Residual", "StreamAdapter", "Router", "Routing", "Backbone"]
+__all__ = ["Mixer", "FeedForward", "Residual", "StreamAdapter", "Block", "Router", "Routing", "Backbone"]
 
 
 class Mixer(nn.Module, metaclass=abc.ABCMeta):
@@ -23,6 +23,19 @@ class Mixer(nn.Module, metaclass=abc.ABCMeta):
 
     ``forward(x: [B, *S, D]) -> [B, *S, D]``; must accept any spatial size where the math allows.
     Constructed as ``MixerClass(dim, **mixer_args)``.
+    """
+
+    @abc.abstractmethod
+    def forward(self, x: Tensor) -> Tensor: ...
+
+
+class FeedForward(nn.Module, metaclass=abc.ABCMeta):
+    """The per-token feed-forward sub-layer of a block (an MLP, a sparse mixture of experts...).
+
+    ``forward(x: [B, *S, D]) -> [B, *S, D]``. Constructed as
+    ``FeedForwardClass(dim, hidden_dim=int(dim * mlp_ratio), act=act, **feedforward_args)`` where
+    ``act`` names an activation of ``opzoo.layers.ACTIVATIONS``. A feed-forward that routes keeps
+    its :class:`Router` modules as submodules, so the backbone's ``aux_loss()`` finds them.
     """
 
     @abc.abstractmethod
@@ -73,6 +86,24 @@ class Residual(nn.Module, metaclass=abc.ABCMeta):
     @classmethod
     def stream_adapter(cls, dim: int, **residual_args) -> StreamAdapter:
         return IdentityStreams()
+
+
+class Block(nn.Module, metaclass=abc.ABCMeta):
+    """One block of a layered backbone (the POT backbone): ``forward(state) -> state``.
+
+    ``state`` is the residual state of the backbone's Residual (the latent ``[B, *S, D]`` for the
+    plain residual); a block joins each of its sub-layers to it with a Residual, so any block works
+    with any Residual. Constructed as ``BlockClass(config, index=i, **block_args)`` for block ``i``,
+    where ``config`` is the backbone's config (for the POT backbone a :class:`opzoo.PotConfig`, whose
+    ``make_mixer()``, ``make_feedforward()``, ``make_norm()`` and ``make_residual(k)`` build the
+    components the config names). A block with ``sublayers = m`` residual sub-layers gives them the
+    residual indices ``m*i, ..., m*i + m - 1``, so indices count sub-layers across the network.
+    """
+
+    sublayers: int = 1
+
+    @abc.abstractmethod
+    def forward(self, state: Any) -> Any: ...
 
 
 @dataclass

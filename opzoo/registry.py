@@ -1,7 +1,7 @@
 """The registry of components and presets that plugins fill through their hooks (DESIGN §4).
 
-Kinds of component: ``mixer``, ``residual``, ``router``, ``backbone``, ``optimizer_hook`` and
-``converter``. Every entry remembers the distribution that registered it, so that two plugins
+Kinds of component: ``mixer``, ``feedforward``, ``residual``, ``block``, ``router``,
+``backbone``, ``optimizer_hook`` and ``converter``. Every entry remembers the distribution that registered it, so that two plugins
 claiming one name is an error naming both.
 """
 
@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from .errors import RegistryConflictError, UnknownNameError
 
-COMPONENT_KINDS = ("mixer", "residual", "router", "backbone", "optimizer_hook", "converter")
+COMPONENT_KINDS = ("mixer", "feedforward", "residual", "block", "router", "backbone", "optimizer_hook", "converter")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +90,16 @@ class Registry:
         """``cls(dim, index=k, **residual_args)`` is a :class:`opzoo.Residual`."""
         return self.register("residual", name, cls)
 
+    def register_feedforward(self, name: str, cls: type) -> type:
+        """``cls(dim, hidden_dim=..., act=..., **feedforward_args)`` is a :class:`opzoo.FeedForward`."""
+        return self.register("feedforward", name, cls)
+
+    def register_block(self, name: str, cls: type) -> type:
+        """``cls(config, index=i, **block_args)`` is a :class:`opzoo.Block` of the POT backbone."""
+        return self.register("block", name, cls)
+
     def register_router(self, name: str, cls: type) -> type:
+        """``cls(...)`` is a :class:`opzoo.Router`; the blocks or feed-forwards that use it build it."""
         return self.register("router", name, cls)
 
     def register_backbone(self, name: str, cls: type) -> type:

@@ -3,7 +3,9 @@
 ``[B, *S, T_in, C_in] -> [B, *S, T_out, C_out]`` for ``len(S) == spatial_dims`` (2 or 3):
 grid channels, per-time-step patch embedding, positional embedding, time aggregation, ``depth``
 blocks built from registry components (Mixer, Residual), a classification head and the
-output head. With ``block="dpot"`` and the ``fourier-attention`` mixer it is DPOT's network,
+output head. The block layout, mixer, feed-forward and residual are registry components named in
+the config (``block``, ``mixer``, ``feedforward``, ``residual``, each with its ``*_args``). With
+``block="dpot"``, the ``fourier-attention`` mixer and the ``mlp`` feed-forward it is DPOT's network,
 parameter for parameter; ``block="sandwich"`` is AOT-POT's two-sub-layer layout (DESIGN §6.3).
 
 The latent between blocks is channels-last, ``[B, *S/p, D]``, as every Mixer expects.
@@ -17,26 +19,16 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
-from timm.layers import Mlp, trunc_normal_
+from timm.layers import trunc_normal_
 from torch import Tensor, nn
 
 from ..config import ModelConfig
 from ..errors import ConfigError, WeightsError
 from ..grid import append_grid
-from ..interfaces import Backbone
+from ..interfaces import Backbone, Block, FeedForward, Mixer, Residual
+from ..layers import ACTIVATIONS, ChannelsLastGroupNorm, make_activation
 from ..plugins import get_registry
-
-# DPOT's ACTIVATION table (official code), as classes
-ACTIVATIONS: dict[str, type[nn.Module]] = {
-    "gelu": nn.GELU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "relu": nn.ReLU,
-    "leaky_relu": nn.LeakyReLU, "softplus": nn.Softplus, "elu": nn.ELU, "silu": nn.SiLU,
-}
-
-
-def make_activation(name: str) -> nn.Module:
-    if name not in ACTIVATIONS:
-        raise ConfigError(f"act: unknown activation {name!r}; known: {', '.join(ACTIVATIONS)}")
-    return nn.LeakyReLU(0.1) if name == "leaky_relu" else ACTIVATIONS[name]()
+from .blocks import DpotBlock, SandwichBlock
 
 
 @dataclasses.dataclass
@@ -55,11 +47,14 @@ class PotConfig(ModelConfig):
     time_agg: Literal["exp_mlp", "mlp"] = "exp_mlp"
     normalize: bool = False
     norm_groups: int = 8
-    block: Literal["dpot", "sandwich"] = "dpot"
+    block: str = "dpot"
     mixer: str = "fourier-attention"
     mixer_args: dict[str, Any] = dataclasses.field(default_factory=lambda: {"n_blocks": 4, "modes": 32})
     residual: str = "plain"
     residual_args: dict[str, Any] = dataclasses.field(default_factory=dict)
+    block_args: dict[str, Any] = dataclasses.field(default_factory=dict)
+    feedforward: str = "mlp"
+    feedforward_args: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def check(self) -> None:
         """Raise ConfigError naming the first inconsistent field."""
@@ -79,6 +74,31 @@ class PotConfig(ModelConfig):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
 
+    # ---- the parts a block builds (the components this config names) --------------------------
+    def make_block(self, index: int) -> Block:
+        """Block ``index``: ``registry block(self, index=index, **block_args)``."""
+        return get_registry().get("block", self.block)(self, index=index, **self.block_args)
+
+    def make_mixer(self) -> Mixer:
+        """``registry mixer(width, **mixer_args)``: ``[B, *S, D] -> [B, *S, D]``."""
+        return get_registry().get("mixer", self.mixer)(self.width, **self.mixer_args)
+
+    def make_feedforward(self) -> FeedForward:
+        """``registry feedforward(width, hidden_dim=int(width * mlp_ratio), act=act, **feedforward_args)``."""
+        cls = get_registry().get("feedforward", self.feedforward)
+        return cls(self.width, hidden_dim=int(self.width * self.mlp_ratio), act=self.act, **self.feedforward_args)
+
+    def make_residual(self, index: int) -> Residual:
+        """Sub-layer ``index``'s residual: ``registry residual(width, index=index, **residual_args)``."""
+        return get_registry().get("residual", self.residual)(self.width, index=index, **self.residual_args)
+
+    def make_norm(self) -> nn.Module:
+        """The blocks' GroupNorm(norm_groups, width) over channels-last tokens."""
+        return ChannelsLastGroupNorm(self.norm_groups, self.width)
+
+    def make_activation(self) -> nn.Module:
+        return make_activation(self.act)
+
 
 # DPOT's pretraining setup, shared by every preset on the POT backbone (DESIGN §6.2): 128x128 inputs
 # of 4 channels and 10 steps, patch 8, 32 Fourier modes, 12 dataset classes
@@ -86,7 +106,8 @@ _DPOT_SETUP: dict[str, Any] = dict(
     in_channels=4, out_channels=4, in_timesteps=10, out_timesteps=1,
     spatial_dims=2, img_size=[128, 128], patch_size=8, n_cls=12,
     act="gelu", time_agg="exp_mlp", normalize=False, block="dpot",
-    mixer="fourier-attention", residual="plain", residual_args={},
+    mixer="fourier-attention", feedforward="mlp", feedforward_args={}, residual="plain", residual_args={},
+    block_args={},
 )
 
 
@@ -111,13 +132,6 @@ def _conv(spatial_dims: int) -> type[nn.Module]:
 
 def _conv_transpose(spatial_dims: int) -> type[nn.Module]:
     return nn.ConvTranspose2d if spatial_dims == 2 else nn.ConvTranspose3d
-
-
-class ChannelsLastGroupNorm(nn.GroupNorm):
-    """GroupNorm over a channels-last tensor: ``[B, *S, D] -> [B, *S, D]``."""
-
-    def forward(self, x: Tensor) -> Tensor:
-        return F.group_norm(x.movedim(-1, 1), self.num_groups, self.weight, self.bias, self.eps).movedim(1, -1)
 
 
 class PatchEmbed(nn.Module):
@@ -169,65 +183,6 @@ class TimeAggregator(nn.Module):
         return x.flatten(-2) @ self.w.reshape(t * d, d)
 
 
-class DpotBlock(nn.Module):
-    """DPOT's block, one sub-layer: ``state -> Residual(state, z -> MLP(GN2(F(GN1(z)))))``.
-
-    ``F(u) = Mixer(u) + u``. With the plain residual this is ``y = x + MLP(GN2(F(GN1(x))))``.
-    """
-
-    def __init__(self, cfg: PotConfig, index: int):
-        super().__init__()
-        registry = get_registry()
-        d = cfg.width
-        self.norm1 = ChannelsLastGroupNorm(cfg.norm_groups, d)
-        self.mixer = registry.get("mixer", cfg.mixer)(d, **cfg.mixer_args)
-        self.norm2 = ChannelsLastGroupNorm(cfg.norm_groups, d)
-        self.mlp = Mlp(d, hidden_features=int(d * cfg.mlp_ratio), act_layer=lambda: make_activation(cfg.act))
-        self.residual = registry.get("residual", cfg.residual)(d, index=index, **cfg.residual_args)
-
-    def branch(self, z: Tensor) -> Tensor:
-        u = self.norm1(z)
-        return self.mlp(self.norm2(self.mixer(u) + u))
-
-    def forward(self, state: Tensor) -> Tensor:
-        return self.residual(state, self.branch)
-
-
-class SandwichBlock(nn.Module):
-    """Two sub-layers with sandwich norms, each joined by its own Residual (AOT-POT, DESIGN §6.3).
-
-    Branch 1 ``z -> post_norm1(Mixer(norm1(z)))``, branch 2 ``z -> post_norm2(MLP(norm2(z)))``;
-    residual indices ``2*index`` and ``2*index + 1``.
-    """
-
-    def __init__(self, cfg: PotConfig, index: int):
-        super().__init__()
-        registry = get_registry()
-        residual_cls = registry.get("residual", cfg.residual)
-        d = cfg.width
-        self.norm1 = ChannelsLastGroupNorm(cfg.norm_groups, d)
-        self.mixer = registry.get("mixer", cfg.mixer)(d, **cfg.mixer_args)
-        self.post_norm1 = ChannelsLastGroupNorm(cfg.norm_groups, d)
-        self.norm2 = ChannelsLastGroupNorm(cfg.norm_groups, d)
-        self.mlp = Mlp(d, hidden_features=int(d * cfg.mlp_ratio), act_layer=lambda: make_activation(cfg.act))
-        self.post_norm2 = ChannelsLastGroupNorm(cfg.norm_groups, d)
-        self.residual1 = residual_cls(d, index=2 * index, **cfg.residual_args)
-        self.residual2 = residual_cls(d, index=2 * index + 1, **cfg.residual_args)
-
-    def mixer_branch(self, z: Tensor) -> Tensor:
-        return self.post_norm1(self.mixer(self.norm1(z)))
-
-    def mlp_branch(self, z: Tensor) -> Tensor:
-        return self.post_norm2(self.mlp(self.norm2(z)))
-
-    def forward(self, state: Tensor) -> Tensor:
-        state = self.residual1(state, self.mixer_branch)
-        return self.residual2(state, self.mlp_branch)
-
-
-BLOCKS = {"dpot": DpotBlock, "sandwich": SandwichBlock}
-
-
 class PotBackbone(Backbone):
     """``[B, *S, T_in, C_in] -> [B, *S, T_out, C_out]``; ``S`` any multiple of ``patch_size``.
 
@@ -247,7 +202,7 @@ class PotBackbone(Backbone):
         self.pos_embed = nn.Parameter(torch.zeros(1, c.width, *grid))
         self.time_agg = TimeAggregator(c.in_timesteps, c.width, c.time_agg)
         self.streams = get_registry().get("residual", c.residual).stream_adapter(c.width, **c.residual_args)
-        self.blocks = nn.ModuleList(BLOCKS[c.block](c, i) for i in range(c.depth))
+        self.blocks = nn.ModuleList(c.make_block(i) for i in range(c.depth))
         self.cls_head = nn.Sequential(
             nn.Linear(c.width, c.width), make_activation(c.act),
             nn.Linear(c.width, c.width), make_activation(c.act),
