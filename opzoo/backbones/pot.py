@@ -106,8 +106,7 @@ _DPOT_SETUP: dict[str, Any] = dict(
     in_channels=4, out_channels=4, in_timesteps=10, out_timesteps=1,
     spatial_dims=2, img_size=[128, 128], patch_size=8, n_cls=12,
     act="gelu", time_agg="exp_mlp", normalize=False, block="dpot",
-    mixer="fourier-attention", feedforward="mlp", feedforward_args={}, residual="plain", residual_args={},
-    block_args={},
+    mixer="fourier-attention", residual="plain", residual_args={},
 )
 
 
