@@ -34,37 +34,72 @@ def cmd_list(args) -> int:
     return 0
 
 
-def cmd_info(args) -> int:
+def _preset_info(name: str, overrides: dict) -> tuple[dict, object]:
+    """A registered preset (or alias), built on the meta device: no memory, no weights."""
     import torch
 
     from .factory import build_preset
     from .plugins import get_registry
 
-    registry = get_registry()
-    preset = registry.preset(args.name)
+    preset = get_registry().preset(name)
     with torch.device("meta"):
-        model = build_preset(preset, parse_overrides(args.set))
-    n_params = sum(p.numel() for p in model.parameters())
+        model = build_preset(preset, overrides)
     src = preset.pretrained
-    info = {
+    return {
         "name": preset.name,
         "aliases": list(preset.aliases),
         "backbone": preset.backbone,
         "plugin": preset.owner,
-        "parameters": n_params,
         "pretrained": None if src is None else {"repo_id": src.repo_id, "filename": src.filename,
                                                  "revision": src.revision, "converter": src.converter},
-        "config": model.config.to_dict(),
         "pretrained_cfg": dict(preset.pretrained_cfg),
-    }
+    }, model
+
+
+def _saved_model_info(name: str, overrides: dict) -> tuple[dict, object]:
+    """A saved model (``hf-hub:...``, ``local-dir:...`` or a directory), loaded as ``opzoo.load`` does."""
+    from .factory import load
+    from .plugins import get_registry
+
+    model = load(name, **overrides)
+    entry = get_registry().backbone_entry(type(model))
+    return {
+        "name": name,
+        "aliases": [],
+        "backbone": entry.name,
+        "plugin": entry.owner,
+        "pretrained": {"source": name, "preset": getattr(model, "preset_name", None)},
+        "pretrained_cfg": dict(getattr(model, "pretrained_cfg", {}) or {}),
+    }, model
+
+
+def cmd_info(args) -> int:
+    """Config, parameter count and weights of anything ``opzoo.load`` takes: a preset name or alias,
+    ``hf-hub:org/repo[@rev]``, ``local-dir:PATH`` or an existing directory."""
+    from .factory import is_saved_model_reference
+
+    overrides = parse_overrides(args.set)
+    if is_saved_model_reference(args.name):
+        info, model = _saved_model_info(args.name, overrides)
+    else:
+        info, model = _preset_info(args.name, overrides)
+    n_params = sum(p.numel() for p in model.parameters())
+    info = {**info, "parameters": n_params, "config": model.config.to_dict()}
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
-    print(f"{preset.name}  ({preset.backbone}, from {preset.owner})")
-    if preset.aliases:
-        print(f"  aliases:    {', '.join(preset.aliases)}")
+    print(f"{info['name']}  ({info['backbone']}, from {info['plugin']})")
+    if info["aliases"]:
+        print(f"  aliases:    {', '.join(info['aliases'])}")
     print(f"  parameters: {n_params:,}")
-    print(f"  weights:    {'none published' if src is None else src.repo_id + (' / ' + src.filename if src.filename else '')}")
+    src = info["pretrained"]
+    if src is None:
+        weights = "none published"
+    elif "source" in src:
+        weights = f"loaded from {src['source']}"
+    else:
+        weights = src["repo_id"] + (" / " + src["filename"] if src["filename"] else "")
+    print(f"  weights:    {weights}")
     print("  config:")
     for k, v in info["config"].items():
         print(f"    {k}: {json.dumps(v)}")
@@ -130,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("info", help="show a model's config, parameter count and weights")
-    p.add_argument("name")
+    p.add_argument("name", help="a preset name or alias, hf-hub:org/repo[@rev], local-dir:PATH or a saved model directory")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_info)

@@ -54,6 +54,15 @@ def load_preset_weights(model: Backbone, preset: Preset) -> None:
     load_state_dict_strict(model, converted.state_dict, f"{checkpoint} (converted by {src.converter!r})")
 
 
+def is_saved_model_reference(name: str | os.PathLike) -> bool:
+    """Whether :func:`load` reads ``name`` as a saved model (``hf-hub:``, ``local-dir:`` or an existing
+    directory that is not also a preset name) rather than a registered preset."""
+    name = str(name)
+    if name.startswith((HF_HUB_PREFIX, LOCAL_DIR_PREFIX)):
+        return True
+    return not get_registry().has_preset(name) and Path(name).is_dir()
+
+
 def load(name: str | os.PathLike, pretrained: bool = False, **overrides: Any) -> Backbone:
     """A model by preset name, ``hf-hub:org/repo[@rev]``, ``local-dir:PATH`` or existing directory.
 
@@ -69,10 +78,9 @@ def load(name: str | os.PathLike, pretrained: bool = False, **overrides: Any) ->
         if not path.is_dir():
             raise HubError(f"local-dir: {path} is not a directory")
         return from_pretrained(path, **overrides)
-    registry = get_registry()
-    if not registry.has_preset(name) and Path(name).is_dir():
+    if is_saved_model_reference(name):
         return from_pretrained(name, **overrides)
-    preset = registry.preset(name)
+    preset = get_registry().preset(name)
     model = build_preset(preset, overrides)
     if pretrained:
         load_preset_weights(model, preset)

@@ -128,9 +128,13 @@ class Registry:
 
     def backbone_name(self, cls: type) -> str:
         """The registered name of a backbone class (for ``config.json``'s ``architecture``)."""
+        return self.backbone_entry(cls).name
+
+    def backbone_entry(self, cls: type):
+        """The registration of a backbone class (its ``name`` and the ``owner`` distribution)."""
         for entry in self._components["backbone"].values():
             if entry.obj is cls:
-                return entry.name
+                return entry
         raise UnknownNameError("backbone class", cls.__qualname__, self._components["backbone"])
 
     # ---- presets ----------------------------------------------------------------------------

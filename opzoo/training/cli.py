@@ -143,7 +143,7 @@ def add_training_commands(subparsers) -> None:
     p.set_defaults(func=cmd_pretrain)
 
     p = subparsers.add_parser("finetune", help="fine-tune a pretrained model on your HDF5 data")
-    p.add_argument("model", help="preset (with --no-pretrained for random init), hf-hub:org/repo or a saved repo dir")
+    p.add_argument("model", help="preset or alias (with --no-pretrained for random init), hf-hub:org/repo[@rev], local-dir:PATH or a saved repo dir")
     p.add_argument("--data", nargs="+", required=True, help="canonical HDF5 file(s) with 'data' [N, *S, T, C]")
     p.add_argument("--out", required=True, help="run directory")
     p.add_argument("--steps", type=int, default=500)
@@ -158,7 +158,7 @@ def add_training_commands(subparsers) -> None:
     for name, helptext in (("eval", "roll out a model over whole trajectories: l2 full, per-step error, plots"),
                            ("rollout", "roll out one trajectory and plot ground truth / prediction / error")):
         p = subparsers.add_parser(name, help=helptext)
-        p.add_argument("model", help="preset, hf-hub:org/repo or a saved repo dir (e.g. RUN/model)")
+        p.add_argument("model", help="preset or alias, hf-hub:org/repo[@rev], local-dir:PATH or a saved repo dir (e.g. RUN/model)")
         p.add_argument("--pretrained", action="store_true", help="load a preset's published weights")
         p.add_argument("--resolution", type=int, nargs="+", help="resize data to this (default: the model's)")
         p.add_argument("--plot-steps", type=int, nargs="+", default=[1, 5, 10], help="rollout steps in the panels")

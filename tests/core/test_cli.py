@@ -35,6 +35,30 @@ def test_info_reports_exact_parameter_count(capsys):
     assert "width: 64" in capsys.readouterr().out
 
 
+def test_info_takes_what_load_takes(tmp_path, capsys):
+    """A saved directory, local-dir:PATH and an alias, like opzoo.load (issue 11)."""
+    import opzoo
+
+    out = tmp_path / "saved"
+    opzoo.load("simple-op", depth=1).save_pretrained(out)
+    n = sum(p.numel() for p in opzoo.load(str(out)).parameters())
+    for name in (str(out), f"local-dir:{out}"):
+        assert main(["info", name, "--json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["parameters"] == n and doc["backbone"] == "simple" and doc["plugin"] == "opzoo"
+        assert doc["config"]["depth"] == 1 and doc["name"] == name
+    assert main(["info", str(out)]) == 0
+    assert f"loaded from {out}" in capsys.readouterr().out
+    assert main(["info", f"local-dir:{tmp_path / 'missing'}"]) == 2
+    assert "is not a directory" in capsys.readouterr().err
+    from opzoo.plugins import get_registry
+
+    aliases = [a for a in get_registry().list_models(include_aliases=True) if a not in get_registry().list_models()]
+    if aliases:
+        assert main(["info", aliases[0], "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["name"] in get_registry().list_models()
+
+
 def test_unknown_name_is_a_clear_error(capsys):
     assert main(["info", "simple-oops"]) == 2
     assert "unknown model 'simple-oops'. Closest registered: simple-op" in capsys.readouterr().err

@@ -61,8 +61,8 @@ def afno_official(z, w1, b1, w2, b2, modes):
     nb = w1.shape[1]
     x = torch.fft.rfft2(z.permute(0, 2, 3, 1), dim=(1, 2), norm="ortho")
     x = x.reshape(b, x.shape[1], x.shape[2], nb, d // nb)
-    o1r, o1i = torch.zeros(x.shape), torch.zeros(x.shape)
-    o2r, o2i = torch.zeros(x.shape), torch.zeros(x.shape)
+    o1r, o1i = torch.zeros(x.shape, dtype=z.dtype), torch.zeros(x.shape, dtype=z.dtype)
+    o2r, o2i = torch.zeros(x.shape, dtype=z.dtype), torch.zeros(x.shape, dtype=z.dtype)
     k = modes
     xr, xi = x[:, :k, :k].real, x[:, :k, :k].imag
     e = "...bi,bio->...bo"
@@ -77,9 +77,9 @@ def afno_official(z, w1, b1, w2, b2, modes):
 def dpot_forward_official(sd, x, *, modes, patch, t_out, groups=8):
     """``x [B, X, Y, T, C] -> ([B, X, Y, T_out, C_out], cls logits)`` from the official state dict."""
     b, nx, ny, t, c = x.shape
-    gx = torch.linspace(0, 1, nx).reshape(1, nx, 1, 1, 1).expand(b, nx, ny, t, 1)
-    gy = torch.linspace(0, 1, ny).reshape(1, 1, ny, 1, 1).expand(b, nx, ny, t, 1)
-    gt = torch.linspace(0, 1, t).reshape(1, 1, 1, t, 1).expand(b, nx, ny, t, 1)
+    gx = torch.linspace(0, 1, nx, dtype=x.dtype).reshape(1, nx, 1, 1, 1).expand(b, nx, ny, t, 1)
+    gy = torch.linspace(0, 1, ny, dtype=x.dtype).reshape(1, 1, ny, 1, 1).expand(b, nx, ny, t, 1)
+    gt = torch.linspace(0, 1, t, dtype=x.dtype).reshape(1, 1, 1, t, 1).expand(b, nx, ny, t, 1)
     x = torch.cat([x, gx, gy, gt], dim=-1)
     z = x.permute(0, 3, 4, 1, 2).reshape(b * t, c + 3, nx, ny)                 # (b t) c x y
     z = F.conv2d(z, sd["patch_embed.proj.0.weight"], sd["patch_embed.proj.0.bias"], stride=patch)
@@ -87,7 +87,7 @@ def dpot_forward_official(sd, x, *, modes, patch, t_out, groups=8):
     z = z + sd["pos_embed"]
     d = z.shape[1]
     z = z.reshape(b, t, d, nx // patch, ny // patch).permute(0, 3, 4, 1, 2)    # b x y t d
-    tt = torch.linspace(0, 1, t).unsqueeze(-1)
+    tt = torch.linspace(0, 1, t, dtype=x.dtype).unsqueeze(-1)
     z = torch.einsum("tij,...ti->...j", sd["time_agg_layer.w"], z * torch.cos(tt @ sd["time_agg_layer.gamma"]))
     z = z.permute(0, 3, 1, 2)                                                  # b d x y
     depth = 1 + max(int(k.split(".")[1]) for k in sd if k.startswith("blocks."))
