@@ -145,6 +145,10 @@ class Router(nn.Module, metaclass=abc.ABCMeta):
         self.last_aux_loss = None
         self.last_counts = None
 
+    def __getstate__(self):
+        # copies and pickles of a router do not carry its last forward (a tensor inside a graph)
+        return {**super().__getstate__(), "last_aux_loss": None, "last_counts": None}
+
     @abc.abstractmethod
     def forward(self, x: Tensor) -> Routing: ...
 

@@ -101,3 +101,35 @@ def plot_loss(steps: Sequence[int], losses: Sequence[float], path: str | os.Path
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     return _save(plt, fig, path)
+
+
+def plot_expert_load(loads: Mapping[str, Mapping[str, Sequence[float]]], path: str | os.PathLike,
+                     title: str = "") -> Path:
+    """Which inputs go where: one heat map per router (rows datasets, columns experts, share of the
+    dataset's assignments, each row sums to 1). ``loads``: ``{dataset: {router name: [E]}}``."""
+    plt = _pyplot()
+    datasets = list(loads)
+    routers = list(next(iter(loads.values())))
+    cols = min(4, len(routers))
+    rows = -(-len(routers) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols + 0.6, 0.45 * len(datasets) * rows + 1.4 * rows),
+                             squeeze=False)
+    for ax in axes.flat[len(routers):]:
+        ax.axis("off")
+    for ax, router in zip(axes.flat, routers):
+        grid = np.array([loads[d][router] for d in datasets])
+        im = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+        for (i, j), v in np.ndenumerate(grid):
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="w" if v < 0.6 else "k")
+        ax.set_title(router, fontsize=8)
+        ax.set_xticks(range(grid.shape[1]))
+        ax.set_xlabel("expert", fontsize=8)
+        ax.set_yticks(range(len(datasets)))
+        ax.set_yticklabels(datasets, fontsize=7)
+    fig.colorbar(im, ax=axes.ravel().tolist(), fraction=0.02, label="share of assignments")
+    fig.suptitle(title or "expert load per dataset")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
