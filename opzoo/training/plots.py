@@ -117,8 +117,7 @@ def plot_expert_load(loads: Mapping[str, Mapping[str, Sequence[float]]], path: s
                              squeeze=False, layout="constrained")
     for ax in axes.flat[len(routers):]:
         ax.axis("off")
-    cmap = plt.get_cmap("viridis").copy()
-    cmap.set_bad("0.85")
+    cmap = plt.get_cmap("viridis").with_extremes(bad="0.85")
     for n, (ax, router) in enumerate(zip(axes.flat, routers)):
         grid = np.array([loads[d][router] for d in datasets], dtype=float)
         grid[grid.sum(1) == 0] = np.nan  # this router saw none of the dataset's inputs

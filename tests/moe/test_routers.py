@@ -72,7 +72,7 @@ def test_gradients_reach_the_router_weights(k):
         assert router.gate.weight.grad.abs().sum() > 0
 
 
-def test_noise_and_temperature_act_in_training_only():
+def test_noise_acts_in_training_only_and_temperature_always():
     torch.manual_seed(0)
     router = TokenRouter(8, 4, top_k=1, noise_std=5.0, temperature=2.0)
     x = torch.randn(64, 8)

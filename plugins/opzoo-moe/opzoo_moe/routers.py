@@ -31,8 +31,8 @@ def balance_loss(probs: Tensor, indices: Tensor, num_experts: int) -> tuple[Tens
 class TopKRouter(Router):
     """Top-k gate over ``G`` group features ``[G, D] -> Routing(weights [G, k], indices [G, k], aux_loss)``.
 
-    ``noise_std``: Gaussian noise on the logits in training mode (exploration); ``temperature``
-    divides the logits; ``aux_group`` and ``aux_weight`` say which loss the balance term joins and
+    ``noise_std``: Gaussian noise on the logits in training mode only (exploration); ``temperature``
+    divides the logits in training and evaluation alike (so both route the same way); ``aux_group`` and ``aux_weight`` say which loss the balance term joins and
     with what coefficient (alpha for image-level, beta for token-level in NESTOR).
     """
 
