@@ -118,11 +118,36 @@ class Routing:
 class Router(nn.Module, metaclass=abc.ABCMeta):
     """Chooses experts: ``forward(x) -> Routing``.
 
-    A router remembers the aux loss of its last forward in ``last_aux_loss`` so that the
-    backbone's ``aux_loss()`` can sum it.
+    A router remembers its last forward so that the backbone and the trainer find it
+    (``opzoo.routing``): ``last_aux_loss`` (its balance loss, unweighted) and ``last_counts``
+    (``[num_experts]``, how many of the ``G * k`` assignments went to each expert). ``aux_group``
+    names the loss it belongs to (e.g. ``"image"``, ``"token"``) and ``aux_weight`` that loss's
+    coefficient in the total loss: ``Backbone.aux_loss()`` is the sum over groups of the weighted
+    mean over the group's routers that ran. A block whose routers may not run in a forward (those of
+    an idle expert) calls ``reset()`` on them first, so no stale loss is summed.
     """
 
+    num_experts: int = 0
+    aux_group: str = "aux"
+    aux_weight: float = 1.0
     last_aux_loss: Tensor | None = None
+    last_counts: Tensor | None = None
+
+    @property
+    def last_load(self) -> Tensor | None:
+        """Fraction of the last forward's assignments per expert, ``[num_experts]`` (sums to 1)."""
+        if self.last_counts is None:
+            return None
+        return self.last_counts / self.last_counts.sum().clamp_min(1)
+
+    def reset(self) -> None:
+        """Forget the last forward (a router that did not run contributes nothing)."""
+        self.last_aux_loss = None
+        self.last_counts = None
+
+    def __getstate__(self):
+        # copies and pickles of a router do not carry its last forward (a tensor inside a graph)
+        return {**super().__getstate__(), "last_aux_loss": None, "last_counts": None}
 
     @abc.abstractmethod
     def forward(self, x: Tensor) -> Routing: ...
@@ -192,14 +217,12 @@ class Backbone(nn.Module, metaclass=abc.ABCMeta):
         return torch.cat(preds, dim=-2)[..., :steps, :]
 
     def aux_loss(self) -> Tensor:
-        """Sum of the router aux losses of the last forward (0 when there are none)."""
-        total = None
-        for module in self.modules():
-            if isinstance(module, Router) and module.last_aux_loss is not None:
-                total = module.last_aux_loss if total is None else total + module.last_aux_loss
-        if total is None:
-            return torch.zeros((), device=self._any_device())
-        return total
+        """The routers' loss term of the last forward, ``sum_g w_g * mean_{r in g} L_r`` over the
+        routers' ``aux_group`` s (0 when no router ran); see :func:`opzoo.routing.weighted_aux_loss`."""
+        from .routing import weighted_aux_loss
+
+        total = weighted_aux_loss(self)
+        return torch.zeros((), device=self._any_device()) if total is None else total
 
     def _any_device(self) -> torch.device:
         for p in self.parameters():

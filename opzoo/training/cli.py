@@ -92,6 +92,10 @@ def cmd_eval(args) -> int:
         print(f"{name}: l2 full {r.l2_full:.4g} over {r.n_trajectories} trajectories, horizon {r.horizon}")
     paths = write_results(results, out, stem="eval")
     plot_error_curves({r.name: r.per_step for r in results}, out / "error-vs-step.png")
+    if any(r.expert_load for r in results):  # a model with routers: which PDE goes to which expert
+        from .plots import plot_expert_load
+
+        plot_expert_load({r.name: r.expert_load for r in results}, out / "expert-load.png")
     print(f"wrote {paths['json']}, {paths['csv']}, {paths['per_step_csv']} and PNG plots in {out}")
     return 0
 

@@ -83,6 +83,10 @@ class TrainingSection:
     log_every: int = 10
     eval_every: Optional[int] = None  # evaluate on the test sets every N steps (and at the end)
     deterministic: bool = True
+    # models with routers (opzoo.routing): warn when one expert takes more than this share of a
+    # router's assignments, summed over the last expert_load_window steps
+    expert_load_threshold: float = 0.9
+    expert_load_window: int = 50
 
 
 @dataclasses.dataclass
@@ -146,6 +150,10 @@ def _check_values(cfg: RunConfig, base: Path | None, source: str) -> None:
     for key, value in (("training.eval_every", t.eval_every), ("checkpoint.every", cfg.checkpoint.every)):
         if value is not None and value < 1:
             fail(f"{key} must be >= 1 or null, got {value}")
+    if not 0.0 < t.expert_load_threshold <= 1.0:
+        fail(f"training.expert_load_threshold must be in (0, 1], got {t.expert_load_threshold}")
+    if t.expert_load_window < 1:
+        fail(f"training.expert_load_window must be >= 1, got {t.expert_load_window}")
     if t.noise_scale < 0:
         fail(f"training.noise_scale must be >= 0, got {t.noise_scale}")
     if t.ema is not None and not 0.0 < t.ema < 1.0:

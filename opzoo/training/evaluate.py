@@ -25,6 +25,7 @@ class DatasetResult:
     n_trajectories: int
     horizon: int
     l2_full_per_trajectory: list[float] = field(default_factory=list)
+    expert_load: dict[str, list[float]] = field(default_factory=dict)  # router name -> share per expert (models with routers)
 
 
 @torch.no_grad()
@@ -54,20 +55,24 @@ def evaluate_dataset(model: nn.Module, name: str, source: H5Trajectories, adapt:
                      batch_size: int = 8, device="cpu", max_trajectories: int | None = None, autocast: bool = False,
                      keep_first: bool = False):
     """``DatasetResult`` of one dataset; with ``keep_first`` also ``(truth, pred)`` of its first trajectory."""
+    from ..routing import ExpertLoadRecorder
+
     was_training = model.training
     model.eval()
     fulls, curves, first = [], [], None
     try:
-        for truth, pred, mask in rollout_trajectories(model, source, adapt, horizon, batch_size, device,
-                                                      max_trajectories, autocast):
-            fulls.append(l2_full(pred, truth, mask).cpu())
-            curves.append(l2_per_step(pred, truth, mask).cpu())
-            if keep_first and first is None:
-                first = (truth[0].cpu(), pred[0].cpu())
+        with ExpertLoadRecorder(model) as recorder:  # which experts this dataset's inputs go to
+            for truth, pred, mask in rollout_trajectories(model, source, adapt, horizon, batch_size, device,
+                                                          max_trajectories, autocast):
+                fulls.append(l2_full(pred, truth, mask).cpu())
+                curves.append(l2_per_step(pred, truth, mask).cpu())
+                if keep_first and first is None:
+                    first = (truth[0].cpu(), pred[0].cpu())
     finally:
         model.train(was_training)
     full, curve = torch.cat(fulls), torch.cat(curves)
-    result = DatasetResult(name, float(full.mean()), curve.mean(0).tolist(), len(full), curve.shape[1], full.tolist())
+    result = DatasetResult(name, float(full.mean()), curve.mean(0).tolist(), len(full), curve.shape[1], full.tolist(),
+                           recorder.loads())
     return (result, first) if keep_first else result
 
 
@@ -78,7 +83,8 @@ def write_results(results: Sequence[DatasetResult], out_dir: str | os.PathLike, 
     paths = {"json": out / f"{stem}.json", "csv": out / f"{stem}.csv", "per_step_csv": out / f"{stem}_per_step.csv"}
     summary = {"l2_full_mean": sum(r.l2_full for r in results) / len(results),
                "datasets": {r.name: {"l2_full": r.l2_full, "per_step": r.per_step, "n_trajectories": r.n_trajectories,
-                                     "horizon": r.horizon, "l2_full_per_trajectory": r.l2_full_per_trajectory}
+                                     "horizon": r.horizon, "l2_full_per_trajectory": r.l2_full_per_trajectory,
+                                     **({"expert_load": r.expert_load} if r.expert_load else {})}
                             for r in results}}
     paths["json"].write_text(json.dumps(summary, indent=2))
     with open(paths["csv"], "w", newline="") as f:

@@ -101,3 +101,41 @@ def plot_loss(steps: Sequence[int], losses: Sequence[float], path: str | os.Path
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     return _save(plt, fig, path)
+
+
+def plot_expert_load(loads: Mapping[str, Mapping[str, Sequence[float]]], path: str | os.PathLike,
+                     title: str = "") -> Path:
+    """Which inputs go where: one heat map per router (rows datasets, columns experts, share of the
+    dataset's assignments, each row sums to 1; a router that got none of a dataset's inputs is grey).
+    ``loads``: ``{dataset: {router name: [E]}}``."""
+    plt = _pyplot()
+    datasets = list(loads)
+    routers = list(next(iter(loads.values())))
+    cols = min(4, len(routers))
+    rows = -(-len(routers) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.3 * cols + 1.2, (0.4 * len(datasets) + 1.1) * rows + 0.6),
+                             squeeze=False, layout="constrained")
+    for ax in axes.flat[len(routers):]:
+        ax.axis("off")
+    cmap = plt.get_cmap("viridis").with_extremes(bad="0.85")
+    for n, (ax, router) in enumerate(zip(axes.flat, routers)):
+        grid = np.array([loads[d][router] for d in datasets], dtype=float)
+        grid[grid.sum(1) == 0] = np.nan  # this router saw none of the dataset's inputs
+        im = ax.imshow(grid, vmin=0, vmax=1, cmap=cmap, aspect="auto")
+        for (i, j), v in np.ndenumerate(grid):
+            ax.text(j, i, "-" if np.isnan(v) else f"{v:.2f}", ha="center", va="center", fontsize=7,
+                    color="k" if np.isnan(v) or v >= 0.6 else "w")
+        ax.set_title(router, fontsize=8)
+        ax.set_xticks(range(grid.shape[1]))
+        ax.tick_params(labelsize=7)
+        ax.set_yticks(range(len(datasets)))
+        ax.set_yticklabels(datasets if n % cols == 0 else [], fontsize=7)
+        if n // cols == rows - 1 or n + cols >= len(routers):
+            ax.set_xlabel("expert", fontsize=8)
+    fig.colorbar(im, ax=axes.ravel().tolist(), fraction=0.02, label="share of assignments")
+    fig.suptitle(title or "expert load per dataset")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path

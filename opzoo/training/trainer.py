@@ -28,12 +28,14 @@ from .distributed import (DistEnv, all_reduce_max, all_reduce_mean, barrier, ful
                           shutdown, unwrap, wrap_model)
 from .ema import EMA
 from .evaluate import DatasetResult, evaluate_dataset, write_results
+from .expert_load import ExpertLoadMonitor, step_counts
 from .hooks import StepContext, build_hooks, combined_multipliers, split_hook_state
 from .logger import RunLogger
 from .losses import relative_l2_loss
 from .noise import add_denoising_noise
 from .optim import build_optimizer, build_param_groups, set_learning_rates
 from .schedule import schedule_factor
+from ..routing import aux_losses, named_routers
 
 NOISE_SALT, FRESH_SALT = 1, 2
 
@@ -222,6 +224,11 @@ class Trainer:
 
                 plot_error_curves({r.name: r.per_step for r in results}, out / f"step-{step:08d}-error-vs-step.png",
                                   title=f"rollout error per step (after {step} steps)")
+                if any(r.expert_load for r in results):
+                    from .plots import plot_expert_load
+
+                    plot_expert_load({r.name: r.expert_load for r in results}, out / f"step-{step:08d}-expert-load.png",
+                                     title=f"expert load per dataset (after {step} steps)")
                 for name, (truth, pred) in firsts.items():
                     plot_rollout_panels(truth, pred, self.cfg.evaluation.plot_steps, out / f"step-{step:08d}-{name}.png",
                                         channel=self.cfg.evaluation.plot_channel, title=f"{name}, trajectory 0")
@@ -265,6 +272,8 @@ class Trainer:
                    disable=None if (self.env.is_main and self.show_progress is not False) else True)
         t0 = time.perf_counter()
         step = start
+        has_routers = any(True for _ in named_routers(unwrap(model)))
+        monitor = ExpertLoadMonitor(t.expert_load_threshold, t.expert_load_window) if has_routers else None
         for i, batch in enumerate(self._batches(start), start):
             step = i + 1
             model.train()
@@ -274,6 +283,7 @@ class Trainer:
             per_sample = self.loss_fn(pred, batch, reduction="none")
             aux = unwrap(model).aux_loss() if hasattr(unwrap(model), "aux_loss") else 0.0
             loss = per_sample.mean() + aux
+            routed = self._routing_record(step, monitor, logger) if monitor is not None else {}
             loss.backward()
             loss_value = float(all_reduce_mean(loss.detach().float(), self.env))
             if not math.isfinite(loss_value):
@@ -302,6 +312,9 @@ class Trainer:
                       "time": round(time.perf_counter() - t0, 4)}
             if grad_norm is not None:
                 record["grad_norm"] = grad_norm
+            record.update(routed.get("losses", {}))
+            if step % t.log_every == 0 and "load" in routed:
+                record["expert_load"] = routed["load"]
             logger.log(record, flush=step % t.log_every == 0)
             bar.update(1)
             if step % t.log_every == 0:
@@ -320,6 +333,19 @@ class Trainer:
             result.model_dir = exported if self.fsdp else self.export(self.run_dir / "model")
             self._plot_losses(result)
         barrier(self.env)
+
+    def _routing_record(self, step: int, monitor: ExpertLoadMonitor, logger: RunLogger) -> dict:
+        """This step's router losses (``aux_loss`` weighted total, ``aux/<group>`` unweighted, this rank's)
+        and global expert loads (all ranks); feeds the collapse monitor and logs its warnings."""
+        model = unwrap(self.wrapped)
+        losses = {f"aux/{g}": float(v.detach()) for g, v in aux_losses(model).items()}
+        if losses:
+            losses["aux_loss"] = float(model.aux_loss().detach())
+        counts = step_counts(model, reduce=lambda t: all_reduce_mean(t, self.env))
+        for msg in monitor.update(step, counts):
+            logger.log({"kind": "warning", "step": step, "message": msg}, flush=True)
+        load = {n: [round(float(v), 6) for v in c / c.sum().clamp_min(1e-12)] for n, c in counts.items()}
+        return {"losses": losses, "load": load}
 
     def _diverged(self, i, step, what, value, per_sample, dataset, names, logger) -> None:
         bad = (~torch.isfinite(per_sample)).float()

@@ -1,2 +1,21 @@
-"""Entry point of the opzoo-moe plugin. It registers nothing yet: the distribution installs and is
-discovered (`opzoo plugins`); its components come with their own issue."""
+"""Entry point of the opzoo-moe plugin: its registrations through opzoo's public hooks."""
+
+import opzoo
+
+from .feedforward import SparseMoEFeedForward
+from .nestor import NestorBlock
+from .presets import register_presets
+from .routers import ImageRouter, TokenRouter
+
+
+@opzoo.hookimpl
+def opzoo_register_components(registry):
+    registry.register_router("image-topk", ImageRouter)
+    registry.register_router("token-topk", TokenRouter)
+    registry.register_feedforward("moe", SparseMoEFeedForward)
+    registry.register_block("nestor", NestorBlock)
+
+
+@opzoo.hookimpl
+def opzoo_register_models(registry):
+    register_presets(registry)

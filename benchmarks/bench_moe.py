@@ -1,0 +1,78 @@
+"""MoE benchmarks, side by side in one run (issue 12).
+
+1. nestor-ti vs dpot-ti (and aot-moe-pot-t, aot-pot-t for reference): one training step (forward +
+   backward, MSE on a random target) at the given batch and resolution, T_in 10, 4 channels.
+   Target: nestor-ti <= 1.4x dpot-ti (the AOT-POT paper, App. C.12, reports +53 % for MoE-POT-T).
+2. nestor-ti with N = 16 vs N = 4 image-level experts, top-1: target N = 16 within 1.3x of N = 4
+   (sparse dispatch: each sample runs one expert whatever N is).
+
+Rounds are interleaved (the order alternates every round); we print per-side medians, the ratio of
+medians and the median of per-round ratios (the timing helpers of bench_aot.py). On a shared CPU,
+``--clock cpu --threads 1`` (process CPU time) measures the work each side does.
+
+    python benchmarks/bench_moe.py --threads 1 --clock cpu --size 64 --batch 8 --rounds 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+import opzoo
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_aot  # noqa: E402  (side_by_side, report, training_step, CLOCKS)
+
+
+def step_fns(models: dict[str, torch.nn.Module], batch: int, size: int):
+    x = torch.randn(batch, size, size, 10, 4)
+    target = torch.randn(batch, size, size, 1, 4)
+    return {name: bench_aot.training_step(m, x, target) for name, m in models.items()}
+
+
+def count(model: torch.nn.Module) -> str:
+    return f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--size", type=int, default=64, help="spatial resolution of the inputs")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--clock", choices=list(bench_aot.CLOCKS), default="wall")
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--skip-presets", action="store_true")
+    parser.add_argument("--skip-experts", action="store_true")
+    args = parser.parse_args()
+    bench_aot.clock = bench_aot.CLOCKS[args.clock]
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cpu = torch.device("cpu")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, clock {args.clock}, "
+          f"batch {args.batch}, {args.size}x{args.size}")
+    lines = []
+    if not args.skip_presets:
+        torch.manual_seed(0)
+        models = {name: opzoo.load(name) for name in ("dpot-ti", "nestor-ti", "aot-pot-t", "aot-moe-pot-t")}
+        print("parameters: " + ", ".join(f"{n} {count(m)}" for n, m in models.items()))
+        times = bench_aot.side_by_side("presets", step_fns(models, args.batch, args.size), cpu, args.rounds, args.warmup)
+        lines += bench_aot.report(f"fwd+bwd b{args.batch} {args.size}^2", times, "dpot-ti")
+        del models
+    if not args.skip_experts:
+        torch.manual_seed(0)
+        models = {}
+        for n in (4, 16):
+            block_args = {**opzoo.get_registry().preset("nestor-ti").args["block_args"], "n_experts": n}
+            models[f"nestor-ti N={n}"] = opzoo.load("nestor-ti", block_args=block_args)
+        times = bench_aot.side_by_side("experts", step_fns(models, args.batch, args.size), cpu, args.rounds,
+                                       args.warmup)
+        lines += bench_aot.report(f"top-1 fwd+bwd b{args.batch} {args.size}^2", times, "nestor-ti N=4")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

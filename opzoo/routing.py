@@ -1,0 +1,99 @@
+"""What a model's routers did in their last forward: aux losses per group and expert load.
+
+Generic over any :class:`~opzoo.interfaces.Router` inside any module, so the trainer, ``opzoo eval``
+and user code can log balance losses and see which experts take which inputs.
+
+- ``aux_losses(model)``: ``{group: mean over the group's routers that ran of last_aux_loss}``
+- ``weighted_aux_loss(model)``: ``sum_g mean_{r in g}(aux_weight_r * L_r)`` (what enters the total loss)
+- ``expert_counts(model)`` / ``expert_loads(model)``: ``{router module name: [num_experts]}``
+- ``ExpertLoadRecorder``: counts every routed group of every forward (forward hooks), e.g. per dataset
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import torch
+from torch import Tensor, nn
+
+from .interfaces import Router, Routing
+
+
+def named_routers(model: nn.Module) -> Iterator[tuple[str, Router]]:
+    """``(module name, router)`` for every router of ``model``, in module order."""
+    for name, module in model.named_modules():
+        if isinstance(module, Router):
+            yield name, module
+
+
+def _ran(model: nn.Module) -> dict[str, list[Router]]:
+    groups: dict[str, list[Router]] = {}
+    for _, router in named_routers(model):
+        if router.last_aux_loss is not None:
+            groups.setdefault(router.aux_group, []).append(router)
+    return groups
+
+
+def aux_losses(model: nn.Module) -> dict[str, Tensor]:
+    """Unweighted balance loss per ``aux_group``: the mean over the group's routers that ran."""
+    return {g: torch.stack([r.last_aux_loss for r in rs]).mean() for g, rs in _ran(model).items()}
+
+
+def weighted_aux_loss(model: nn.Module) -> Tensor | None:
+    """``sum_g mean_{r in g}(aux_weight_r * L_r)``, or None when no router ran."""
+    total = None
+    for rs in _ran(model).values():
+        term = sum(r.aux_weight * r.last_aux_loss for r in rs) / len(rs)
+        total = term if total is None else total + term
+    return total
+
+
+def expert_counts(model: nn.Module) -> dict[str, Tensor]:
+    """Assignments per expert of the last forward, ``{name: [num_experts]}`` (zeros for a router that did not run)."""
+    out = {}
+    for name, router in named_routers(model):
+        c = router.last_counts
+        out[name] = c.detach().float() if c is not None else torch.zeros(router.num_experts)
+    return out
+
+
+def expert_loads(model: nn.Module) -> dict[str, Tensor]:
+    """Fraction of the last forward's assignments per expert, ``{name: [num_experts]}``."""
+    return {name: c / c.sum().clamp_min(1) for name, c in expert_counts(model).items()}
+
+
+def routing_counts(routing: Routing, num_experts: int) -> Tensor:
+    """``[num_experts]``: how many of the ``G * k`` assignments of ``routing`` go to each expert."""
+    return torch.bincount(routing.indices.reshape(-1), minlength=num_experts).float()
+
+
+class ExpertLoadRecorder:
+    """Sums the assignments of every router over many forwards (forward hooks); a context manager.
+
+    ``with ExpertLoadRecorder(model) as rec: model.rollout(...)``; then ``rec.loads()`` gives
+    ``{router name: [num_experts] fractions}`` over everything routed inside the block.
+    """
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self.counts: dict[str, Tensor] = {name: torch.zeros(r.num_experts) for name, r in named_routers(model)}
+        self._handles: list = []
+
+    def __enter__(self) -> "ExpertLoadRecorder":
+        for name, router in named_routers(self.model):
+            def hook(module, args, output, name=name):
+                self.counts[name] += routing_counts(output, module.num_experts).cpu()
+            self._handles.append(router.register_forward_hook(hook))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+    def loads(self) -> dict[str, list[float]]:
+        return {n: (c / c.sum().clamp_min(1)).tolist() for n, c in self.counts.items()}
+
+
+__all__ = ["named_routers", "aux_losses", "weighted_aux_loss", "expert_counts", "expert_loads", "routing_counts",
+           "ExpertLoadRecorder"]

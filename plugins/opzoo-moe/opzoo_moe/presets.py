@@ -1,0 +1,34 @@
+"""The nestor-* and aot-moe-pot-t presets (DESIGN §6.4; AOT-POT paper App. C.13)."""
+
+from __future__ import annotations
+
+from importlib.resources import files
+
+import opzoo
+
+CARDS = files("opzoo_moe") / "model_cards"
+
+# defaults where the papers are silent (DESIGN §6.4): N = 4 image experts top-1, M = 4 token experts
+# top-2 plus one shared MLP expert, alpha = beta = 0.01
+NESTOR_BLOCK_ARGS = dict(n_experts=4, top_k=1, alpha=0.01, sub_experts=4, sub_top_k=2, sub_shared=1, beta=0.01)
+MOE_FFN_ARGS = dict(num_experts=4, top_k=2, num_shared=1, aux_weight=0.01)
+AOT_RESIDUAL_ARGS = dict(n=4, sinkhorn_iters=20, alpha=0.01)  # aot-pot-t's (opzoo-aot)
+
+# preset: (D, depth, Fourier-attention heads, mlp_ratio, out_layer_dim) — DPOT-Ti/S dims
+SIZES = {"nestor-ti": (512, 4, 4, 1.0, 32), "nestor-s": (1024, 6, 8, 1.0, 32), "aot-moe-pot-t": (512, 4, 4, 1.0, 32)}
+ALIASES = {"nestor-ti": ("nestor-t",), "aot-moe-pot-t": ("aot-moe-pot-ti",)}
+
+
+def preset_args(name: str) -> dict:
+    """The POT config of preset ``name``."""
+    if name.startswith("nestor"):
+        return opzoo.pot_preset_args(*SIZES[name], block="nestor", block_args=dict(NESTOR_BLOCK_ARGS))
+    return opzoo.pot_preset_args(*SIZES[name], block="sandwich", residual="aot", residual_args=dict(AOT_RESIDUAL_ARGS),
+                                 feedforward="moe", feedforward_args=dict(MOE_FFN_ARGS))
+
+
+def register_presets(registry) -> None:
+    for name in SIZES:
+        registry.register_model(name, backbone="pot", args=preset_args(name), card=CARDS / f"{name}.md",
+                                pretrained_cfg=dict(channels=4, resolution=[128, 128], in_timesteps=10),
+                                aliases=ALIASES.get(name, ()))
