@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 from ..errors import ConfigError, OpzooError
 from . import checkpoint as ckpt
 from .build import RunData, build_data, build_model
+from .finetune import adapt_to_data
 from .config import RunConfig
 from .data import StepBatchSampler, collate, step_generator
 from .distributed import (DistEnv, all_reduce_max, all_reduce_mean, barrier, full_state_dict, init_distributed,
@@ -79,6 +80,8 @@ class Trainer:
         self._generate_missing()
         torch.manual_seed(cfg.seed)
         self.model = model if model is not None else build_model(cfg.model)
+        if cfg.model.adapt:
+            self.model = adapt_to_data(self.model, cfg)
         self.data: RunData = build_data(cfg, self.model)
         self.hooks = build_hooks(cfg.optimizer.hooks)
         for hook in self.hooks:
