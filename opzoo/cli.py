@@ -116,7 +116,8 @@ def cmd_push(args) -> int:
 def cmd_demo(args) -> int:
     from .demo import run_demo
 
-    return run_demo(out_dir=args.out, finetune_steps=args.finetune_steps, n_test=args.n_test)
+    run_demo(out_dir=args.out, finetune_steps=args.finetune_steps, n_test=args.n_test)
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -175,9 +175,20 @@ def plot_curves(results: dict[str, dict[str, tuple]], ft: FinetuneResult | None,
     return _save(plt, fig, path)
 
 
+@dataclass
+class DemoResult:
+    """``l2_full[dataset][model]`` on the held-out data (models and ``persistence``), the fine-tuning
+    comparison (None when skipped) with the persistence error on its test split, and the PNGs."""
+
+    l2_full: dict[str, dict[str, float]]
+    finetune: FinetuneResult | None
+    finetune_persistence: float | None
+    plots: tuple[Path, Path]
+
+
 def run_demo(out_dir: str | Path = "demo_out", finetune_steps: int = 300, n_test: int = 8, n_finetune: int = 40,
-             finetune_lr: float = 1e-3, batch_size: int = 8, seed: int = 0) -> int:
-    """The whole demo (see the module doc); returns 0. ``finetune_steps=0`` skips step 3."""
+             finetune_lr: float = 1e-3, batch_size: int = 8, seed: int = 0) -> DemoResult:
+    """The whole demo (see the module doc). ``finetune_steps=0`` skips the fine-tuning part."""
     out_dir = Path(out_dir)
     torch.manual_seed(seed)
     print("opzoo demo: pretrained micro operators by name, offline")
@@ -197,7 +208,7 @@ def run_demo(out_dir: str | Path = "demo_out", finetune_steps: int = 300, n_test
     results = evaluate_on({**models, "persistence": Persistence()}, files, adapt)
     print_table(results)
 
-    ft = None
+    ft, persistence = None, None
     if finetune_steps > 0:
         name, spec = UNSEEN
         print(f"\n2. a PDE neither model saw: {name} (Navier-Stokes, viscosity 1e-5), {n_finetune} trajectories "
@@ -214,5 +225,6 @@ def run_demo(out_dir: str | Path = "demo_out", finetune_steps: int = 300, n_test
     demo_png = plot_demo(results, "ns-nu1e-4", [1, 4, 7, 10], out_dir / "demo.png")
     curves_png = plot_curves(results, ft, out_dir / "error-vs-step.png")
     print(f"\nplots: {demo_png} (ground truth / prediction / error, both models)\n       {curves_png} (error vs step)")
-    return 0
+    table = {ds: {m: r[0].l2_full for m, r in per.items()} for ds, per in results.items()}
+    return DemoResult(table, ft, persistence.l2_full if persistence is not None else None, (demo_png, curves_png))
 
