@@ -78,6 +78,21 @@ def test_finetune_adapts_a_model_to_more_channels_another_resolution_and_t_in(tm
     assert opzoo.from_pretrained(tmp_path / "ft" / "model").config.in_timesteps == 6
 
 
+def test_finetune_one_field_model_on_two_field_data_at_another_resolution(tmp_path, datasets):
+    """A model pretrained on 1 field at 16x16, fine-tuned on the 2-field 24x24 advection file at 24x24."""
+    torch.manual_seed(1)
+    one = opzoo.create_model("pot", **tiny_pot_args(channels=1))
+    repo = one.save_pretrained(tmp_path / "one-field")
+    cfg = finetune_config(str(repo), [str(datasets["advection"])], str(tmp_path / "ft"), steps=8, batch_size=4,
+                          lr=2e-3, resolution=[24, 24], test_fraction=0.25, overrides={"evaluation.plots": False})
+    trainer = Trainer(cfg, show_progress=False)
+    assert (trainer.model.config.in_channels, tuple(trainer.model.config.img_size)) == (2, (24, 24))
+    sample = trainer.data.train[0]
+    assert sample["x"].shape == (24, 24, 4, 2) and sample["mask"].tolist() == [True, True]
+    result = trainer.fit()
+    assert sorted(result.evals) == [0, 8] and all(np.isfinite(r.l2_full) for r in result.evals[8])
+
+
 def test_finetune_cli_reports_zero_shot_and_fine_tuned(tmp_path, pretrained_dir, capsys):
     from opzoo.training.cli import main
 
