@@ -23,7 +23,7 @@ from ..errors import ConfigError, OpzooError
 from . import checkpoint as ckpt
 from .build import RunData, build_data, build_model
 from .finetune import adapt_to_data
-from .config import RunConfig
+from .config import RunConfig, parse_run_config
 from .data import StepBatchSampler, collate, step_generator
 from .distributed import (DistEnv, all_reduce_max, all_reduce_mean, barrier, full_state_dict, init_distributed,
                           shutdown, unwrap, wrap_model)
@@ -172,6 +172,10 @@ class Trainer:
         from ..hub import load_state_dict_strict
 
         saved = files["state.json"].get("config", {})
+        try:  # fields added since the checkpoint was written take their defaults
+            saved = parse_run_config(saved, source=str(path)).to_dict()
+        except ConfigError:
+            pass
         current = self.cfg.to_dict()
         differ = [k for k in ("model", "data") if k in saved and saved[k] != current[k]]
         if differ:
