@@ -151,7 +151,8 @@ def cmd_push(args) -> int:
 def cmd_demo(args) -> int:
     from .demo import run_demo
 
-    return run_demo(out_dir=args.out, steps=args.steps)
+    run_demo(out_dir=args.out, finetune_steps=args.finetune_steps, n_test=args.n_test)
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -193,9 +194,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--private", action="store_true")
     p.set_defaults(func=cmd_push)
 
-    p = sub.add_parser("demo", help="a small end-to-end run: train, save, reload, roll out, plot")
-    p.add_argument("--out", default="demo_out")
-    p.add_argument("--steps", type=int, default=200)
+    p = sub.add_parser("demo", help="pretrained micro operators by name: held-out errors vs persistence, "
+                                     "fine-tuning on an unseen PDE, plots (offline, ~3 min on 2 CPU cores)")
+    p.add_argument("--out", default="demo_out", help="where the data, runs and PNGs go")
+    p.add_argument("--finetune-steps", type=int, default=300, help="fine-tuning budget (0 skips fine-tuning)")
+    p.add_argument("--n-test", type=int, default=8, help="held-out trajectories per pretraining PDE")
     p.set_defaults(func=cmd_demo)
 
     for add_commands in _command_providers():

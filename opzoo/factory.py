@@ -8,7 +8,7 @@ from typing import Any
 
 from .checkpoints import convert_file
 from .errors import HubError
-from .hub import WEIGHTS_NAME, from_pretrained, hub_download, load_state_dict_strict, load_weights
+from .hub import from_pretrained, load_state_dict_strict, load_weights, pretrained_file
 from .interfaces import Backbone
 from .plugins import get_registry
 from .registry import Preset
@@ -46,12 +46,12 @@ def load_preset_weights(model: Backbone, preset: Preset) -> None:
             f"preset {preset.name!r} has no published weights; use pretrained=False to train it from "
             f"scratch, or opzoo.from_pretrained(REPO_OR_DIR) for weights you have"
         )
-    if src.converter is None:
-        load_weights(model, hub_download(src.repo_id, src.filename or WEIGHTS_NAME, src.revision))
-        return
-    checkpoint = hub_download(src.repo_id, src.filename, src.revision)
-    converted = convert_file(src.converter, checkpoint)
-    load_state_dict_strict(model, converted.state_dict, f"{checkpoint} (converted by {src.converter!r})")
+    with pretrained_file(src) as path:
+        if src.converter is None:
+            load_weights(model, path)
+        else:
+            converted = convert_file(src.converter, path)
+            load_state_dict_strict(model, converted.state_dict, f"{path} (converted by {src.converter!r})")
 
 
 def is_saved_model_reference(name: str | os.PathLike) -> bool:

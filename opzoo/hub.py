@@ -6,11 +6,13 @@ safetensors only; loads are strict and checked completely before any parameter c
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tempfile
+from importlib.resources import as_file
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import torch
 from huggingface_hub import HfApi, constants, hf_hub_download
@@ -31,6 +33,7 @@ from .errors import HubError, WeightsError
 from .interfaces import Backbone
 from .model_card import render_card
 from .plugins import get_registry
+from .registry import PretrainedSource
 
 WEIGHTS_NAME = "model.safetensors"
 CARD_NAME = "README.md"
@@ -146,6 +149,25 @@ def hub_download(repo_id: str, filename: str, revision: str | None = None, **kwa
         raise HubError(f"{repo_id!r} is not a valid Hub repo id ({e})") from None
 
 
+@contextlib.contextmanager
+def pretrained_file(source: PretrainedSource, filename: str | None = None) -> Iterator[Path]:
+    """A local path to file ``filename`` (default ``source.filename`` or model.safetensors) of ``source``.
+
+    A Hub source is fetched with :func:`hub_download` (cache, offline mode and errors as usual); a
+    directory source (a local path or a package resource, possibly inside a zip) is used in place.
+    """
+    filename = filename or source.filename or WEIGHTS_NAME
+    if source.repo_id is not None:
+        yield hub_download(source.repo_id, filename, source.revision)
+        return
+    resource = source.directory.joinpath(filename)
+    if not resource.is_file():
+        raise HubError(f"pretrained weights {filename!r} are missing from {source.directory} "
+                       f"(the package was installed without its weights, or the directory moved)")
+    with as_file(resource) as path:
+        yield Path(path)
+
+
 def _repo_files(repo_or_dir: str | os.PathLike, revision: str | None, **kwargs: Any) -> tuple[Path, Path]:
     path = Path(repo_or_dir)
     if path.is_dir():
@@ -213,5 +235,5 @@ def push_folder_to_hub(folder: str | os.PathLike, repo_id: str, **kwargs: Any):
 
 __all__ = [
     "save_pretrained", "from_pretrained", "push_to_hub", "push_folder_to_hub", "load_weights",
-    "load_state_dict_strict", "check_state_dict", "hub_download",
+    "load_state_dict_strict", "check_state_dict", "hub_download", "pretrained_file",
 ]

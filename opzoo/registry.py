@@ -21,16 +21,42 @@ COMPONENT_KINDS = ("mixer", "feedforward", "residual", "block", "router", "backb
 
 @dataclasses.dataclass(frozen=True)
 class PretrainedSource:
-    """Where a preset's weights live on the Hub.
+    """Where a preset's weights live: a Hub repo (``repo_id``) or a directory (``directory``).
 
-    With ``converter=None`` the repo is an opzoo repo (config.json + model.safetensors); otherwise
-    ``filename`` is a foreign checkpoint turned into opzoo weights by the named converter.
+    With ``converter=None`` the files are an opzoo repo's (``model.safetensors``, or ``filename``);
+    otherwise ``filename`` is a foreign checkpoint turned into opzoo weights by the named converter.
+    ``directory`` is a local path or a package resource (``importlib.resources.files(pkg) / "dir"``),
+    for weights that ship inside a plugin; :meth:`package` builds one. Both kinds are resolved to
+    local files by :func:`opzoo.hub.pretrained_file` and then loaded by the same code.
     """
 
-    repo_id: str
+    repo_id: str | None = None
     filename: str | None = None
     revision: str | None = None
     converter: str | None = None
+    directory: Traversable | Path | None = None
+
+    def __post_init__(self) -> None:
+        if (self.repo_id is None) == (self.directory is None):
+            raise ValueError("PretrainedSource: give exactly one of repo_id (a Hub repo) or directory")
+        if self.directory is not None and self.revision is not None:
+            raise ValueError("PretrainedSource: revision applies to Hub repos only, not to a directory")
+        if isinstance(self.directory, str):
+            object.__setattr__(self, "directory", Path(self.directory))
+
+    @classmethod
+    def package(cls, package: str, path: str, **kwargs: Any) -> "PretrainedSource":
+        """Weights shipped inside Python package ``package`` under ``path`` (e.g. ``"pretrained/x"``)."""
+        from importlib.resources import files
+
+        return cls(directory=files(package).joinpath(*path.split("/")), **kwargs)
+
+    @property
+    def location(self) -> str:
+        """Where the weights are, for messages: ``hf-hub:org/repo[@rev]`` or the directory."""
+        if self.repo_id is not None:
+            return f"hf-hub:{self.repo_id}{'@' + self.revision if self.revision else ''}"
+        return str(self.directory)
 
 
 @dataclasses.dataclass(frozen=True)

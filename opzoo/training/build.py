@@ -10,6 +10,7 @@ from torch import nn
 from ..errors import ConfigError
 from ..factory import create_model, load
 from ..plugins import get_registry
+from .adapt import SHAPE_FIELDS
 from .config import RunConfig
 from ..data import MixtureDataset, WindowDataset
 from .data import Adapt, H5Trajectories, split
@@ -20,7 +21,9 @@ def build_model(section) -> nn.Module:
     registry = get_registry()
     name = section.name
     if registry.has_preset(name) or name.startswith(("hf-hub:", "local-dir:")) or Path(name).is_dir():
-        return load(name, pretrained=section.pretrained, **section.args)
+        # with adapt, the shape fields are targets of opzoo.training.adapt, not load overrides
+        args = {k: v for k, v in section.args.items() if not (section.adapt and k in SHAPE_FIELDS)}
+        return load(name, pretrained=section.pretrained, **args)
     if section.pretrained:
         raise ConfigError(f"model.pretrained: {name!r} is a bare backbone with no weights; name a preset or a repo")
     return create_model(name, **section.args)

@@ -20,13 +20,18 @@ def _is_main() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
 
-def _report(result) -> None:
+def _report(result, finetune: bool = False) -> None:
     if not _is_main():
         return
     last = result.evals.get(result.steps)
     first = result.evals.get(0)
     print(f"trained {result.steps} steps -> {result.run_dir}")
-    if last:
+    if finetune and last and first:
+        for r in last:
+            zero = next(f.l2_full for f in first if f.name == r.name)
+            print(f"  test l2 full {r.name}: zero-shot {zero:.4g} -> fine-tuned {r.l2_full:.4g} "
+                  f"({100 * (r.l2_full - zero) / zero:+.1f} %)")
+    elif last:
         for r in last:
             before = next((f.l2_full for f in first if f.name == r.name), None) if first else None
             extra = f" (initial {before:.4g}, {before / r.l2_full:.1f}x lower)" if before else ""
@@ -52,9 +57,9 @@ def cmd_finetune(args) -> int:
     from .trainer import Trainer
 
     cfg = finetune_config(args.model, args.data, args.out, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-                          resolution=args.resolution, test_fraction=args.test_fraction,
+                          resolution=args.resolution, in_timesteps=args.in_timesteps, test_fraction=args.test_fraction,
                           pretrained=not args.no_pretrained, overrides=parse_overrides(args.set))
-    _report(Trainer(cfg).fit())
+    _report(Trainer(cfg).fit(), finetune=True)
     return 0
 
 
@@ -146,14 +151,18 @@ def add_training_commands(subparsers) -> None:
     p.add_argument("--output-dir", help="override output_dir")
     p.set_defaults(func=cmd_pretrain)
 
-    p = subparsers.add_parser("finetune", help="fine-tune a pretrained model on your HDF5 data")
+    p = subparsers.add_parser(
+        "finetune", help="fine-tune a pretrained model on your HDF5 data (more channels, another resolution or "
+                         "T_in adapt its input/output layers); reports zero-shot and fine-tuned errors")
     p.add_argument("model", help="preset or alias (with --no-pretrained for random init), hf-hub:org/repo[@rev], local-dir:PATH or a saved repo dir")
     p.add_argument("--data", nargs="+", required=True, help="canonical HDF5 file(s) with 'data' [N, *S, T, C]")
     p.add_argument("--out", required=True, help="run directory")
     p.add_argument("--steps", type=int, default=500)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--lr", type=float, default=1e-4, help="max learning rate of the one-cycle schedule")
-    p.add_argument("--resolution", type=int, nargs="+", help="resize data to this (default: the model's)")
+    p.add_argument("--resolution", type=int, nargs="+",
+                   help="train at this resolution, adapting the model's positional embedding (default: the model's)")
+    p.add_argument("--in-timesteps", type=int, help="input window T_in, adapting the model's time aggregation")
     p.add_argument("--test-fraction", type=float, default=0.1)
     p.add_argument("--no-pretrained", action="store_true", help="start a preset from random weights")
     p.add_argument("--set", nargs="*", default=[], metavar="SECTION.KEY=VALUE")

@@ -44,6 +44,9 @@ class ModelSection:
     name: str = "simple"  # preset, registered backbone, hf-hub:org/repo, local-dir:PATH or a directory
     pretrained: bool = False
     args: dict[str, Any] = dataclasses.field(default_factory=dict)  # config overrides / backbone args
+    # fine-tuning: adapt the input/output layers to the data (more channels, data.resolution, and
+    # in_timesteps / in_channels / out_channels / img_size given in args) instead of refusing it
+    adapt: bool = False
 
 
 @dataclasses.dataclass

@@ -22,7 +22,8 @@ from tqdm.auto import tqdm
 from ..errors import ConfigError, OpzooError
 from . import checkpoint as ckpt
 from .build import RunData, build_data, build_model
-from .config import RunConfig
+from .finetune import adapt_to_data
+from .config import RunConfig, parse_run_config
 from .data import StepBatchSampler, collate, step_generator
 from .distributed import (DistEnv, all_reduce_max, all_reduce_mean, barrier, full_state_dict, init_distributed,
                           shutdown, unwrap, wrap_model)
@@ -81,6 +82,8 @@ class Trainer:
         self._generate_missing()
         torch.manual_seed(cfg.seed)
         self.model = model if model is not None else build_model(cfg.model)
+        if cfg.model.adapt:
+            self.model = adapt_to_data(self.model, cfg)
         self.data: RunData = build_data(cfg, self.model)
         self.hooks = build_hooks(cfg.optimizer.hooks)
         for hook in self.hooks:
@@ -171,6 +174,10 @@ class Trainer:
         from ..hub import load_state_dict_strict
 
         saved = files["state.json"].get("config", {})
+        try:  # fields added since the checkpoint was written take their defaults
+            saved = parse_run_config(saved, source=str(path)).to_dict()
+        except ConfigError:
+            pass
         current = self.cfg.to_dict()
         differ = [k for k in ("model", "data") if k in saved and saved[k] != current[k]]
         if differ:

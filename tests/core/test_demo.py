@@ -1,24 +1,63 @@
+"""``opzoo demo``: the micro presets loaded by name, held-out errors vs persistence, fine-tuning, plots."""
+
+from pathlib import Path
+
+import pytest
 import torch
+import yaml
 
-from opzoo.demo import heat_trajectories, run_demo
+from opzoo.demo import MICRO_SUITE, Persistence, run_demo
 
-
-def test_heat_trajectories_are_exact_solutions():
-    """Each frame solves u_t = kappa * laplacian(u): check with a spectral derivative."""
-    traj = heat_trajectories(2, 16, 3, kappa=0.02, dt=0.05, generator=torch.Generator().manual_seed(1)).double()
-    k = torch.fft.fftfreq(16, d=1 / 16, dtype=torch.float64) * 2 * torch.pi
-    lap = -(k[:, None] ** 2 + k[None, :] ** 2)
-    u_hat = torch.fft.fft2(traj[..., 0], dim=(1, 2))
-    ratio = u_hat[..., 1] / u_hat[..., 0]
-    expected = torch.exp(0.02 * lap * 0.05)[None].expand_as(ratio)
-    nonzero = u_hat[..., 0].abs() > 1e-3
-    assert nonzero.sum() > 10
-    torch.testing.assert_close(ratio[nonzero].real, expected[nonzero], rtol=1e-4, atol=1e-4)
+ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_demo_runs_end_to_end(tmp_path, capsys):
-    assert run_demo(out_dir=tmp_path, steps=5) == 0
+def test_persistence_repeats_the_last_input_frame():
+    x = torch.randn(2, 8, 8, 5, 3)
+    out = Persistence().rollout(x, 4)
+    assert out.shape == (2, 8, 8, 4, 3)
+    for t in range(4):
+        assert torch.equal(out[..., t, :], x[..., -1, :])
+
+
+@pytest.mark.parametrize("config", ["dpot-micro", "aot-pot-micro"])
+def test_demo_held_out_data_are_the_pretraining_pdes_with_new_seeds(config):
+    doc = yaml.safe_load((ROOT / "configs" / "micro" / f"{config}.yaml").read_text())
+    specs = {d["name"]: d["generate"] for d in doc["data"]["datasets"]}
+    assert list(specs) == list(MICRO_SUITE)
+    for name, spec in specs.items():
+        assert {k: v for k, v in spec.items() if k not in ("n", "seed")} == MICRO_SUITE[name]
+        assert spec["seed"] == 0  # the demo's held-out seeds differ
+
+
+def test_the_two_micro_configs_differ_only_in_the_model(tmp_path):
+    a, b = (yaml.safe_load((ROOT / "configs" / "micro" / f"{n}.yaml").read_text()) for n in ("dpot-micro", "aot-pot-micro"))
+    assert a["model"]["name"] == "dpot-micro" and b["model"]["name"] == "aot-pot-micro"
+    for doc in (a, b):
+        doc.pop("model"), doc.pop("output_dir")
+    assert a == b  # same data, budget and seed
+
+
+def test_demo_quick_run_prints_the_tables_and_writes_the_plots(tmp_path, capsys):
+    result = run_demo(out_dir=tmp_path, finetune_steps=2, n_test=2, n_finetune=6, batch_size=2)
     out = capsys.readouterr().out
-    assert "reloaded model identical: True" in out
-    assert (tmp_path / "simple-op-heat" / "model.safetensors").is_file()
-    assert (tmp_path / "demo_rollout.png").stat().st_size > 1000
+    assert "opzoo.load('dpot-micro', pretrained=True)" in out and "opzoo.load('aot-pot-micro', pretrained=True)" in out
+    assert "persistence" in out and "aot vs dpot" in out
+    for name in MICRO_SUITE:
+        assert name in out and set(result.l2_full[name]) == {"dpot-micro", "aot-pot-micro", "persistence"}
+    assert "aot-pot-micro zero-shot" in out and "aot-pot-micro from scratch" in out
+    ft = result.finetune
+    assert ft.zero_shot.l2_full != ft.finetuned.l2_full
+    for png in result.plots:
+        assert png.is_file() and png.stat().st_size > 10_000
+        assert str(png) in out
+
+
+@pytest.mark.slow
+def test_full_demo_beats_persistence_and_fine_tuning_beats_zero_shot_and_scratch(tmp_path):
+    result = run_demo(out_dir=tmp_path)
+    for name, row in result.l2_full.items():
+        for model in ("dpot-micro", "aot-pot-micro"):
+            assert row[model] < row["persistence"], (name, row)
+    ft = result.finetune
+    assert ft.finetuned.l2_full < ft.zero_shot.l2_full, ft
+    assert ft.finetuned.l2_full < ft.scratch.l2_full, ft

@@ -2,13 +2,14 @@
 
 import csv
 import json
+import re
 
 import numpy as np
 import pytest
 import torch
 
 import opzoo
-from .conftest import heat_trajectories, run_document, tiny_pot_args, write_canonical
+from .conftest import advection_trajectories, heat_trajectories, run_document, tiny_pot_args, write_canonical
 from opzoo.training import Adapt, H5Trajectories, Trainer, finetune_config, parse_run_config
 from opzoo.training.evaluate import evaluate_dataset
 
@@ -48,11 +49,74 @@ def test_finetune_on_other_channels_and_resolution(tmp_path, pretrained_dir):
     assert (tmp_path / "ft" / "model" / "model.safetensors").is_file()
 
 
-def test_finetune_rejects_more_channels_than_the_model(tmp_path, pretrained_dir):
-    data = np.ones((4, 8, 8, 8, 3), dtype=np.float32)
-    f = write_canonical(tmp_path / "wide.h5", data, ["a", "b", "c"], "x")
+def test_finetune_adapts_a_model_to_more_channels_another_resolution_and_t_in(tmp_path, pretrained_dir):
+    """3-field data at 24x24 with T_in 6 for a 2-channel 16x16 T_in-4 model: the layers are adapted
+    (copy what matches, initialize the rest), the run reports zero-shot and fine-tuned errors."""
+    data = advection_trajectories(12, 24, 12, seed=4)
+    data = np.concatenate([data, data[..., :1] * 0.5], axis=-1)  # a third field
+    f = write_canonical(tmp_path / "wide.h5", data, ["a", "b", "c"], "advection")
+    cfg = finetune_config(str(pretrained_dir), [str(f)], str(tmp_path / "ft"), steps=12, batch_size=4, lr=2e-3,
+                          resolution=[24, 24], in_timesteps=6, test_fraction=0.25,
+                          overrides={"evaluation.plots": False})
+    trainer = Trainer(cfg, show_progress=False)
+    mc = trainer.model.config
+    assert (mc.in_channels, mc.out_channels, mc.in_timesteps, tuple(mc.img_size)) == (3, 3, 6, (24, 24))
+    assert trainer.data.adapt.resolution == (24, 24) and trainer.data.adapt.channels == 3
+    pre = opzoo.from_pretrained(pretrained_dir).state_dict()
+    now = trainer.model.state_dict()
+    # copied: the blocks; the newest 4 of the 6 time-aggregation rows; the old channels' input and output weights
+    assert torch.equal(now["blocks.0.norm1.weight"], pre["blocks.0.norm1.weight"])
+    assert torch.equal(now["time_agg.w"][2:], pre["time_agg.w"])
+    assert torch.equal(now["patch_embed.proj.0.weight"][:pre["patch_embed.proj.0.weight"].shape[0], :2],
+                       pre["patch_embed.proj.0.weight"][:, :2])
+    assert torch.equal(now["out_head.4.weight"][:2], pre["out_head.4.weight"])
+    result = trainer.fit()
+    assert sorted(result.evals) == [0, 12]  # zero-shot and fine-tuned
+    assert result.evals[12][0].l2_full < result.evals[0][0].l2_full
+    saved = json.loads((tmp_path / "ft" / "model" / "config.json").read_text())
+    assert saved["model_args"]["in_channels"] == 3 and saved["pretrained_cfg"]["resolution"] == [24, 24]
+    assert opzoo.from_pretrained(tmp_path / "ft" / "model").config.in_timesteps == 6
+
+
+def test_finetune_one_field_model_on_two_field_data_at_another_resolution(tmp_path, datasets):
+    """A model pretrained on 1 field at 16x16, fine-tuned on the 2-field 24x24 advection file at 24x24."""
+    torch.manual_seed(1)
+    one = opzoo.create_model("pot", **tiny_pot_args(channels=1))
+    repo = one.save_pretrained(tmp_path / "one-field")
+    cfg = finetune_config(str(repo), [str(datasets["advection"])], str(tmp_path / "ft"), steps=8, batch_size=4,
+                          lr=2e-3, resolution=[24, 24], test_fraction=0.25, overrides={"evaluation.plots": False})
+    trainer = Trainer(cfg, show_progress=False)
+    assert (trainer.model.config.in_channels, tuple(trainer.model.config.img_size)) == (2, (24, 24))
+    sample = trainer.data.train[0]
+    assert sample["x"].shape == (24, 24, 4, 2) and sample["mask"].tolist() == [True, True]
+    result = trainer.fit()
+    assert sorted(result.evals) == [0, 8] and all(np.isfinite(r.l2_full) for r in result.evals[8])
+
+
+def test_finetune_cli_reports_zero_shot_and_fine_tuned(tmp_path, pretrained_dir, capsys):
+    from opzoo.training.cli import main
+
+    user = write_canonical(tmp_path / "one.h5", heat_trajectories(8, 16, 10, seed=3), ["T"], "heat")
+    assert main(["finetune", str(pretrained_dir), "--data", str(user), "--out", str(tmp_path / "ft"), "--steps", "4",
+                 "--batch-size", "2", "--test-fraction", "0.25", "--set", "evaluation.plots=false"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"test l2 full one: zero-shot [0-9.]+ -> fine-tuned [0-9.]+ \([+-][0-9.]+ %\)", out), out
+
+
+def test_finetune_refuses_data_of_another_spatial_dimension(tmp_path, pretrained_dir):
+    f = write_canonical(tmp_path / "line.h5", np.ones((4, 64, 12, 1), dtype=np.float32), ["u"], "burgers")
     cfg = finetune_config(str(pretrained_dir), [str(f)], str(tmp_path / "ft"), steps=2)
-    with pytest.raises(opzoo.ConfigError, match=r"wide.h5: 3 channels, more than the model's 2"):
+    with pytest.raises(opzoo.ConfigError) as err:
+        Trainer(cfg)
+    msg = str(err.value)
+    assert "line.h5" in msg and "1-D data shaped [N=4, X=64, T=12, C=1]" in msg and "2-D model" in msg
+    assert "[N, X, Y, T, C] with T_in=4, C=2" in msg
+    assert not (tmp_path / "ft").exists()
+
+
+def test_finetune_refuses_a_resolution_the_patches_do_not_tile(tmp_path, pretrained_dir, datasets):
+    cfg = finetune_config(str(pretrained_dir), [str(datasets["heat"])], str(tmp_path / "ft"), steps=2, resolution=[18, 18])
+    with pytest.raises(opzoo.ConfigError, match=r"data.resolution: \[18, 18\] is not divisible by the model's patch_size 4"):
         Trainer(cfg)
     assert not (tmp_path / "ft").exists()
 

@@ -20,6 +20,16 @@ AOT_POT_SIZES = {
 }
 ALIASES = {"aot-pot-t": ("aot-pot-ti",)}
 
+# aot-pot-micro: dpot-micro's dims and setup (opzoo-fourier) with sandwich blocks and AOT residuals,
+# pretrained by opzoo on its synthetic suite (configs/micro/aot-pot-micro.yaml) with the same data,
+# budget and seed; the weights ship in this package (pretrained/aot-pot-micro/)
+MICRO_SIZE = (128, 4, 4, 1.0, 32)  # D, depth, heads, mlp_ratio, out_layer_dim
+MICRO_SETUP = dict(in_channels=2, out_channels=2, in_timesteps=10, img_size=[32, 32], patch_size=4,
+                   mixer_args={"n_blocks": 4, "modes": 8})
+MICRO_PRETRAINED_CFG = dict(channels=2, resolution=[32, 32], in_timesteps=10,
+                            datasets=["ns-nu1e-3", "ns-nu1e-4", "diffusion-reaction", "swe"],
+                            normalization="none (raw generated fields; 1-field datasets padded with 1.0 and masked)")
+
 
 def aot_pot_args(name: str) -> dict:
     """The POT config of preset ``name``: DPOT's dims and setup with sandwich blocks and AOT residuals."""
@@ -37,3 +47,12 @@ def register_presets(registry) -> None:
             pretrained_cfg=dict(channels=4, resolution=[128, 128], in_timesteps=10),
             aliases=ALIASES.get(name, ()),
         )
+    registry.register_model(
+        "aot-pot-micro",
+        backbone="pot",
+        args=opzoo.pot_preset_args(*MICRO_SIZE, **MICRO_SETUP, block="sandwich", residual="aot",
+                                   residual_args=dict(AOT_RESIDUAL_ARGS)),
+        pretrained=opzoo.PretrainedSource.package("opzoo_aot", "pretrained/aot-pot-micro"),
+        card=CARDS / "aot-pot-micro.md",
+        pretrained_cfg=dict(MICRO_PRETRAINED_CFG),
+    )

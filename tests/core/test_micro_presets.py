@@ -1,0 +1,109 @@
+"""The shipped micro weights: their cards quote their test numbers, and the documented command
+reproduces the pipeline that made them (configs/micro/, `opzoo pretrain`)."""
+
+import json
+import re
+import subprocess
+import sys
+from importlib.resources import files
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+
+import opzoo
+from opzoo.demo import MICRO_SUITE
+from opzoo.training.data import Adapt, split
+from opzoo.training.evaluate import evaluate_dataset
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = {"dpot-micro": "opzoo_fourier", "aot-pot-micro": "opzoo_aot"}
+
+
+def shipped(name: str, filename: str):
+    return files(PACKAGES[name]) / "pretrained" / name / filename
+
+
+def card_table(name: str) -> dict[str, list[str]]:
+    """Rows ``dataset -> [dpot-micro, aot-pot-micro, persistence, change]`` of a card's evaluation table."""
+    text = (files(PACKAGES[name]) / "model_cards" / f"{name}.md").read_text()
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells and cells[0] in MICRO_SUITE:
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+@pytest.mark.parametrize("card", list(PACKAGES))
+def test_cards_quote_the_shipped_test_numbers(card):
+    rows = card_table(card)
+    assert list(rows) == list(MICRO_SUITE)
+    changes = []
+    for k, model in enumerate(("dpot-micro", "aot-pot-micro")):
+        numbers = json.loads(shipped(model, "eval.json").read_text())["datasets"]
+        for ds, cells in rows.items():
+            assert cells[k] == f"{numbers[ds]['l2_full']:.4f}", (card, model, ds)
+    for ds, cells in rows.items():
+        d, a = (json.loads(shipped(m, "eval.json").read_text())["datasets"][ds]["l2_full"] for m in PACKAGES)
+        assert cells[3] == f"{100 * (a - d) / d:+.1f} %"
+        changes.append((a - d) / d)
+    text = (files(PACKAGES[card]) / "model_cards" / f"{card}.md").read_text()
+    assert f"average relative change of l2 full over the four datasets is {100 * sum(changes) / len(changes):+.1f} %" in text
+    assert "Trained on opzoo's synthetic suite" in text and f"opzoo pretrain configs/micro/{card}.yaml" in text
+
+
+@pytest.mark.parametrize("name", list(PACKAGES))
+def test_shipped_config_is_the_presets(name):
+    doc = json.loads(shipped(name, "config.json").read_text())
+    preset = opzoo.load(name)
+    assert doc["model_args"] == json.loads(json.dumps(preset.config.to_dict()))
+    assert doc["pretrained_cfg"]["datasets"] == list(MICRO_SUITE) == preset.pretrained_cfg["datasets"]
+    assert doc["pretrained_cfg"]["trained_steps"] == 4000
+
+
+@pytest.fixture(scope="module")
+def reproduced(tmp_path_factory):
+    """`opzoo pretrain configs/micro/<name>.yaml`, shortened to 30 steps, run as documented (data generated)."""
+    work = tmp_path_factory.mktemp("micro")
+    runs = {}
+    for name in PACKAGES:
+        cmd = [sys.executable, "-m", "opzoo", "pretrain", str(ROOT / "configs" / "micro" / f"{name}.yaml"),
+               "--set", "training.steps=30", "training.eval_every=30", "checkpoint.every=null"]
+        result = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=900,
+                                env={**__import__("os").environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"})
+        assert result.returncode == 0, result.stderr[-3000:]
+        runs[name] = work / "runs" / "micro" / name
+    return work, runs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(PACKAGES))
+def test_documented_command_reproduces_the_pipeline(reproduced, name):
+    work, runs = reproduced
+    run = runs[name]
+    made = json.loads((run / "model" / "config.json").read_text())
+    ship = json.loads(shipped(name, "config.json").read_text())
+    assert made["model_args"] == ship["model_args"]
+    assert {k: v for k, v in made["pretrained_cfg"].items() if k != "trained_steps"} == \
+        {k: v for k, v in ship["pretrained_cfg"].items() if k != "trained_steps"}
+    with safe_open(str(run / "model" / "model.safetensors"), "pt") as a, safe_open(str(shipped(name, "model.safetensors")), "pt") as b:
+        assert {k: a.get_slice(k).get_shape() for k in a.keys()} == {k: b.get_slice(k).get_shape() for k in b.keys()}
+    evals = json.loads((run / "eval" / "step-00000030.json").read_text())
+    assert list(evals["datasets"]) == list(MICRO_SUITE)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(PACKAGES))
+def test_shipped_weights_give_the_card_numbers_on_the_regenerated_test_split(reproduced, name):
+    """The documented command regenerates the data (seed 0); the shipped weights, evaluated on its
+    test split, give the numbers of eval.json and the card (float32 on another CPU: rtol 1e-3)."""
+    work, _ = reproduced
+    model = opzoo.load(name, pretrained=True)
+    expected = json.loads(shipped(name, "eval.json").read_text())["datasets"]
+    adapt = Adapt((32, 32), 2, 10, 1)
+    for ds in MICRO_SUITE:
+        test = split(str(work / "data" / "micro-mix" / f"{ds}.h5"), None, None, 0.1)[1]
+        got = evaluate_dataset(model, ds, test, adapt).l2_full
+        assert got == pytest.approx(expected[ds]["l2_full"], rel=1e-3), (ds, got)
