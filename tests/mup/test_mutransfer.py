@@ -142,3 +142,26 @@ def test_cli_command_with_device_and_batch_size_sweep(tmp_path, burgers_file, ca
     run_cfg = json.loads(next((tmp_path / "cli" / "runs").glob("mup/K4/*/run_config.json")).read_text())
     assert run_cfg["training"]["device"] == "cpu"
     assert main(["mutransfer", str(tmp_path / "missing.yaml")]) == 2
+
+
+def test_pot_preset_modes_key_keeps_the_presets_other_mixer_args(tmp_path, burgers_file):
+    """``modes_key: mixer_args.modes`` on dpot-ti sets only the modes (a model override replaces the
+    whole ``mixer_args`` dict, so the preset's n_blocks is carried over), and μP adds the hook."""
+    from opzoo_mup.mutransfer import RunSpec, run_document
+
+    doc = _config(tmp_path, burgers_file, modes_key="mixer_args.modes")
+    doc["run"]["model"] = {"name": "dpot-ti", "args": {"width": 32}}
+    from opzoo.config import build_dataclass
+    from opzoo_mup.mutransfer import MutransferConfig
+
+    cfg = build_dataclass(MutransferConfig, doc, "")
+    run = run_document(cfg, RunSpec("mup", 8, 1e-3, 4, (0.9, 0.99), 1), tmp_path / "r")
+    assert run["model"]["args"] == {"width": 32, "mixer_args": {"n_blocks": 4, "modes": 8}}
+    assert run["optimizer"]["hooks"] == [{"name": "mup-fno", "args": {"base_modes": 2}}]
+    assert (run["seed"], run["optimizer"]["lr"], run["optimizer"]["betas"], run["training"]["batch_size"]) == (
+        1, 1e-3, [0.9, 0.99], 4)
+    import torch
+
+    with torch.device("meta"):
+        model = opzoo.load("dpot-ti", **run["model"]["args"])
+    assert {w.modes for w in opzoo.find_spectral_weights(model)} == {(8, 8)}

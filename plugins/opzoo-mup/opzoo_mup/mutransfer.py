@@ -162,10 +162,15 @@ def hyper_grid(cfg: MutransferConfig) -> list[tuple[float, int, tuple[float, flo
     return [(float(lr), int(bs), b) for lr in cfg.sweep.lr for bs in sizes for b in betas]
 
 
-def _set_dotted(mapping: dict, dotted: str, value: Any) -> None:
+def _set_dotted(mapping: dict, dotted: str, value: Any, defaults: Any = None) -> None:
+    """``mapping[a][b]... = value`` for ``dotted = "a.b..."``; a missing parent starts as a copy of
+    ``defaults``' (the preset's args), since a model override replaces a whole nested dict."""
     *parents, last = dotted.split(".")
     for p in parents:
-        mapping = mapping.setdefault(p, {})
+        defaults = defaults.get(p) if isinstance(defaults, dict) else None
+        if p not in mapping:
+            mapping[p] = copy.deepcopy(dict(defaults)) if isinstance(defaults, dict) else {}
+        mapping = mapping[p]
     mapping[last] = value
 
 
@@ -175,7 +180,9 @@ def run_document(cfg: MutransferConfig, spec: RunSpec, run_dir: Path) -> dict[st
     doc["output_dir"] = str(run_dir)
     doc["seed"] = spec.seed
     model = doc.setdefault("model", {})
-    _set_dotted(model.setdefault("args", {}), cfg.sweep.modes_key, spec.modes)
+    registry = opzoo.get_registry()
+    preset_args = dict(registry.preset(model["name"]).args) if registry.has_preset(model.get("name", "")) else None
+    _set_dotted(model.setdefault("args", {}), cfg.sweep.modes_key, spec.modes, preset_args)
     opt = doc.setdefault("optimizer", {})
     opt["lr"], opt["betas"] = spec.lr, list(spec.betas)
     doc.setdefault("training", {})["batch_size"] = spec.batch_size
