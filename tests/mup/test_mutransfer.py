@@ -63,7 +63,7 @@ def test_sweep_transfer_outputs_and_resume(tmp_path, burgers_file):
         # ...and under μP the mup-fno hook at base K_proxy rescales the spectral lr and init (lines 4-5)
         assert hooks == ([{"name": "mup-fno", "args": {"base_modes": 2}}] if p == "mup" else [])
         assert run_cfg["model"]["args"]["modes"] == 8
-    assert summary["parametrizations"]["mup"]["target"]["spectral_lr_multiplier_per_dim_K"] == pytest.approx(
+    assert summary["parametrizations"]["mup"]["target"]["spectral_init_and_lr_multiplier"] == pytest.approx(
         math.sqrt(math.log(2) / math.log(8)))
 
     # a finished sweep restarted skips every run
@@ -112,6 +112,7 @@ def test_best_hyper_is_the_seed_mean_argmin_and_skips_divergence(tmp_path):
     (lambda d: d["sweep"].update(parametrizations=["sp"]), r"sweep\.parametrizations"),
     (lambda d: d["sweep"].update(mup={"base_modes": 3}), r"sweep\.mup\.base_modes: set by mutransfer"),
     (lambda d: d["sweep"].update(betas=[[0.9]]), r"sweep\.betas"),
+    (lambda d: d["sweep"].update(mup={"clip": 0.01}), r"sweep\.mup: .*'clip'"),
     (lambda d: d["sweep"].update(bogus=1), r"unknown field.*'bogus'"),
     (lambda d: d["run"]["training"].update(steps=0), r"run \(K=2\): training\.steps must be >= 1"),
     (lambda d: d["run"].update(output_dir="x"), r"run\.output_dir: set the top-level output_dir"),

@@ -129,12 +129,14 @@ def load_config(path: str | os.PathLike, output_dir: str | None = None, device: 
     if "base_modes" in s.mup:
         fail("sweep.mup.base_modes: set by mutransfer (it is sweep.proxy_modes)")
     if "mup" in s.parametrizations:
-        opzoo.get_registry().get("optimizer_hook", HOOK_NAME)(base_modes=s.proxy_modes, **s.mup)  # validates args
+        try:
+            opzoo.get_registry().get("optimizer_hook", HOOK_NAME)(base_modes=s.proxy_modes, **s.mup)  # validates args
+        except TypeError as e:
+            fail(f"sweep.mup: {e}")
         if s.proxy_modes < 2:
             fail(f"sweep.proxy_modes: μP needs at least 2 kept modes (log N0 > 0), got {s.proxy_modes}")
-    for key in ("output_dir",):
-        if key in cfg.run:
-            fail(f"run.{key}: set the top-level output_dir instead (each run gets its own folder under it)")
+    if "output_dir" in cfg.run:
+        fail("run.output_dir: set the top-level output_dir instead (each run gets its own folder under it)")
     # the whole template must be a valid run config at every K (and the proxy one per parametrization)
     for K in all_modes(s):
         parse_run_config(run_document(cfg, RunSpec(s.parametrizations[-1], K, s.lr[0], *first_hyper(cfg), s.seeds[0]),
@@ -351,7 +353,7 @@ def run_mutransfer(cfg: MutransferConfig, progress: bool = True, source: str = "
                  "best_per_K": per_k}
         if p == "mup":
             n_p, n_t = s.proxy_modes, s.target_modes
-            entry["target"]["spectral_lr_multiplier_per_dim_K"] = (
+            entry["target"]["spectral_init_and_lr_multiplier"] = (
                 math.sqrt(math.log(n_p) / math.log(n_t)) if n_p >= 2 and n_t >= 2 else None)
         if s.target_modes in sweep_modes:
             entry["target"]["best_possible_loss"] = per_k[str(s.target_modes)]["loss"]
