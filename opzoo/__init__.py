@@ -26,6 +26,7 @@ from .hub import from_pretrained, push_to_hub, save_pretrained
 from .interfaces import Backbone, Block, FeedForward, IdentityStreams, Mixer, Residual, Router, Routing, StreamAdapter
 from .plugins import get_plugin_host, get_registry, reset_plugins
 from .registry import PretrainedSource, Registry
+from .spectral import SpectralLayer, SpectralWeight, find_spectral_weights
 
 _LAZY = {"OptimizerHook": "opzoo.training.hooks", "StepContext": "opzoo.training.hooks"}
 
@@ -45,5 +46,5 @@ __all__ = [
     "ModelConfig", "PotConfig", "Backbone", "Mixer", "FeedForward", "Block", "Residual", "StreamAdapter", "IdentityStreams", "Router", "Routing",
     "ConvertedCheckpoint", "convert_to_repo", "safe_torch_load", "append_grid", "pot_preset_args",
     "OpzooError", "UnknownNameError", "RegistryConflictError", "ConfigError", "WeightsError", "HubError",
-    "CheckpointError", "OptimizerHook", "StepContext",
+    "CheckpointError", "OptimizerHook", "StepContext", "SpectralLayer", "SpectralWeight", "find_spectral_weights",
 ]

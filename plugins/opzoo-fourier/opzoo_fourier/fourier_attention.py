@@ -36,6 +36,15 @@ class FourierAttention(opzoo.Mixer):
         self.w2 = nn.Parameter(scale * torch.rand(2, n_blocks, bs, bs))
         self.b2 = nn.Parameter(scale * torch.rand(2, n_blocks, bs))
 
+    def spectral_weights(self, spatial_dims: int | None) -> list[tuple[nn.Parameter, tuple[int, ...]]]:
+        """The public spectral-weight marker (:class:`opzoo.SpectralLayer`): ``w1, b1, w2, b2``
+        (the frequency-domain MLP), keeping nominally ``modes`` per spatial dim, ``N = modes^d``."""
+        if spatial_dims is None:
+            raise opzoo.ConfigError("spatial_dims: fourier-attention needs the model's number of spatial dims "
+                                    "to count its kept modes (its FFT follows the input)")
+        modes = (self.modes,) * spatial_dims
+        return [(p, modes) for p in (self.w1, self.b1, self.w2, self.b2)]
+
     @staticmethod
     def _complex_block_linear(xr: Tensor, xi: Tensor, w: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
         """Per-head complex affine map on ``[..., nb, bs]``: returns (real, imag) pre-activations."""

@@ -5,7 +5,8 @@ init ``(1 / (in * out)) * U[0, 1)`` (real and imaginary parts). d = 2 has two te
 ``k1 in [0, K)`` and ``k1 in [-K, 0)``), d = 3 has four (signs of ``k1, k2``); the last dim is
 the rfft half-spectrum ``[0, K)``. Weights are stored modes-major in memory (see
 :func:`modes_major`; state dicts are the reference shape). Every weight is tagged ``_opzoo_spectral = True`` with its
-``modes`` tuple, so optimizer hooks (e.g. μP for spectral weights) find them.
+``modes`` tuple, and the layer implements the public marker :class:`opzoo.SpectralLayer`
+(``spectral_weights``), through which optimizer hooks (e.g. μP for spectral weights) find them.
 """
 
 from __future__ import annotations
@@ -56,6 +57,11 @@ class SpectralConv(nn.Module):
             tag_spectral(nn.Parameter(modes_major(scale * torch.rand(shape, dtype=torch.cfloat))), self.spectral_modes)
             for _ in self.signs
         )
+
+    def spectral_weights(self, spatial_dims: int | None = None) -> list[tuple[nn.Parameter, tuple[int, ...]]]:
+        """The public spectral-weight marker (:class:`opzoo.SpectralLayer`): every weight tensor
+        with its kept modes ``(K,) * d`` (``spatial_dims`` is ignored: the layer knows its own)."""
+        return [(w, self.spectral_modes) for w in self.weights]
 
     def _blocks(self, sizes: tuple[int, ...]) -> list[tuple[slice, ...]]:
         """For each weight tensor, the slices of the full-FFT dims (all but the last) it multiplies."""

@@ -1,2 +1,15 @@
-"""Entry point of the opzoo-mup plugin. It registers nothing yet: the distribution installs and is
-discovered (`opzoo plugins`); its components come with their own issue."""
+"""Entry point of the opzoo-mup plugin: each feature module registers its own components and commands."""
+
+import opzoo
+
+from . import cli_mutransfer, mup_fno
+
+
+@opzoo.hookimpl
+def opzoo_register_components(registry):
+    mup_fno.register_components(registry)
+
+
+@opzoo.hookimpl
+def opzoo_register_commands(subparsers):
+    cli_mutransfer.add_commands(subparsers)

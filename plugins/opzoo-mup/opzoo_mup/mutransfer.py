@@ -1,0 +1,366 @@
+"""μTransfer-FNO (Li et al. 2025, Algorithm 1) on opzoo's Trainer: sweep on the proxy, rescale, train the target.
+
+A mutransfer config (YAML or JSON) holds an opzoo run config template and a sweep::
+
+    output_dir: runs/mutransfer
+    run: {seed: 0, model: {name: fno-1d, args: {width: 32}}, data: ..., optimizer: ..., training: ...}
+    sweep:
+      proxy_modes: 4              # K_proxy: the hook's base_modes under μP
+      target_modes: 32            # K*
+      landscape_modes: [8, 16]    # optional: also sweep these K (the paper's Figure 1)
+      lr: [1.0e-3, 3.0e-3, 1.0e-2]
+      batch_size: null            # optional list; null: the run's training.batch_size
+      betas: null                 # optional list of [b1, b2]; null: the run's optimizer.betas
+      seeds: [0]
+      parametrizations: [standard, mup]
+      mup: {grad_clip: null}      # further mup-fno args (base_modes is proxy_modes)
+      modes_key: modes            # model.args key of the Fourier modes ("mixer_args.modes" for POT)
+      metric: test                # test: final test l2 full; train: mean loss of the last 10 % of steps
+
+Every run ``(parametrization, K, lr, batch size, betas, seed)`` is one Trainer run in
+``output_dir/runs/<parametrization>/K<K>/<hyper>-s<seed>/`` with ``result.json`` written last; a
+restarted sweep skips finished runs and an interrupted run resumes from its checkpoint.
+Algorithm 1: ξ* = argmin over the proxy's grid of the seed-mean loss (line 2); under μP the
+target trains with ``mup-fno`` at ``base_modes = K_proxy``, which multiplies the spectral weights'
+lr by ``sqrt(log N_proxy / log N*)`` and their init std by the same (init variance by its square;
+lines 4-5); under standard parametrization ξ* is used unchanged. Outputs: ``sweep.csv``,
+``transfer.json`` and ``lr_landscape.png`` (loss vs lr, one curve per K, optimum starred, standard
+and μP side by side).
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import dataclasses
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Literal, Optional, Sequence
+
+import opzoo
+from opzoo.config import build_dataclass
+from opzoo.training import Trainer, TrainingDivergedError, parse_run_config
+from opzoo.training.config import read_document
+
+from .mup_fno import HOOK_NAME
+
+PARAMETRIZATIONS = ("standard", "mup")
+CSV_FIELDS = ("parametrization", "K", "lr", "batch_size", "beta1", "beta2", "seed", "loss", "train_loss",
+              "status", "seconds", "run_dir")
+
+
+@dataclasses.dataclass
+class SweepSection:
+    proxy_modes: int
+    target_modes: int
+    lr: list[float]
+    landscape_modes: list[int] = dataclasses.field(default_factory=list)
+    batch_size: Optional[list[int]] = None
+    betas: Optional[list[tuple[float, float]]] = None
+    seeds: list[int] = dataclasses.field(default_factory=lambda: [0])
+    parametrizations: list[str] = dataclasses.field(default_factory=lambda: list(PARAMETRIZATIONS))
+    mup: dict[str, Any] = dataclasses.field(default_factory=dict)
+    modes_key: str = "modes"
+    metric: Literal["test", "train"] = "test"
+
+
+@dataclasses.dataclass
+class MutransferConfig:
+    run: dict[str, Any]
+    sweep: SweepSection
+    output_dir: str = "runs/mutransfer"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """One training run of the sweep."""
+
+    parametrization: str
+    modes: int
+    lr: float
+    batch_size: int
+    betas: tuple[float, float]
+    seed: int
+
+    @property
+    def hyper(self) -> tuple[float, int, tuple[float, float]]:
+        return (self.lr, self.batch_size, self.betas)
+
+    def key(self) -> str:
+        return (f"{self.parametrization}/K{self.modes}/lr{self.lr:.6g}-bs{self.batch_size}"
+                f"-b{self.betas[0]:g},{self.betas[1]:g}-s{self.seed}")
+
+
+def load_config(path: str | os.PathLike, output_dir: str | None = None, device: str | None = None) -> MutransferConfig:
+    """Read and validate a mutransfer config completely (the run template too) before any training."""
+    source = str(path)
+    document = read_document(path)
+    try:
+        cfg = build_dataclass(MutransferConfig, document, "")
+    except opzoo.ConfigError as e:
+        raise opzoo.ConfigError(f"{source}: {str(e).lstrip(': ')}") from None
+    if output_dir is not None:
+        cfg.output_dir = output_dir
+    if device is not None:
+        cfg.run.setdefault("training", {})["device"] = device
+    s = cfg.sweep
+
+    def fail(msg: str):
+        raise opzoo.ConfigError(f"{source}: {msg}")
+
+    for key in ("proxy_modes", "target_modes"):
+        if getattr(s, key) < 1:
+            fail(f"sweep.{key}: must be >= 1, got {getattr(s, key)}")
+    if any(k < 1 for k in s.landscape_modes):
+        fail(f"sweep.landscape_modes: modes must be >= 1, got {s.landscape_modes}")
+    if not s.lr or any(not (v > 0 and math.isfinite(v)) for v in s.lr):
+        fail(f"sweep.lr: expected a non-empty list of positive learning rates, got {s.lr}")
+    if s.batch_size is not None and (not s.batch_size or any(b < 1 for b in s.batch_size)):
+        fail(f"sweep.batch_size: expected a non-empty list of ints >= 1, got {s.batch_size}")
+    if s.betas is not None and (not s.betas or any(len(b) != 2 or not all(0 <= x < 1 for x in b) for b in s.betas)):
+        fail(f"sweep.betas: expected a non-empty list of [beta1, beta2] pairs in [0, 1), got {s.betas}")
+    if not s.seeds:
+        fail("sweep.seeds: list at least one seed")
+    bad = [p for p in s.parametrizations if p not in PARAMETRIZATIONS]
+    if bad or not s.parametrizations:
+        fail(f"sweep.parametrizations: expected a non-empty subset of {list(PARAMETRIZATIONS)}, got {s.parametrizations}")
+    if "base_modes" in s.mup:
+        fail("sweep.mup.base_modes: set by mutransfer (it is sweep.proxy_modes)")
+    if "mup" in s.parametrizations:
+        try:
+            opzoo.get_registry().get("optimizer_hook", HOOK_NAME)(base_modes=s.proxy_modes, **s.mup)  # validates args
+        except TypeError as e:
+            fail(f"sweep.mup: {e}")
+        if s.proxy_modes < 2:
+            fail(f"sweep.proxy_modes: μP needs at least 2 kept modes (log N0 > 0), got {s.proxy_modes}")
+    if "output_dir" in cfg.run:
+        fail("run.output_dir: set the top-level output_dir instead (each run gets its own folder under it)")
+    # the whole template must be a valid run config at every K (and the proxy one per parametrization)
+    for K in all_modes(s):
+        parse_run_config(run_document(cfg, RunSpec(s.parametrizations[-1], K, s.lr[0], *first_hyper(cfg), s.seeds[0]),
+                                      Path(cfg.output_dir) / "check"), f"{source}: run (K={K})", Path(source).parent)
+    return cfg
+
+
+def all_modes(s: SweepSection) -> list[int]:
+    """Every K the sweep trains: the proxy, the landscape and the target."""
+    return sorted({s.proxy_modes, s.target_modes, *s.landscape_modes})
+
+
+def first_hyper(cfg: MutransferConfig) -> tuple[int, tuple[float, float]]:
+    t, o = cfg.run.get("training", {}), cfg.run.get("optimizer", {})
+    bs = cfg.sweep.batch_size[0] if cfg.sweep.batch_size else int(t.get("batch_size", 16))
+    betas = tuple(cfg.sweep.betas[0]) if cfg.sweep.betas else tuple(o.get("betas", (0.9, 0.9)))
+    return bs, betas
+
+
+def hyper_grid(cfg: MutransferConfig) -> list[tuple[float, int, tuple[float, float]]]:
+    """The search space Ξ: lr × batch size × betas."""
+    t, o = cfg.run.get("training", {}), cfg.run.get("optimizer", {})
+    sizes = cfg.sweep.batch_size or [int(t.get("batch_size", 16))]
+    betas = [tuple(map(float, b)) for b in cfg.sweep.betas] if cfg.sweep.betas else [tuple(map(float, o.get("betas", (0.9, 0.9))))]
+    return [(float(lr), int(bs), b) for lr in cfg.sweep.lr for bs in sizes for b in betas]
+
+
+def _set_dotted(mapping: dict, dotted: str, value: Any, defaults: Any = None) -> None:
+    """``mapping[a][b]... = value`` for ``dotted = "a.b..."``; a missing parent starts as a copy of
+    ``defaults``' (the preset's args), since a model override replaces a whole nested dict."""
+    *parents, last = dotted.split(".")
+    for p in parents:
+        defaults = defaults.get(p) if isinstance(defaults, dict) else None
+        if p not in mapping:
+            mapping[p] = copy.deepcopy(dict(defaults)) if isinstance(defaults, dict) else {}
+        mapping = mapping[p]
+    mapping[last] = value
+
+
+def run_document(cfg: MutransferConfig, spec: RunSpec, run_dir: Path) -> dict[str, Any]:
+    """The opzoo run config of one sweep run (template + K, seed, hyper-parameters, μP hook)."""
+    doc = copy.deepcopy(cfg.run)
+    doc["output_dir"] = str(run_dir)
+    doc["seed"] = spec.seed
+    model = doc.setdefault("model", {})
+    registry = opzoo.get_registry()
+    preset_args = dict(registry.preset(model["name"]).args) if registry.has_preset(model.get("name", "")) else None
+    _set_dotted(model.setdefault("args", {}), cfg.sweep.modes_key, spec.modes, preset_args)
+    opt = doc.setdefault("optimizer", {})
+    opt["lr"], opt["betas"] = spec.lr, list(spec.betas)
+    doc.setdefault("training", {})["batch_size"] = spec.batch_size
+    hooks = [h for h in opt.get("hooks", []) if h.get("name") != HOOK_NAME]
+    if spec.parametrization == "mup":
+        hooks.append({"name": HOOK_NAME, "args": {"base_modes": cfg.sweep.proxy_modes, **cfg.sweep.mup}})
+    opt["hooks"] = hooks
+    return doc
+
+
+def train_one(cfg: MutransferConfig, spec: RunSpec, root: Path, source: str = "mutransfer") -> dict[str, Any]:
+    """Train one run (or read its finished result): ``{loss, train_loss, status, seconds, run_dir}``."""
+    import time
+
+    run_dir = root / "runs" / spec.key()
+    done = run_dir / "result.json"
+    if done.is_file():
+        return json.loads(done.read_text())
+    run_cfg = parse_run_config(run_document(cfg, spec, run_dir), f"{source}: {spec.key()}")
+    t0 = time.perf_counter()
+    status, loss, train_loss = "ok", math.inf, math.inf
+    try:
+        result = Trainer(run_cfg, show_progress=False).fit()
+        evals = result.evals[run_cfg.training.steps]
+        test = sum(r.l2_full for r in evals) / len(evals)
+        from opzoo.training import read_log
+
+        losses = [r["loss"] for r in read_log(run_dir / "log.jsonl", kind="train")]
+        tail = losses[-max(1, len(losses) // 10):]
+        train_loss = sum(tail) / len(tail)
+        loss = test if cfg.sweep.metric == "test" else train_loss
+        if not math.isfinite(loss):
+            status, loss = "diverged", math.inf
+    except TrainingDivergedError:
+        status = "diverged"
+    record = {"loss": loss, "train_loss": train_loss, "status": status,
+              "seconds": round(time.perf_counter() - t0, 2), "run_dir": str(run_dir)}
+    tmp = done.with_suffix(f".tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(record))
+    os.replace(tmp, done)
+    return record
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else math.inf
+
+
+def seed_mean(rows: list[dict], parametrization: str, modes: int) -> dict[tuple, float]:
+    """``{(lr, batch size, betas): mean loss over seeds}`` of one curve (inf when any seed diverged)."""
+    groups: dict[tuple, list[float]] = {}
+    for r in rows:
+        if r["parametrization"] == parametrization and r["K"] == modes:
+            groups.setdefault((r["lr"], r["batch_size"], (r["beta1"], r["beta2"])), []).append(r["loss"])
+    return {k: _mean(v) for k, v in groups.items()}
+
+
+def best_hyper(rows: list[dict], parametrization: str, modes: int) -> tuple[tuple, float]:
+    """Algorithm 1, line 2: ``argmin_ξ train(ξ, K)`` (the seed-mean loss)."""
+    means = seed_mean(rows, parametrization, modes)
+    if not means or all(not math.isfinite(v) for v in means.values()):
+        raise opzoo.OpzooError(f"every {parametrization} run at K={modes} diverged; lower sweep.lr")
+    key = min(means, key=lambda k: means[k])
+    return key, means[key]
+
+
+def write_csv(rows: list[dict], path: Path) -> Path:
+    tmp = path.with_suffix(f".tmp-{os.getpid()}")
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: r[k] for k in CSV_FIELDS})
+    os.replace(tmp, path)
+    return path
+
+
+def plot_landscape(rows: list[dict], path: Path, fixed: dict[str, tuple] | None = None, title: str = "") -> Path:
+    """Loss vs learning rate, one curve per K, the optimum of each curve starred; one panel per
+    parametrization (standard | μP), sharing the y axis (the paper's Figure 1)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    params = [p for p in PARAMETRIZATIONS if any(r["parametrization"] == p for r in rows)]
+    fig, axes = plt.subplots(1, len(params), figsize=(5.2 * len(params), 4.0), sharey=True, squeeze=False)
+    cmap = plt.get_cmap("viridis")
+    for ax, p in zip(axes[0], params):
+        ks = sorted({r["K"] for r in rows if r["parametrization"] == p})
+        for j, K in enumerate(ks):
+            means = seed_mean(rows, p, K)
+            if fixed and p in fixed:  # other swept hyper-parameters at the proxy's optimum
+                means = {k: v for k, v in means.items() if k[1:] == fixed[p]}
+            pts = sorted((k[0], v) for k, v in means.items() if math.isfinite(v))
+            if not pts:
+                continue
+            color = cmap(j / max(1, len(ks) - 1))
+            ax.plot([x for x, _ in pts], [y for _, y in pts], "o-", color=color, ms=3, label=f"K = {K}")
+            bx, by = min(pts, key=lambda t: t[1])
+            ax.plot([bx], [by], "*", color=color, ms=15, mec="k", mew=0.6)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("learning rate")
+        ax.set_title({"standard": "standard parametrization", "mup": "μTransfer-FNO (μP)"}[p])
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0][0].set_ylabel("loss (mean over seeds)")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def run_mutransfer(cfg: MutransferConfig, progress: bool = True, source: str = "mutransfer") -> dict[str, Any]:
+    """Algorithm 1 plus the landscape sweep; returns the ``transfer.json`` summary."""
+    from tqdm.auto import tqdm
+
+    s = cfg.sweep
+    root = Path(cfg.output_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    grid = hyper_grid(cfg)
+    sweep_modes = sorted({s.proxy_modes, *s.landscape_modes})
+    specs = [RunSpec(p, K, lr, bs, betas, seed) for p in s.parametrizations for K in sweep_modes
+             for (lr, bs, betas) in grid for seed in s.seeds]
+    rows: list[dict] = []
+
+    def record(spec: RunSpec) -> dict:
+        out = train_one(cfg, spec, root, source)
+        row = {"parametrization": spec.parametrization, "K": spec.modes, "lr": spec.lr, "batch_size": spec.batch_size,
+               "beta1": spec.betas[0], "beta2": spec.betas[1], "seed": spec.seed, **out}
+        rows.append(row)
+        return row
+
+    done = sum((root / "runs" / sp.key() / "result.json").is_file() for sp in specs)
+    bar = tqdm(specs, desc="sweep", unit="run", disable=not progress, initial=0)
+    if done:
+        bar.write(f"resuming: {done} of {len(specs)} sweep runs already finished")
+    for spec in bar:
+        bar.set_postfix_str(spec.key())
+        record(spec)
+        write_csv(rows, root / "sweep.csv")
+    bar.close()
+
+    summary: dict[str, Any] = {"proxy_modes": s.proxy_modes, "target_modes": s.target_modes,
+                               "metric": s.metric, "parametrizations": {}}
+    fixed = {}
+    for p in s.parametrizations:
+        (lr, bs, betas), proxy_loss = best_hyper(rows, p, s.proxy_modes)
+        fixed[p] = (bs, betas)
+        per_k = {}
+        for K in sweep_modes:
+            (k_lr, k_bs, k_betas), k_loss = best_hyper(rows, p, K)
+            per_k[str(K)] = {"best_lr": k_lr, "best_batch_size": k_bs, "best_betas": list(k_betas), "loss": k_loss}
+        # Algorithm 1, lines 3-7: train the target with ξ* (μP rescales spectral lr and init via the hook)
+        target_losses = []
+        for seed in s.seeds:
+            row = record(RunSpec(p, s.target_modes, lr, bs, betas, seed)) if s.target_modes not in sweep_modes else next(
+                r for r in rows if r["parametrization"] == p and r["K"] == s.target_modes and r["seed"] == seed
+                and (r["lr"], r["batch_size"], (r["beta1"], r["beta2"])) == (lr, bs, betas))
+            target_losses.append(row["loss"])
+        entry = {"proxy_best": {"lr": lr, "batch_size": bs, "betas": list(betas), "loss": proxy_loss},
+                 "target": {"lr": lr, "batch_size": bs, "betas": list(betas), "loss": _mean(target_losses)},
+                 "best_per_K": per_k}
+        if p == "mup":
+            n_p, n_t = s.proxy_modes, s.target_modes
+            entry["target"]["spectral_init_and_lr_multiplier"] = (
+                math.sqrt(math.log(n_p) / math.log(n_t)) if n_p >= 2 and n_t >= 2 else None)
+        if s.target_modes in sweep_modes:
+            entry["target"]["best_possible_loss"] = per_k[str(s.target_modes)]["loss"]
+            entry["target"]["regret"] = entry["target"]["loss"] / per_k[str(s.target_modes)]["loss"]
+        summary["parametrizations"][p] = entry
+    write_csv(rows, root / "sweep.csv")
+    plot_landscape([r for r in rows if r["K"] in sweep_modes], root / "lr_landscape.png", fixed,
+                   title=f"{source}: loss vs learning rate (seeds {s.seeds})")
+    (root / "transfer.json").write_text(json.dumps(summary, indent=2))
+    return summary

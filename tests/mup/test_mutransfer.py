@@ -1,0 +1,168 @@
+"""`opzoo mutransfer` (μTransfer-FNO Algorithm 1): config validation, the sweep and its outputs,
+the proxy -> target transfer, resuming an interrupted sweep, and the CLI."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import shutil
+
+import pytest
+import yaml
+
+import opzoo
+from opzoo_mup.mutransfer import best_hyper, load_config, plot_landscape, run_mutransfer
+
+from .conftest import fno1d_run_document
+
+
+def _config(tmp_path, data, **sweep) -> dict:
+    run = fno1d_run_document(tmp_path / "unused", data, training={"steps": 3, "batch_size": 4, "log_every": 1,
+                                                                  "noise_scale": 0.0},
+                             checkpoint={"every": 2, "keep_last": 2})
+    del run["output_dir"]
+    return {"output_dir": str(tmp_path / "mt"), "run": run,
+            "sweep": {"proxy_modes": 2, "target_modes": 8, "landscape_modes": [4], "lr": [1e-3, 1e-2],
+                      "seeds": [0], "parametrizations": ["standard", "mup"], **sweep}}
+
+
+def _write(tmp_path, doc, name="mt.yaml"):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _rows(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def test_sweep_transfer_outputs_and_resume(tmp_path, burgers_file):
+    cfg = load_config(_write(tmp_path, _config(tmp_path, burgers_file)))
+    summary = run_mutransfer(cfg, progress=False)
+    out = tmp_path / "mt"
+    rows = _rows(out / "sweep.csv")
+    # sweep: 2 parametrizations x K in {2, 4} x 2 lrs x 1 seed, then the target K = 8 per parametrization
+    assert len(rows) == 2 * 2 * 2 + 2
+    assert {(r["parametrization"], r["K"]) for r in rows} >= {("mup", "8"), ("standard", "8")}
+    assert all(r["status"] == "ok" and math.isfinite(float(r["loss"])) for r in rows)
+    assert (out / "lr_landscape.png").stat().st_size > 10_000
+    assert json.loads((out / "transfer.json").read_text()) == json.loads(json.dumps(summary))
+    for p in ("standard", "mup"):
+        proxy = [r for r in rows if r["parametrization"] == p and r["K"] == "2"]
+        best = min(proxy, key=lambda r: float(r["loss"]))
+        entry = summary["parametrizations"][p]
+        assert entry["proxy_best"]["lr"] == float(best["lr"])  # Algorithm 1, line 2
+        assert entry["target"]["lr"] == float(best["lr"])      # the master lr is transferred as is...
+        target = next(r for r in rows if r["parametrization"] == p and r["K"] == "8")
+        assert float(target["lr"]) == float(best["lr"])
+        run_cfg = json.loads((out / "runs" / f"{p}/K8/lr{float(best['lr']):.6g}-bs4-b0.9,0.999-s0" /
+                              "run_config.json").read_text())
+        hooks = run_cfg["optimizer"]["hooks"]
+        # ...and under μP the mup-fno hook at base K_proxy rescales the spectral lr and init (lines 4-5)
+        assert hooks == ([{"name": "mup-fno", "args": {"base_modes": 2}}] if p == "mup" else [])
+        assert run_cfg["model"]["args"]["modes"] == 8
+    assert summary["parametrizations"]["mup"]["target"]["spectral_init_and_lr_multiplier"] == pytest.approx(
+        math.sqrt(math.log(2) / math.log(8)))
+
+    # a finished sweep restarted skips every run
+    stamps = {p: p.stat().st_mtime_ns for p in out.glob("runs/**/result.json")}
+    assert len(stamps) == 10
+    run_mutransfer(load_config(_write(tmp_path, _config(tmp_path, burgers_file))), progress=False)
+    assert {p: p.stat().st_mtime_ns for p in out.glob("runs/**/result.json")} == stamps
+    # interrupted inside one run (after its step-2 checkpoint, before result.json): only that run
+    # trains again, resuming from its checkpoint, to the same loss
+    victim = out / "runs" / "mup/K4/lr0.01-bs4-b0.9,0.999-s0"
+    before = json.loads((victim / "result.json").read_text())
+    (victim / "result.json").unlink()
+    shutil.rmtree(victim / "checkpoints" / "step-00000003")
+    kept = (victim / "checkpoints" / "step-00000002" / "state.json").stat().st_mtime_ns
+    run_mutransfer(load_config(_write(tmp_path, _config(tmp_path, burgers_file))), progress=False)
+    after = json.loads((victim / "result.json").read_text())
+    assert after["loss"] == before["loss"] and after["train_loss"] == before["train_loss"]
+    assert (victim / "checkpoints" / "step-00000002" / "state.json").stat().st_mtime_ns == kept  # resumed, not redone
+    log = [json.loads(line) for line in (victim / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log if r["kind"] == "train"] == [1, 2, 3]
+    assert {p: p.stat().st_mtime_ns for p in out.glob("runs/**/result.json") if p.parent != victim} == {
+        p: t for p, t in stamps.items() if p.parent != victim}
+
+
+def test_best_hyper_is_the_seed_mean_argmin_and_skips_divergence(tmp_path):
+    def row(lr, seed, loss, K=4, p="mup"):
+        return {"parametrization": p, "K": K, "lr": lr, "batch_size": 8, "beta1": 0.9, "beta2": 0.99,
+                "seed": seed, "loss": loss}
+
+    rows = [row(1e-3, 0, 0.30), row(1e-3, 1, 0.10),   # mean 0.20
+            row(3e-3, 0, 0.18), row(3e-3, 1, 0.19),   # mean 0.185: the best
+            row(1e-2, 0, 0.01), row(1e-2, 1, math.inf)]  # one seed diverged: inf
+    (lr, bs, betas), loss = best_hyper(rows, "mup", 4)
+    assert (lr, bs, betas) == (3e-3, 8, (0.9, 0.99)) and loss == pytest.approx(0.185)
+    with pytest.raises(opzoo.OpzooError, match="every mup run at K=4 diverged"):
+        best_hyper([row(1e-2, 0, math.inf)], "mup", 4)
+    rows += [row(lr, 0, 0.5 / (1 + abs(math.log10(lr / 1e-3))), K=8, p="standard") for lr in (1e-4, 1e-3, 1e-2)]
+    png = plot_landscape(rows, tmp_path / "landscape.png", title="synthetic")
+    assert png.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["sweep"].pop("lr"), r"sweep: missing required field\(s\) 'lr'"),
+    (lambda d: d["sweep"].update(lr=[]), r"sweep\.lr: expected a non-empty list"),
+    (lambda d: d["sweep"].update(proxy_modes=1), r"sweep\.proxy_modes: μP needs at least 2"),
+    (lambda d: d["sweep"].update(parametrizations=["sp"]), r"sweep\.parametrizations"),
+    (lambda d: d["sweep"].update(mup={"base_modes": 3}), r"sweep\.mup\.base_modes: set by mutransfer"),
+    (lambda d: d["sweep"].update(betas=[[0.9]]), r"sweep\.betas"),
+    (lambda d: d["sweep"].update(mup={"clip": 0.01}), r"sweep\.mup: .*'clip'"),
+    (lambda d: d["sweep"].update(bogus=1), r"unknown field.*'bogus'"),
+    (lambda d: d["run"]["training"].update(steps=0), r"run \(K=2\): training\.steps must be >= 1"),
+    (lambda d: d["run"].update(output_dir="x"), r"run\.output_dir: set the top-level output_dir"),
+])
+def test_bad_configs_are_named_before_any_training(tmp_path, burgers_file, edit, message):
+    doc = _config(tmp_path, burgers_file)
+    edit(doc)
+    with pytest.raises(opzoo.ConfigError, match=message):
+        load_config(_write(tmp_path, doc))
+    assert not (tmp_path / "mt").exists()
+
+
+def test_cli_command_with_device_and_batch_size_sweep(tmp_path, burgers_file, capsys):
+    from opzoo.cli import main
+
+    doc = _config(tmp_path, burgers_file, landscape_modes=[], batch_size=[2, 4], lr=[3e-3],
+                  parametrizations=["mup"], target_modes=4)
+    code = main(["mutransfer", str(_write(tmp_path, doc)), "--out", str(tmp_path / "cli"), "--device", "cpu",
+                 "--quiet", "--json"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "mup: proxy K=2 best lr 0.003" in out
+    summary = json.loads(out.strip().splitlines()[-1])
+    rows = _rows(tmp_path / "cli" / "sweep.csv")
+    assert sorted(r["batch_size"] for r in rows if r["K"] == "2") == ["2", "4"]
+    best = min((r for r in rows if r["K"] == "2"), key=lambda r: float(r["loss"]))
+    assert summary["parametrizations"]["mup"]["target"]["batch_size"] == int(best["batch_size"])
+    run_cfg = json.loads(next((tmp_path / "cli" / "runs").glob("mup/K4/*/run_config.json")).read_text())
+    assert run_cfg["training"]["device"] == "cpu"
+    assert main(["mutransfer", str(tmp_path / "missing.yaml")]) == 2
+
+
+def test_pot_preset_modes_key_keeps_the_presets_other_mixer_args(tmp_path, burgers_file):
+    """``modes_key: mixer_args.modes`` on dpot-ti sets only the modes (a model override replaces the
+    whole ``mixer_args`` dict, so the preset's n_blocks is carried over), and μP adds the hook."""
+    from opzoo_mup.mutransfer import RunSpec, run_document
+
+    doc = _config(tmp_path, burgers_file, modes_key="mixer_args.modes")
+    doc["run"]["model"] = {"name": "dpot-ti", "args": {"width": 32}}
+    from opzoo.config import build_dataclass
+    from opzoo_mup.mutransfer import MutransferConfig
+
+    cfg = build_dataclass(MutransferConfig, doc, "")
+    run = run_document(cfg, RunSpec("mup", 8, 1e-3, 4, (0.9, 0.99), 1), tmp_path / "r")
+    assert run["model"]["args"] == {"width": 32, "mixer_args": {"n_blocks": 4, "modes": 8}}
+    assert run["optimizer"]["hooks"] == [{"name": "mup-fno", "args": {"base_modes": 2}}]
+    assert (run["seed"], run["optimizer"]["lr"], run["optimizer"]["betas"], run["training"]["batch_size"]) == (
+        1, 1e-3, [0.9, 0.99], 4)
+    import torch
+
+    with torch.device("meta"):
+        model = opzoo.load("dpot-ti", **run["model"]["args"])
+    assert {w.modes for w in opzoo.find_spectral_weights(model)} == {(8, 8)}
