@@ -1,2 +1,15 @@
-"""Entry point of the opzoo-mup plugin. It registers nothing yet: the distribution installs and is
-discovered (`opzoo plugins`); its components come with their own issue."""
+"""Entry point of the opzoo-mup plugin: each method registers its own components and commands."""
+
+import opzoo
+
+from . import flerm
+
+
+@opzoo.hookimpl
+def opzoo_register_components(registry):
+    flerm.register_components(registry)
+
+
+@opzoo.hookimpl
+def opzoo_register_commands(subparsers):
+    flerm.add_commands(subparsers)
