@@ -31,7 +31,7 @@ from torch import Tensor, nn
 import opzoo
 from opzoo.training import OptimizerHook, StepContext
 
-from .estimator import KRONECKER, READOUT_BIAS, READOUT_WEIGHT, KroneckerEMA
+from .estimator import COMPLEX_DIMS, KRONECKER, READOUT_BIAS, READOUT_WEIGHT, KroneckerEMA
 from .probe import find_readout, probe_gradients, z_samples
 from .record import FslrRecord, block_lists, map_base_values, write_record
 
@@ -45,7 +45,7 @@ class FlermHook(OptimizerHook):
     def __init__(self, mode: str = "record", base: str | Sequence[str] | None = None, warmup: int = 40,
                  every: int = 100, beta: float = 0.9, readout: str | Sequence[str] | None = "auto",
                  match: str = "periodic", out: str | None = None, seed: int = 0,
-                 min_multiplier: float = 1e-3, max_multiplier: float = 1e3):
+                 complex_dim: str = "sum", min_multiplier: float = 1e-3, max_multiplier: float = 1e3):
         if mode not in MODES:
             raise opzoo.ConfigError(f"optimizer.hooks: flerm: mode must be one of {MODES}, got {mode!r}")
         if mode == "match" and not base:
@@ -57,10 +57,12 @@ class FlermHook(OptimizerHook):
                 raise opzoo.ConfigError(f"optimizer.hooks: flerm: {key} must be an int >= {low}, got {value!r}")
         if not 0.0 <= beta < 1.0:
             raise opzoo.ConfigError(f"optimizer.hooks: flerm: beta must be in [0, 1), got {beta!r}")
+        if complex_dim not in COMPLEX_DIMS:
+            raise opzoo.ConfigError(f"optimizer.hooks: flerm: complex_dim must be one of {COMPLEX_DIMS}, got {complex_dim!r}")
         if not 0 < min_multiplier <= 1 <= max_multiplier:
             raise opzoo.ConfigError("optimizer.hooks: flerm: need 0 < min_multiplier <= 1 <= max_multiplier")
         self.mode, self.warmup, self.every, self.beta, self.match = mode, warmup, every, beta, match
-        self.readout_arg, self.out, self.seed = readout, out, seed
+        self.readout_arg, self.out, self.seed, self.complex_dim = readout, out, seed, complex_dim
         self.clamp = (min_multiplier, max_multiplier)
         self.base_paths = [base] if isinstance(base, str) else list(base or [])
         self.base: FslrRecord | None = None
@@ -148,7 +150,7 @@ class FlermHook(OptimizerHook):
             gen = torch.Generator().manual_seed(
                 (self.seed * 1_000_003 + ctx.step * SEED_SALT + k * 104_729 + ctx.rank * 15_485_863) % (2**63 - 1))
             probe_gradients(ctx.model, ctx.forward, batch, gen)
-            zs = z_samples(params, deltas, ctx.all_reduce_mean, ctx.world_size)
+            zs = z_samples(params, deltas, ctx.all_reduce_mean, ctx.world_size, self.complex_dim)
             for n in self.names:
                 self.emas[n].update(zs[n])
             del zs
@@ -181,7 +183,7 @@ class FlermHook(OptimizerHook):
         doc = {"mode": self.mode, "steps": h["steps"], "fslr": h["fslr"], "base_lr": h["base_lr"],
                "block_lists": self.lists, "readout": self.readout or [],
                "settings": {"warmup": self.warmup, "every": self.every, "beta": self.beta, "match": self.match,
-                            "seed": self.seed, "base": self.base_paths}}
+                            "seed": self.seed, "complex_dim": self.complex_dim, "base": self.base_paths}}
         if self.mode == "match":
             doc["multipliers"] = h["multipliers"]
         write_record(path, doc)

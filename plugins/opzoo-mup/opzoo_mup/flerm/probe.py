@@ -37,7 +37,8 @@ def probe_gradients(model: nn.Module, forward: Callable[[Tensor], Tensor], batch
 
 
 def z_samples(named: Mapping[str, nn.Parameter], deltas: Mapping[str, Tensor],
-              reduce: Callable[[Tensor], Tensor] | None = None, world_size: int = 1) -> dict[str, Tensor]:
+              reduce: Callable[[Tensor], Tensor] | None = None, world_size: int = 1,
+              complex_dim: str = "sum") -> dict[str, Tensor]:
     """``Z`` per tensor from the ``.grad`` left by :func:`probe_gradients` (zeros where there is none).
 
     Under DDP each rank probes its shard: ``φ`` of the global batch is ``Σ_r φ_r / sqrt(W)``, so the
@@ -50,7 +51,7 @@ def z_samples(named: Mapping[str, nn.Parameter], deltas: Mapping[str, Tensor],
             g = torch.zeros_like(p)
         elif reduce is not None and world_size > 1:
             g = reduce(g) * math.sqrt(world_size)
-        out[name] = z_sample(deltas[name], g)
+        out[name] = z_sample(deltas[name], g, complex_dim)
     return out
 
 
