@@ -25,6 +25,7 @@ The learning rate of group ``g`` at step ``t`` is
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
@@ -38,10 +39,12 @@ class StepContext:
     ``model`` is the unwrapped module (not the DDP wrapper); ``batch`` the rank's batch
     (``x [B, *S, T_in, C]``, ``y [B, *S, T_out, C]``, ``mask [B, C]``, ``dataset [B]``);
     ``loss`` the rank-averaged training loss of this step (a float, before the update for
-    ``before_optimizer_step``). ``fresh_batch()`` draws another batch of the training mixture
-    (deterministic per step, the same on resume); ``loss_fn(pred, batch)`` is the training loss;
+    ``before_optimizer_step``). ``fresh_batch(index=0)`` draws another batch of the training mixture
+    (a function of (seed, step, index): the same on resume; different indices give different
+    batches, e.g. for several estimates in one step); ``loss_fn(pred, batch)`` is the training loss;
     ``forward(x)`` runs the model under the run's autocast; ``all_reduce_mean(t)`` averages a
     tensor across ranks (identity with one process). ``base_lr`` is ``lr · schedule(step)``.
+    ``run_dir`` is the run's output directory (where a hook may write its own files; rank 0 only).
     """
 
     step: int
@@ -50,12 +53,13 @@ class StepContext:
     batch: Mapping[str, Tensor]
     loss: float
     base_lr: float
-    fresh_batch: Callable[[], Mapping[str, Tensor]]
+    fresh_batch: Callable[..., Mapping[str, Tensor]]
     loss_fn: Callable[[Tensor, Mapping[str, Tensor]], Tensor]
     forward: Callable[[Tensor], Tensor]
     all_reduce_mean: Callable[[Tensor], Tensor]
     world_size: int = 1
     rank: int = 0
+    run_dir: Path | None = None
 
 
 class OptimizerHook:

@@ -39,6 +39,7 @@ from .schedule import schedule_factor
 from ..routing import aux_losses, named_routers
 
 NOISE_SALT, FRESH_SALT = 1, 2
+FRESH_INDEX_SALT = 1000  # fresh batch k >= 1 of a step uses salt 1000 + k
 
 
 class TrainingDivergedError(OpzooError):
@@ -123,8 +124,12 @@ class Trainer:
         for batch in loader:
             yield {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
 
-    def _fresh_batch(self, step: int) -> dict[str, Tensor]:
-        idx = next(iter(self._sampler(step, step + 1, FRESH_SALT)))
+    def _fresh_batch(self, step: int, index: int = 0) -> dict[str, Tensor]:
+        """Fresh batch ``index`` of ``step`` (a function of (seed, step, index), never a training batch)."""
+        if index < 0:
+            raise ValueError(f"fresh_batch: index must be >= 0, got {index}")
+        salt = FRESH_SALT if index == 0 else FRESH_INDEX_SALT + index
+        idx = next(iter(self._sampler(step, step + 1, salt)))
         batch = collate([self.data.train[i] for i in idx])
         return {k: v.to(self.device) for k, v in batch.items()}
 
@@ -302,10 +307,10 @@ class Trainer:
                     self._diverged(i, step, "gradient norm", grad_norm, per_sample.detach(), batch["dataset"], names, logger)
             base_lr = cfg.optimizer.lr * schedule_factor(cfg.schedule, i, t.steps)
             ctx = StepContext(step=i, model=unwrap(model), optimizer=self.optimizer, batch=batch, loss=loss_value,
-                              base_lr=base_lr, fresh_batch=lambda i=i: self._fresh_batch(i),
+                              base_lr=base_lr, fresh_batch=lambda index=0, i=i: self._fresh_batch(i, index),
                               loss_fn=self.loss_fn, forward=lambda x: self._forward(unwrap(model), x),
                               all_reduce_mean=lambda v: all_reduce_mean(v, self.env),
-                              world_size=self.env.world_size, rank=self.env.rank)
+                              world_size=self.env.world_size, rank=self.env.rank, run_dir=self.run_dir)
             for hook in self.hooks:
                 hook.before_optimizer_step(ctx)
             set_learning_rates(self.optimizer, base_lr, combined_multipliers(self.hooks, ctx, len(self.optimizer.param_groups)))

@@ -118,3 +118,37 @@ def test_resume_refuses_checkpoints_of_another_run(tmp_path, datasets):
     doc["model"]["args"] = {**tiny_pot_args(), "width": 24}
     with pytest.raises(opzoo.ConfigError, match="holds checkpoints of a run with another model section"):
         Trainer(parse_run_config(doc), show_progress=False).fit()
+
+
+class FreshBatchHook(OptimizerHook):
+    """Collects fresh batches 0..2 of every step, twice, and the run directory the context names."""
+
+    instances: list = []
+
+    def __init__(self):
+        self.fresh, self.run_dirs = [], []
+        FreshBatchHook.instances.append(self)
+
+    def after_optimizer_step(self, ctx):
+        self.fresh.append([ctx.fresh_batch(k)["x"] for k in range(3)] + [ctx.fresh_batch(2)["x"], ctx.fresh_batch()["x"]])
+        self.run_dirs.append(ctx.run_dir)
+
+
+def test_fresh_batch_index_and_run_dir(tmp_path, datasets):
+    registry = opzoo.get_registry()
+    with registry.owned_by("tests"):
+        registry.register_optimizer_hook("test-fresh", FreshBatchHook)
+    try:
+        doc = run_document(tmp_path / "run", datasets, model={"name": "pot", "args": tiny_pot_args()},
+                           training={"steps": 2, "batch_size": 4}, checkpoint={"every": None},
+                           optimizer={"hooks": [{"name": "test-fresh"}]})
+        Trainer(parse_run_config(doc), show_progress=False).fit()
+    finally:
+        registry.forget("tests")
+    hook = FreshBatchHook.instances[-1]
+    assert hook.run_dirs == [tmp_path / "run"] * 2
+    for step in hook.fresh:
+        b0, b1, b2, b2_again, default = step
+        assert torch.equal(b2, b2_again) and torch.equal(b0, default)  # a function of (seed, step, index)
+        assert not torch.equal(b0, b1) and not torch.equal(b1, b2)
+    assert not torch.equal(hook.fresh[0][1], hook.fresh[1][1])  # and of the step

@@ -1,0 +1,223 @@
+"""The ``flerm`` optimizer hook in the real Trainer: record, match, mapping, errors, resume, every model, plot."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import opzoo
+from opzoo.training import Trainer, parse_run_config, read_log
+from opzoo_mup.flerm import FlermHook, FslrRecord, map_base_values
+from opzoo_mup.flerm.record import block_lists
+from tests.training.conftest import datasets, run_document, tiny_pot_args, write_canonical  # noqa: F401
+
+
+def fno_args(width=8, depth=2, channels=2):
+    return {"spatial_dims": 2, "width": width, "depth": depth, "modes": 3, "projection_dim": 2 * width,
+            "in_channels": channels, "out_channels": channels, "in_timesteps": 1}
+
+
+def flerm_run(out, datasets, hook_args, steps=9, model=None, **sections):
+    doc = run_document(out, datasets, model=model or {"name": "fno", "args": fno_args()},
+                       training={"steps": steps, "batch_size": 4, "log_every": 1, "eval_every": None},
+                       checkpoint={"every": None, "resume": False}, schedule={"name": "constant"},
+                       optimizer={"lr": 3e-3, "hooks": [{"name": "flerm", "args": hook_args}]})
+    for key, value in sections.items():
+        doc[key] = {**doc.get(key, {}), **value}
+    return doc
+
+
+def fit(doc):
+    trainer = Trainer(parse_run_config(doc), show_progress=False)
+    trainer.fit()
+    return trainer
+
+
+def test_record_writes_json_with_steps_and_every_tensor(tmp_path, datasets):
+    trainer = fit(flerm_run(tmp_path / "base", datasets, {"mode": "record", "warmup": 4, "every": 4}))
+    rec = json.loads((tmp_path / "base" / "flerm" / "record.json").read_text())
+    names = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
+    assert rec["format"] == "opzoo-flerm" and rec["mode"] == "record"
+    assert rec["steps"] == [1, 5, 9]  # after update 1 (40 → 4 warm-up estimates), then every 4th update
+    assert sorted(rec["fslr"]) == sorted(names)
+    assert all(len(v) == 3 and all(x > 0 for x in v) for v in rec["fslr"].values())
+    assert rec["block_lists"] == {"spectral": 2, "pointwise": 2}
+    assert rec["readout"] == ["project.2.weight", "project.2.bias"]
+    assert rec["base_lr"] == [3e-3] * 3
+    assert len(trainer.optimizer.param_groups) == len(names)  # one group per tensor
+
+
+def test_match_of_its_own_recording_reproduces_its_learning_rates(tmp_path, datasets):
+    base = fit(flerm_run(tmp_path / "base", datasets, {"mode": "record", "warmup": 4, "every": 3}))
+    match = fit(flerm_run(tmp_path / "match", datasets, {"mode": "match", "warmup": 4, "every": 3,
+                                                          "base": str(tmp_path / "base")}))
+    rec = json.loads((tmp_path / "match" / "flerm" / "match.json").read_text())
+    assert rec["steps"] == [1, 4, 7]
+    for name, mults in rec["multipliers"].items():
+        assert all(abs(m - 1) <= 0.05 for m in mults), (name, mults)
+    for gb, gm in zip(base.optimizer.param_groups, match.optimizer.param_groups):
+        assert gm["lr"] == pytest.approx(gb["lr"], rel=0.05)
+    lb = [r["loss"] for r in read_log(tmp_path / "base" / "log.jsonl")]
+    lm = [r["loss"] for r in read_log(tmp_path / "match" / "log.jsonl")]
+    np.testing.assert_allclose(lm, lb, rtol=1e-4)
+
+
+def test_match_sets_lr_base_over_current_times_the_schedule(tmp_path, datasets):
+    """A base record 4x (resp. 1/4x) the model's own values gives multipliers 4 (1/4), on top of one-cycle.
+
+    (The same schedule in both runs: ∂φ/∂W is taken after the update, so the lr = 1 value depends a
+    little on the lr actually used, by 5-17 % between 3e-3 and 3e-4 at step 1 of this tiny model.)"""
+    schedule = {"name": "one-cycle", "warmup": 0.2, "div_factor": 10.0, "final_div_factor": 10.0}
+    fit(flerm_run(tmp_path / "base", datasets, {"mode": "record", "warmup": 3, "every": 100}, schedule=schedule))
+    path = tmp_path / "base" / "flerm" / "record.json"
+    doc = json.loads(path.read_text())
+    for i, name in enumerate(sorted(doc["fslr"])):
+        doc["fslr"][name] = [v * (4.0 if i % 2 else 0.25) for v in doc["fslr"][name]]
+    scaled = tmp_path / "scaled.json"
+    scaled.write_text(json.dumps(doc))
+    trainer = fit(flerm_run(tmp_path / "match", datasets, {"mode": "match", "warmup": 3, "every": 100,
+                                                            "base": str(scaled)}, schedule=schedule))
+    from opzoo.training import one_cycle_factor
+
+    last = 3e-3 * one_cycle_factor(8, 9, 0.2, 10.0, 10.0)
+    for i, name in enumerate(sorted(doc["fslr"])):
+        g = next(g for g in trainer.optimizer.param_groups if g["names"] == [name])
+        assert g["lr"] == pytest.approx(last * (4.0 if i % 2 else 0.25), rel=1e-6), name
+
+
+def test_depth_and_width_mapping_by_name(tmp_path, datasets):
+    fit(flerm_run(tmp_path / "base", datasets, {"mode": "record", "warmup": 2, "every": 100}, steps=2))
+    base = FslrRecord.load(tmp_path / "base")
+    deeper = opzoo.create_model("fno", **fno_args(width=16, depth=4))
+    names = [n for n, _ in deeper.named_parameters()]
+    mapped = map_base_values(names, block_lists(deeper), base, step=1)
+    b = base.at(1)
+    for j in range(4):  # base block m -> scaled blocks 2m, 2m+1, each base / 2
+        assert mapped[f"spectral.{j}.weights.0"] == pytest.approx(b[f"spectral.{j // 2}.weights.0"] / 2)
+        assert mapped[f"pointwise.{j}.bias"] == pytest.approx(b[f"pointwise.{j // 2}.bias"] / 2)
+    assert mapped["lift.weight"] == b["lift.weight"] and mapped["project.2.bias"] == b["project.2.bias"]
+    # a scaled FLeRM run of the wider, deeper model trains with those
+    fit(flerm_run(tmp_path / "match", datasets, {"mode": "match", "warmup": 2, "every": 100,
+                                                  "base": str(tmp_path / "base")}, steps=2,
+                  model={"name": "fno", "args": fno_args(width=16, depth=4)}))
+    three = opzoo.create_model("fno", **fno_args(depth=3))
+    with pytest.raises(opzoo.ConfigError, match="spectral: 3 blocks is not a multiple of the base's 2"):
+        map_base_values([n for n, _ in three.named_parameters()], block_lists(three), base, step=1)
+    pot = opzoo.create_model("pot", **tiny_pot_args())
+    with pytest.raises(opzoo.ConfigError, match=r"have no counterpart.*pos_embed.*patch_embed"):
+        map_base_values([n for n, _ in pot.named_parameters()], {}, base, step=1)
+
+
+def test_unmappable_model_fails_before_training(tmp_path, datasets):
+    fit(flerm_run(tmp_path / "base", datasets, {"mode": "record", "warmup": 2, "every": 100}, steps=2))
+    doc = flerm_run(tmp_path / "pot", datasets, {"mode": "match", "base": str(tmp_path / "base")},
+                    model={"name": "pot", "args": tiny_pot_args()})
+    with pytest.raises(opzoo.ConfigError, match="no counterpart in the FLeRM base record: pos_embed"):
+        Trainer(parse_run_config(doc), show_progress=False)
+    assert not (tmp_path / "pot" / "log.jsonl").exists()
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "does not exist"),
+    ("{not json", "not a JSON FLeRM record"),
+    (json.dumps({"format": "other"}), "key 'format'"),
+    (json.dumps({"format": "opzoo-flerm", "version": 1, "steps": [1, 5], "block_lists": {},
+                 "fslr": {"a": [1.0]}}), r"fslr\['a'\] has 1 values for 2 steps"),
+    (json.dumps({"format": "opzoo-flerm", "version": 1, "steps": [1], "block_lists": {},
+                 "fslr": {"a": [-1.0]}}), "negative or non-finite"),
+    (json.dumps({"format": "opzoo-flerm", "version": 1, "steps": [1], "fslr": {}}), "lacks key 'block_lists'"),
+])
+def test_bad_base_records_are_clear_errors(tmp_path, content, message):
+    path = tmp_path / "rec.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(opzoo.ConfigError, match=message) as e:
+        FslrRecord.load(path)
+    assert "rec.json" in str(e.value)
+
+
+def test_bad_hook_arguments_are_config_errors():
+    with pytest.raises(opzoo.ConfigError, match="mode must be one of"):
+        FlermHook(mode="copy")
+    with pytest.raises(opzoo.ConfigError, match="needs args.base"):
+        FlermHook(mode="match")
+    with pytest.raises(opzoo.ConfigError, match="every must be an int >= 1"):
+        FlermHook(every=0)
+    with pytest.raises(opzoo.ConfigError, match="complex_dim"):
+        FlermHook(complex_dim="imag")
+
+
+def test_resumed_recording_equals_an_uninterrupted_one(tmp_path, datasets):
+    args = {"mode": "record", "warmup": 3, "every": 3}
+    fit(flerm_run(tmp_path / "full", datasets, args, steps=10))
+    first = flerm_run(tmp_path / "resumed", datasets, args, steps=6, checkpoint={"every": 3, "resume": True})
+    fit(first)
+    fit(flerm_run(tmp_path / "resumed", datasets, args, steps=10, checkpoint={"every": 3, "resume": True}))
+    a = json.loads((tmp_path / "full" / "flerm" / "record.json").read_text())
+    b = json.loads((tmp_path / "resumed" / "flerm" / "record.json").read_text())
+    assert a["steps"] == b["steps"] == [1, 4, 7, 10]
+    for name in a["fslr"]:
+        np.testing.assert_allclose(b["fslr"][name], a["fslr"][name], rtol=1e-5)
+
+
+def test_plot_command_writes_a_png(tmp_path, datasets, capsys):
+    from opzoo.cli import main
+
+    fit(flerm_run(tmp_path / "base", datasets, {"mode": "record", "warmup": 2, "every": 2}, steps=5))
+    fit(flerm_run(tmp_path / "match", datasets, {"mode": "match", "warmup": 2, "every": 2,
+                                                  "base": str(tmp_path / "base")}, steps=5))
+    assert main(["flerm", "plot", str(tmp_path / "base"), "--out", str(tmp_path / "fig.png")]) == 0
+    assert (tmp_path / "fig.png").stat().st_size > 10_000
+    assert main(["flerm", "plot", str(tmp_path / "match")]) == 0
+    assert (tmp_path / "match" / "flerm" / "match.png").is_file()
+    assert main(["flerm", "plot", str(tmp_path)]) == 2
+    assert "no FLeRM record" in capsys.readouterr().err
+
+
+# ---- every registered model -------------------------------------------------------------------------
+def tiny_args(name):
+    if name.startswith("fno-"):
+        return {"width": 8, "depth": 2, "modes": 3, "projection_dim": 8}
+    return {**tiny_pot_args(channels=2, t_in=4), "mixer_args": {**tiny_pot_args()["mixer_args"]}}
+
+
+def spatial_file(tmp_path, dims, channels=1):
+    shape = {1: (6, 16, 6, 1), 2: (6, 16, 16, 6, channels), 3: (6, 8, 8, 8, 6, 1)}[dims]
+    data = np.random.default_rng(dims).normal(size=shape).astype(np.float32) + 2.0
+    return write_canonical(tmp_path / f"d{dims}.h5", data, [f"c{i}" for i in range(shape[-1])], "random")
+
+
+@pytest.mark.parametrize("name", ["fno-1d", "fno-2d", "fno-3d", "dpot-ti", "aot-pot-t"])
+def test_flerm_records_and_matches_on_small_versions_of_the_presets(tmp_path, name):
+    dims = int(name[4]) if name.startswith("fno-") else 2
+    data = {"d": spatial_file(tmp_path, dims, channels=1 if name.startswith("fno-") else 2)}
+    res = {1: [16], 2: [16, 16], 3: [8, 8, 8]}[dims]
+    model = {"name": name, "args": tiny_args(name)}
+    extra = {"data": {"datasets": [{"name": "d", "path": str(data["d"])}], "resolution": res,
+                      "max_test_trajectories": 1}}
+    fit(flerm_run(tmp_path / "base", data, {"mode": "record", "warmup": 2, "every": 1}, steps=2, model=model, **extra))
+    rec = json.loads((tmp_path / "base" / "flerm" / "record.json").read_text())
+    assert rec["steps"] == [1, 2]
+    assert rec["readout"], "the readout layer is found on every preset"
+    assert sum(v[-1] > 0 for v in rec["fslr"].values()) >= len(rec["fslr"]) // 2
+    trainer = fit(flerm_run(tmp_path / "match", data, {"mode": "match", "warmup": 2, "every": 1,
+                                                        "base": str(tmp_path / "base")}, steps=2, model=model, **extra))
+    assert all(np.isfinite(g["lr"]) and g["lr"] > 0 for g in trainer.optimizer.param_groups)
+
+
+def test_every_registered_preset_groups_and_maps_onto_itself():
+    """On the meta device (shapes only): one group per tensor and a record of the model maps onto it."""
+    for name in opzoo.list_models():
+        with torch.device("meta"):
+            model = opzoo.load(name)
+        hook = FlermHook()
+        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        groups = hook.param_groups(model, [{"params": [p for _, p in named], "names": [n for n, _ in named],
+                                            "lr_scale": 1.0, "weight_decay": 0.0}])
+        assert [g["names"] for g in groups] == [[n] for n, _ in named], name
+        assert all(g["weight_decay"] == 0.0 and g["lr_scale"] == 1.0 for g in groups)
+        record = FslrRecord([1], {n: [1.0] for n, _ in named}, block_lists(model), name)
+        mapped = map_base_values([n for n, _ in named], block_lists(model), record, step=1)
+        assert set(mapped) == {n for n, _ in named}, name
