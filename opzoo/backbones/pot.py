@@ -153,6 +153,23 @@ class PatchEmbed(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         return self.proj(x)
 
+    def hidden_channels_last(self, x: Tensor) -> Tensor:
+        """``act(Conv_p(x))`` on channels-last frames: ``[B, *S, T, C_in+d+1] -> [B, *S/p, T, hidden]``.
+
+        A conv with kernel = stride = p is one GEMM over non-overlapping patches: one layout copy
+        of the input instead of the conv's im2col and its slow weight-gradient kernel.
+        """
+        conv, act = self.proj[0], self.proj[1]
+        p = conv.kernel_size[0]
+        d = x.ndim - 3
+        b, *sizes, t, c = x.shape
+        split = [n for s in sizes for n in (s // p, p)]
+        x = x.reshape(b, *split, t, c)
+        # [B, (n_i, p)..., T, C] -> [B, n_1.., T, C, p..]: the conv weight's (C, p, .., p) order
+        order = [0, *range(1, 2 * d, 2), 2 * d + 1, 2 * d + 2, *range(2, 2 * d + 1, 2)]
+        patches = x.permute(order).flatten(-(d + 1))                            # [B, *S/p, T, C p^d]
+        return act(F.linear(patches, conv.weight.flatten(1), conv.bias))
+
 
 class TimeAggregator(nn.Module):
     """DPOT's time aggregation: ``[..., T, D] -> [..., D]``.
@@ -172,6 +189,14 @@ class TimeAggregator(nn.Module):
         """``cos(t @ gamma)``: ``[T, D]``."""
         t = torch.linspace(0, 1, timesteps, device=device, dtype=dtype).unsqueeze(-1)
         return torch.cos(t @ self.gamma.to(dtype))
+
+    def cosine(self) -> Tensor:
+        """The factor on each input (step, channel): ``cos(t_lin @ gamma)`` for ``exp_mlp``, ones for
+        ``mlp``: ``[T, D]``."""
+        t = self.w.shape[0]
+        if self.kind != "exp_mlp":
+            return self.w.new_ones(t, self.w.shape[1])
+        return self.time_embedding(t, self.w.device, self.w.dtype)
 
     def forward(self, x: Tensor) -> Tensor:
         t, d = x.shape[-2:]
@@ -251,9 +276,30 @@ class PotBackbone(Backbone):
         z = z.unflatten(0, (b, t)).movedim(2, -1)              # [B, T, *S/p, D]
         return z.movedim(1, d + 1)                             # [B, *S/p, T, D]
 
+    def embed_aggregated(self, x: Tensor) -> Tensor:
+        """``[B, *S, T, C] -> [B, *S/p, D]``: ``time_agg(embed(x))`` computed without the per-step latent.
+
+        With ``h_t = act(Conv_p(x_t))`` and ``z_t = W2 h_t + b2 + pos`` (the 1x1 conv), the time
+        aggregation ``sum_t (z_t * c_t) @ w_t`` (``c_t = cos(t gamma)``) is, exactly,
+        ``sum_t h_t @ (W2^T diag(c_t) w_t) + (b2 + pos) @ sum_t diag(c_t) w_t``: one GEMM of the
+        ``T * hidden`` patch features (``hidden = C_out p + 3`` is small) instead of patch-embedding
+        every step to ``D`` channels and contracting ``T * D`` of them. Same function as
+        ``time_agg(embed(x))``; only the float rounding differs (summation order).
+        """
+        t = x.shape[-2]
+        if t != self.time_agg.w.shape[0]:
+            raise ValueError(f"time aggregation was built for {self.time_agg.w.shape[0]} input steps, got {t}")
+        h = self.patch_embed.hidden_channels_last(append_grid(x))             # [B, *S/p, T, hidden]
+        out_proj = self.patch_embed.proj[2]
+        w, cos = self.time_agg.w, self.time_agg.cosine()                        # [T, D, D], [T, D]
+        # W2^T diag(c_t) scales the small [hidden, D] matrix, not w: one bmm, no copy of w
+        mixed = torch.bmm(out_proj.weight.flatten(1).t() * cos.unsqueeze(1), w)  # [T, hidden, D]
+        pos = self.position_embedding(tuple(h.shape[1:-2])).movedim(1, -1) + out_proj.bias  # [1, *S/p, D]
+        return h.flatten(-2) @ mixed.flatten(0, 1) + pos @ (w * cos.unsqueeze(-1)).sum(0)
+
     def forward_latent(self, x: Tensor) -> Tensor:
         """``[B, *S, T_in, C] -> [B, *S/p, D]``: the last latent (after the blocks)."""
-        state = self.streams.expand(self.time_agg(self.embed(x)))
+        state = self.streams.expand(self.embed_aggregated(x))
         for block in self.blocks:
             state = block(state)
         return self.streams.collapse(state)

@@ -46,11 +46,10 @@ class FourierAttention(opzoo.Mixer):
         return [(p, modes) for p in (self.w1, self.b1, self.w2, self.b2)]
 
     @staticmethod
-    def _complex_block_linear(xr: Tensor, xi: Tensor, w: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
-        """Per-head complex affine map on ``[..., nb, bs]``: returns (real, imag) pre-activations."""
-        real = torch.einsum("...bi,bio->...bo", xr, w[0]) - torch.einsum("...bi,bio->...bo", xi, w[1]) + b[0]
-        imag = torch.einsum("...bi,bio->...bo", xi, w[0]) + torch.einsum("...bi,bio->...bo", xr, w[1]) + b[1]
-        return real, imag
+    def _complex_weights(w: Tensor, b: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """``w [2, nb, bs, bs]``, ``b [2, nb, bs]`` -> complex ``w[0] + i w[1]`` ``[nb, bs, bs]``, bias ``[nb, 1, bs]``."""
+        w, b = w.to(dtype), b.to(dtype)
+        return torch.complex(w[0], w[1]), torch.complex(b[0], b[1]).unsqueeze(1)
 
     def forward(self, x: Tensor) -> Tensor:
         spatial = tuple(range(1, x.ndim - 1))
@@ -59,15 +58,13 @@ class FourierAttention(opzoo.Mixer):
         if dtype in (torch.float16, torch.bfloat16):  # FFTs of half types need power-of-2 sizes
             x = x.float()
         spec = torch.fft.rfftn(x, dim=spatial, norm="ortho")                 # [B, *K, D] complex
-        kept = (slice(None), *(slice(0, self.modes) for _ in spatial))
-        part = spec[kept].unflatten(-1, (self.n_blocks, -1))                  # [B, *m, nb, bs]
-        w1, b1, w2, b2 = (p.to(spec.real.dtype) for p in (self.w1, self.b1, self.w2, self.b2))
-        r, i = self._complex_block_linear(part.real, part.imag, w1, b1)
-        r, i = F.gelu(r), F.gelu(i)
-        r, i = self._complex_block_linear(r, i, w2, b2)
-        o2 = torch.complex(r, i).flatten(-2)                                  # [B, *m, D]
-        if o2.shape != spec.shape:
-            full = torch.zeros_like(spec)
-            full[kept] = o2
-            o2 = full
+        part = spec[(slice(None), *(slice(0, self.modes) for _ in spatial))]  # [B, *m, D]
+        # (Xr w0 - Xi w1) + i (Xi w0 + Xr w1) is the complex product X (w0 + i w1): one complex
+        # batched matmul per layer, heads as the batch: [nb, B*m.., bs]
+        heads = part.reshape(-1, self.n_blocks, self.dim // self.n_blocks).transpose(0, 1)
+        w1, b1 = self._complex_weights(self.w1, self.b1, x.dtype)
+        w2, b2 = self._complex_weights(self.w2, self.b2, x.dtype)
+        o1 = torch.view_as_complex(F.gelu(torch.view_as_real(torch.baddbmm(b1, heads, w1))))  # gelu(re) + i gelu(im)
+        o2 = torch.baddbmm(b2, o1, w2).transpose(0, 1).reshape(part.shape)
+        # irfftn zero-pads each dim at the end to the full spectrum: the modes not kept are zero
         return torch.fft.irfftn(o2, s=sizes, dim=spatial, norm="ortho").to(dtype)
