@@ -1,43 +1,81 @@
 """μTransfer-FNO replication (docs/mup.md): does the best learning rate stay put across K under μP?
 
 Runs ``opzoo mutransfer`` on configs/mutransfer-burgers.yaml (FNO-1D, generated Burgers u0 -> u(., 1),
-7 learning rates x K in {4, 8, 16, 32} x {standard, μP} x 2 seeds; resumable) and prints, for each
-parametrization, the best learning rate per K (seed-mean test l2), how far it moves (max/min ratio
-of the best lrs, in decades), and the loss at the target when the proxy's best lr is transferred.
+7 learning rates x K in {4, 8, 16, 32} x {standard, μP} x 2 seeds; resumable: a finished sweep only
+re-reads its results and redraws the plot) and prints, as a markdown table, the best learning rate
+per K under each parametrization (seed-mean test l2), how far it moves (max / min of the best lrs,
+in decades and in grid steps), and the target's loss when the proxy's best lr is transferred.
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_mutransfer.py [--out runs/mutransfer-burgers]
+    OMP_NUM_THREADS=1 python benchmarks/bench_mutransfer.py [--out DIR] [--device cuda] [--png docs/mutransfer-burgers.png]
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import math
+import platform
+import shutil
 from pathlib import Path
+
+import torch
 
 from opzoo_mup.mutransfer import load_config, run_mutransfer
 
 ROOT = Path(__file__).resolve().parents[1]
+LABEL = {"standard": "standard", "mup": "μP"}
+
+
+def grid_steps(lrs: list[float], grid: list[float]) -> int:
+    """How many sweep-grid positions separate the largest and the smallest best lr."""
+    index = sorted(grid).index
+    return index(max(lrs)) - index(min(lrs))
+
+
+def markdown_report(summary: dict, grid: list[float]) -> str:
+    """The best lr per K of each parametrization, its spread, and the proxy -> target transfer."""
+    params = list(summary["parametrizations"])
+    ks = list(summary["parametrizations"][params[0]]["best_per_K"])
+    head = "| K | " + " | ".join(f"{LABEL[p]}: best lr | {LABEL[p]}: test l2" for p in params) + " |"
+    lines = [head, "|---" * (1 + 2 * len(params)) + "|"]
+    for k in ks:
+        cells = []
+        for p in params:
+            v = summary["parametrizations"][p]["best_per_K"][k]
+            cells += [f"{v['best_lr']:.0e}", f"{v['loss']:.4f}"]
+        lines.append(f"| {k} | " + " | ".join(cells) + " |")
+    lines.append("")
+    for p in params:
+        entry = summary["parametrizations"][p]
+        lrs = [v["best_lr"] for v in entry["best_per_K"].values()]
+        t = entry["target"]
+        lines.append(
+            f"- {LABEL[p]}: best lr from {min(lrs):.0e} to {max(lrs):.0e} across K (x{max(lrs) / min(lrs):.0f}, "
+            f"{math.log10(max(lrs) / min(lrs)):.1f} decades, {grid_steps(lrs, grid)} grid steps); the proxy's "
+            f"(K={summary['proxy_modes']}) best lr {t['lr']:.0e} at the target K={summary['target_modes']}: test l2 "
+            f"{t['loss']:.4f} vs the target's own best {t.get('best_possible_loss', float('nan')):.4f} "
+            f"(regret x{t.get('regret', float('nan')):.3f})")
+    return "\n".join(lines)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default=str(ROOT / "configs" / "mutransfer-burgers.yaml"))
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", default=None, help="output directory (default: the config's output_dir)")
     ap.add_argument("--device", default=None)
+    ap.add_argument("--png", default=None, help="also copy the loss-vs-lr plot here")
     args = ap.parse_args()
     cfg = load_config(args.config, output_dir=args.out, device=args.device)
     summary = run_mutransfer(cfg, source="bench_mutransfer")
-    print(f"\nproxy K={summary['proxy_modes']}, target K={summary['target_modes']}, metric: {summary['metric']} l2")
-    for p, entry in summary["parametrizations"].items():
-        per_k = entry["best_per_K"]
-        lrs = [v["best_lr"] for v in per_k.values()]
-        spread = math.log10(max(lrs) / min(lrs))
-        print(f"{p:9s} best lr per K: " + "  ".join(f"K={k}: {v['best_lr']:.0e} ({v['loss']:.4f})" for k, v in per_k.items()))
-        t = entry["target"]
-        print(f"{'':9s} best-lr spread across K: x{max(lrs) / min(lrs):.0f} ({spread:.1f} decades); "
-              f"transferred proxy lr {t['lr']:.0e} -> target loss {t['loss']:.4f}, "
-              f"target's own best {t.get('best_possible_loss', float('nan')):.4f} (regret x{t.get('regret', float('nan')):.3f})")
-    print(f"outputs: {cfg.output_dir}/sweep.csv, lr_landscape.png, transfer.json")
+    print(f"\n{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.machine()}, "
+          f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); metric: {summary['metric']} l2 "
+          f"(mean over seeds {cfg.sweep.seeds})\n")
+    print(markdown_report(summary, [float(v) for v in cfg.sweep.lr]))
+    png = Path(cfg.output_dir) / "lr_landscape.png"
+    if args.png:
+        shutil.copyfile(png, args.png)
+        png = Path(args.png)
+    print(f"\noutputs: {cfg.output_dir}/sweep.csv, transfer.json, {png}")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@
 
 from ._version import __version__
 from .checkpoints import ConvertedCheckpoint, convert_to_repo, safe_torch_load
-from .config import ModelConfig
+from .config import ModelConfig, build_dataclass
 from .errors import (
     CheckpointError,
     ConfigError,
@@ -43,7 +43,7 @@ def __getattr__(name):
 __all__ = [
     "__version__", "load", "list_models", "create_model", "from_pretrained", "save_pretrained", "push_to_hub",
     "hookimpl", "get_registry", "get_plugin_host", "reset_plugins", "Registry", "PretrainedSource",
-    "ModelConfig", "PotConfig", "Backbone", "Mixer", "FeedForward", "Block", "Residual", "StreamAdapter", "IdentityStreams", "Router", "Routing",
+    "ModelConfig", "build_dataclass", "PotConfig", "Backbone", "Mixer", "FeedForward", "Block", "Residual", "StreamAdapter", "IdentityStreams", "Router", "Routing",
     "ConvertedCheckpoint", "convert_to_repo", "safe_torch_load", "append_grid", "pot_preset_args",
     "OpzooError", "UnknownNameError", "RegistryConflictError", "ConfigError", "WeightsError", "HubError",
     "CheckpointError", "OptimizerHook", "StepContext", "SpectralLayer", "SpectralWeight", "find_spectral_weights",

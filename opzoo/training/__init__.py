@@ -7,7 +7,7 @@ Plugins change optimization through :class:`OptimizerHook` (see ``docs/training.
 """
 
 from .checkpoint import CheckpointReadError, latest_checkpoint, list_checkpoints, read_checkpoint
-from .config import RunConfig, load_run_config, parse_run_config
+from .config import RunConfig, load_run_config, parse_run_config, read_document
 from .data import Adapt, H5Trajectories, StepBatchSampler
 from .ema import EMA
 from .evaluate import DatasetResult, evaluate_dataset, write_results
@@ -22,7 +22,7 @@ from .schedule import one_cycle_factor, schedule_factor
 from .trainer import Trainer, TrainingDivergedError, TrainResult
 
 __all__ = [
-    "Trainer", "TrainResult", "TrainingDivergedError", "RunConfig", "load_run_config", "parse_run_config",
+    "Trainer", "TrainResult", "TrainingDivergedError", "RunConfig", "load_run_config", "parse_run_config", "read_document",
     "OptimizerHook", "StepContext", "build_optimizer", "build_param_groups", "one_cycle_factor", "schedule_factor",
     "relative_l2_loss", "l2_full", "l2_per_step", "denoising_noise", "add_denoising_noise", "EMA",
     "evaluate_dataset", "write_results", "DatasetResult", "read_log", "finetune_config", "adapt_model", "adapt_to_data", "register_io_layout", "DimMap",

@@ -105,8 +105,9 @@ def test_missing_base_and_too_few_modes_are_named_errors():
         MuPFNO(base_modes=[4, 4]).on_model_built(opzoo.load("fno-1d", modes=8, width=4))
     with pytest.raises(opzoo.ConfigError, match="has no spectral weights"):
         MuPFNO(base_modes=4).on_model_built(nn.Sequential(nn.Linear(2, 2)))
-    with pytest.raises(opzoo.ConfigError, match="grad_clip"):
-        MuPFNO(base_modes=4, grad_clip=-1)
+    for bad in (-1, 0, True, "0.01"):
+        with pytest.raises(opzoo.ConfigError, match="mup-fno: grad_clip: expected a positive number"):
+            MuPFNO(base_modes=4, grad_clip=bad)
 
 
 def test_per_dim_base_modes():

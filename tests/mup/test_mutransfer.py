@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 import opzoo
-from opzoo_mup.mutransfer import best_hyper, load_config, plot_landscape, run_mutransfer
+from opzoo_mup.mutransfer import best_hyper, draw_landscape, landscape_curves, load_config, plot_landscape, run_mutransfer
 
 from .conftest import fno1d_run_document
 
@@ -88,7 +88,7 @@ def test_sweep_transfer_outputs_and_resume(tmp_path, burgers_file):
         p: t for p, t in stamps.items() if p.parent != victim}
 
 
-def test_best_hyper_is_the_seed_mean_argmin_and_skips_divergence(tmp_path):
+def test_best_hyper_is_the_seed_mean_argmin_and_skips_divergence():
     def row(lr, seed, loss, K=4, p="mup"):
         return {"parametrization": p, "K": K, "lr": lr, "batch_size": 8, "beta1": 0.9, "beta2": 0.99,
                 "seed": seed, "loss": loss}
@@ -100,8 +100,46 @@ def test_best_hyper_is_the_seed_mean_argmin_and_skips_divergence(tmp_path):
     assert (lr, bs, betas) == (3e-3, 8, (0.9, 0.99)) and loss == pytest.approx(0.185)
     with pytest.raises(opzoo.OpzooError, match="every mup run at K=4 diverged"):
         best_hyper([row(1e-2, 0, math.inf)], "mup", 4)
-    rows += [row(lr, 0, 0.5 / (1 + abs(math.log10(lr / 1e-3))), K=8, p="standard") for lr in (1e-4, 1e-3, 1e-2)]
-    png = plot_landscape(rows, tmp_path / "landscape.png", title="synthetic")
+
+
+def test_landscape_plot_has_one_curve_per_k_and_stars_each_seed_mean_optimum(tmp_path):
+    def row(p, K, lr, seed, loss, bs=8):
+        return {"parametrization": p, "K": K, "lr": lr, "batch_size": bs, "beta1": 0.9, "beta2": 0.99,
+                "seed": seed, "loss": loss}
+
+    rows = [
+        # standard, K=4: seed 1 alone would pick 1e-2; the seed mean picks 1e-3
+        row("standard", 4, 1e-3, 0, 0.20), row("standard", 4, 1e-3, 1, 0.20),
+        row("standard", 4, 1e-2, 0, 0.50), row("standard", 4, 1e-2, 1, 0.05),
+        row("standard", 4, 1e-1, 0, math.inf), row("standard", 4, 1e-1, 1, 0.01),  # diverged: no point
+        # standard, K=8: the optimum moved down to 1e-4
+        row("standard", 8, 1e-4, 0, 0.10), row("standard", 8, 1e-3, 0, 0.30),
+        # μP: K=8 also best at 1e-3; a batch-size-4 run (better, but not the proxy's fixed bs) is left out
+        row("mup", 4, 1e-3, 0, 0.20), row("mup", 4, 1e-2, 0, 0.40),
+        row("mup", 8, 1e-3, 0, 0.15), row("mup", 8, 1e-2, 0, 0.25), row("mup", 8, 1e-2, 0, 0.01, bs=4),
+    ]
+    fixed = {"standard": (8, (0.9, 0.99)), "mup": (8, (0.9, 0.99))}
+    curves = landscape_curves(rows, fixed)
+    assert curves["standard"][4] == {"points": [(1e-3, 0.20), (1e-2, pytest.approx(0.275))],
+                                     "best": (1e-3, 0.20)}
+    assert curves["standard"][8]["best"] == (1e-4, 0.10)
+    assert curves["mup"][8] == {"points": [(1e-3, 0.15), (1e-2, 0.25)], "best": (1e-3, 0.15)}
+    assert landscape_curves(rows)["mup"][8]["best"] == (1e-2, 0.01)  # not fixed: the bs=4 run counts
+
+    fig = draw_landscape(rows, fixed, title="synthetic")
+    axes = fig.axes
+    assert [ax.get_title() for ax in axes] == ["standard parametrization", "μTransfer-FNO (μP)"]
+    for ax, p in zip(axes, ("standard", "mup")):
+        lines = [ln for ln in ax.get_lines() if ln.get_marker() == "o"]
+        stars = [ln for ln in ax.get_lines() if ln.get_marker() == "*"]
+        assert [ln.get_label() for ln in lines] == ["K = 4", "K = 8"]
+        for ln, star, K in zip(lines, stars, (4, 8)):
+            xs, ys = zip(*curves[p][K]["points"])
+            assert list(ln.get_xdata()) == pytest.approx(xs) and list(ln.get_ydata()) == pytest.approx(ys)
+            assert (star.get_xdata()[0], star.get_ydata()[0]) == pytest.approx(curves[p][K]["best"])
+            assert star.get_color() == ln.get_color()
+        assert len(stars) == 2
+    png = plot_landscape(rows, tmp_path / "landscape.png", fixed, title="synthetic")
     assert png.stat().st_size > 10_000
 
 
@@ -109,6 +147,8 @@ def test_best_hyper_is_the_seed_mean_argmin_and_skips_divergence(tmp_path):
     (lambda d: d["sweep"].pop("lr"), r"sweep: missing required field\(s\) 'lr'"),
     (lambda d: d["sweep"].update(lr=[]), r"sweep\.lr: expected a non-empty list"),
     (lambda d: d["sweep"].update(proxy_modes=1), r"sweep\.proxy_modes: μP needs at least 2"),
+    (lambda d: d["sweep"].update(target_modes=1), r"sweep\.target_modes: μP needs at least 2"),
+    (lambda d: d["sweep"].update(landscape_modes=[4, 1]), r"sweep\.landscape_modes: μP needs at least 2"),
     (lambda d: d["sweep"].update(parametrizations=["sp"]), r"sweep\.parametrizations"),
     (lambda d: d["sweep"].update(mup={"base_modes": 3}), r"sweep\.mup\.base_modes: set by mutransfer"),
     (lambda d: d["sweep"].update(betas=[[0.9]]), r"sweep\.betas"),
@@ -123,6 +163,24 @@ def test_bad_configs_are_named_before_any_training(tmp_path, burgers_file, edit,
     with pytest.raises(opzoo.ConfigError, match=message):
         load_config(_write(tmp_path, doc))
     assert not (tmp_path / "mt").exists()
+
+
+def test_relative_data_paths_next_to_the_config_work_from_any_directory(tmp_path, burgers_file, monkeypatch):
+    """Validation and every run resolve a relative data path the same way (working directory
+    first, then the config's folder), so a sweep validated against the config folder also trains."""
+    config_dir, elsewhere = tmp_path / "configs", tmp_path / "elsewhere"
+    (config_dir / "data").mkdir(parents=True)
+    elsewhere.mkdir()
+    shutil.copy(burgers_file, config_dir / "data" / "b.h5")
+    doc = _config(tmp_path, burgers_file)
+    doc["run"]["data"]["datasets"][0]["path"] = "data/b.h5"
+    path = _write(config_dir, doc)
+    monkeypatch.chdir(elsewhere)
+    cfg = load_config(path)
+    assert cfg.run["data"]["datasets"][0]["path"] == str(config_dir / "data" / "b.h5")
+    (elsewhere / "data").mkdir()  # a file under the working directory wins, as in `opzoo train`
+    shutil.copy(burgers_file, elsewhere / "data" / "b.h5")
+    assert load_config(path).run["data"]["datasets"][0]["path"] == "data/b.h5"
 
 
 def test_cli_command_with_device_and_batch_size_sweep(tmp_path, burgers_file, capsys):
@@ -152,10 +210,9 @@ def test_pot_preset_modes_key_keeps_the_presets_other_mixer_args(tmp_path, burge
 
     doc = _config(tmp_path, burgers_file, modes_key="mixer_args.modes")
     doc["run"]["model"] = {"name": "dpot-ti", "args": {"width": 32}}
-    from opzoo.config import build_dataclass
     from opzoo_mup.mutransfer import MutransferConfig
 
-    cfg = build_dataclass(MutransferConfig, doc, "")
+    cfg = opzoo.build_dataclass(MutransferConfig, doc, "")
     run = run_document(cfg, RunSpec("mup", 8, 1e-3, 4, (0.9, 0.99), 1), tmp_path / "r")
     assert run["model"]["args"] == {"width": 32, "mixer_args": {"n_blocks": 4, "modes": 8}}
     assert run["optimizer"]["hooks"] == [{"name": "mup-fno", "args": {"base_modes": 2}}]

@@ -60,7 +60,7 @@ class MuPFNO(OptimizerHook):
             raise opzoo.ConfigError(f"{HOOK_NAME}: base_modes: expected an int or a list of ints >= 1, got {base_modes!r}")
         if isinstance(base_modes, int) and base_modes < 1:
             raise opzoo.ConfigError(f"{HOOK_NAME}: base_modes: must be >= 1, got {base_modes}")
-        if grad_clip is not None and not (isinstance(grad_clip, (int, float)) and grad_clip > 0):
+        if grad_clip is not None and (isinstance(grad_clip, bool) or not (isinstance(grad_clip, (int, float)) and grad_clip > 0)):
             raise opzoo.ConfigError(f"{HOOK_NAME}: grad_clip: expected a positive number or null, got {grad_clip!r}")
         self.base_modes = base_modes if isinstance(base_modes, int) else tuple(base_modes)
         self.grad_clip = None if grad_clip is None else float(grad_clip)

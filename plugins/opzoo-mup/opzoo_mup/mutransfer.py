@@ -36,13 +36,12 @@ import dataclasses
 import json
 import math
 import os
+import time
 from pathlib import Path
 from typing import Any, Literal, Optional, Sequence
 
 import opzoo
-from opzoo.config import build_dataclass
-from opzoo.training import Trainer, TrainingDivergedError, parse_run_config
-from opzoo.training.config import read_document
+from opzoo.training import Trainer, TrainingDivergedError, parse_run_config, read_document, read_log
 
 from .mup_fno import HOOK_NAME
 
@@ -98,7 +97,7 @@ def load_config(path: str | os.PathLike, output_dir: str | None = None, device: 
     source = str(path)
     document = read_document(path)
     try:
-        cfg = build_dataclass(MutransferConfig, document, "")
+        cfg = opzoo.build_dataclass(MutransferConfig, document, "")
     except opzoo.ConfigError as e:
         raise opzoo.ConfigError(f"{source}: {str(e).lstrip(': ')}") from None
     if output_dir is not None:
@@ -135,13 +134,28 @@ def load_config(path: str | os.PathLike, output_dir: str | None = None, device: 
             fail(f"sweep.mup: {e}")
         if s.proxy_modes < 2:
             fail(f"sweep.proxy_modes: μP needs at least 2 kept modes (log N0 > 0), got {s.proxy_modes}")
+        for key, values in (("target_modes", [s.target_modes]), ("landscape_modes", s.landscape_modes)):
+            if any(K < 2 for K in values):
+                fail(f"sweep.{key}: μP needs at least 2 kept modes (log N > 0), got {getattr(s, key)}")
     if "output_dir" in cfg.run:
         fail("run.output_dir: set the top-level output_dir instead (each run gets its own folder under it)")
+    _anchor_data_paths(cfg.run, Path(source).resolve().parent)
     # the whole template must be a valid run config at every K (and the proxy one per parametrization)
     for K in all_modes(s):
         parse_run_config(run_document(cfg, RunSpec(s.parametrizations[-1], K, s.lr[0], *first_hyper(cfg), s.seeds[0]),
                                       Path(cfg.output_dir) / "check"), f"{source}: run (K={K})", Path(source).parent)
     return cfg
+
+
+def _anchor_data_paths(run: dict[str, Any], config_dir: Path) -> None:
+    """Relative data paths that are not under the working directory but are next to the config
+    become absolute, so that every run finds what validation found (as ``opzoo train`` resolves)."""
+    datasets = run.get("data", {}).get("datasets", []) if isinstance(run.get("data"), dict) else []
+    for d in datasets if isinstance(datasets, list) else []:
+        for key in ("path", "test_path"):
+            p = d.get(key) if isinstance(d, dict) else None
+            if isinstance(p, str) and not Path(p).is_absolute() and not Path(p).exists() and (config_dir / p).exists():
+                d[key] = str(config_dir / p)
 
 
 def all_modes(s: SweepSection) -> list[int]:
@@ -197,8 +211,6 @@ def run_document(cfg: MutransferConfig, spec: RunSpec, run_dir: Path) -> dict[st
 
 def train_one(cfg: MutransferConfig, spec: RunSpec, root: Path, source: str = "mutransfer") -> dict[str, Any]:
     """Train one run (or read its finished result): ``{loss, train_loss, status, seconds, run_dir}``."""
-    import time
-
     run_dir = root / "runs" / spec.key()
     done = run_dir / "result.json"
     if done.is_file():
@@ -210,8 +222,6 @@ def train_one(cfg: MutransferConfig, spec: RunSpec, root: Path, source: str = "m
         result = Trainer(run_cfg, show_progress=False).fit()
         evals = result.evals[run_cfg.training.steps]
         test = sum(r.l2_full for r in evals) / len(evals)
-        from opzoo.training import read_log
-
         losses = [r["loss"] for r in read_log(run_dir / "log.jsonl", kind="train")]
         tail = losses[-max(1, len(losses) // 10):]
         train_loss = sum(tail) / len(tail)
@@ -261,30 +271,39 @@ def write_csv(rows: list[dict], path: Path) -> Path:
     return path
 
 
-def plot_landscape(rows: list[dict], path: Path, fixed: dict[str, tuple] | None = None, title: str = "") -> Path:
-    """Loss vs learning rate, one curve per K, the optimum of each curve starred; one panel per
-    parametrization (standard | μP), sharing the y axis (the paper's Figure 1)."""
+def landscape_curves(rows: list[dict], fixed: dict[str, tuple] | None = None) -> dict[str, dict[int, dict]]:
+    """``{parametrization: {K: {"points": [(lr, seed-mean loss)...] sorted by lr, "best": (lr, loss)}}}``
+    over the finite points; ``fixed[p] = (batch size, betas)`` keeps only those (the proxy's optimum)
+    when other hyper-parameters were swept too."""
+    curves: dict[str, dict[int, dict]] = {}
+    for p in PARAMETRIZATIONS:
+        for K in sorted({r["K"] for r in rows if r["parametrization"] == p}):
+            means = seed_mean(rows, p, K)
+            if fixed and p in fixed:
+                means = {k: v for k, v in means.items() if k[1:] == fixed[p]}
+            pts = sorted((k[0], v) for k, v in means.items() if math.isfinite(v))
+            if pts:
+                curves.setdefault(p, {})[K] = {"points": pts, "best": min(pts, key=lambda t: t[1])}
+    return curves
+
+
+def draw_landscape(rows: list[dict], fixed: dict[str, tuple] | None = None, title: str = ""):
+    """The matplotlib figure of :func:`plot_landscape`: one panel per parametrization (standard |
+    μP) sharing the y axis, one curve per K, each curve's optimum starred (the paper's Figure 1)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    params = [p for p in PARAMETRIZATIONS if any(r["parametrization"] == p for r in rows)]
-    fig, axes = plt.subplots(1, len(params), figsize=(5.2 * len(params), 4.0), sharey=True, squeeze=False)
+    curves = landscape_curves(rows, fixed)
+    fig, axes = plt.subplots(1, max(1, len(curves)), figsize=(5.2 * max(1, len(curves)), 4.0), sharey=True,
+                             squeeze=False)
     cmap = plt.get_cmap("viridis")
-    for ax, p in zip(axes[0], params):
-        ks = sorted({r["K"] for r in rows if r["parametrization"] == p})
-        for j, K in enumerate(ks):
-            means = seed_mean(rows, p, K)
-            if fixed and p in fixed:  # other swept hyper-parameters at the proxy's optimum
-                means = {k: v for k, v in means.items() if k[1:] == fixed[p]}
-            pts = sorted((k[0], v) for k, v in means.items() if math.isfinite(v))
-            if not pts:
-                continue
-            color = cmap(j / max(1, len(ks) - 1))
-            ax.plot([x for x, _ in pts], [y for _, y in pts], "o-", color=color, ms=3, label=f"K = {K}")
-            bx, by = min(pts, key=lambda t: t[1])
-            ax.plot([bx], [by], "*", color=color, ms=15, mec="k", mew=0.6)
+    for ax, (p, per_k) in zip(axes[0], curves.items()):
+        for j, (K, curve) in enumerate(per_k.items()):
+            color = cmap(j / max(1, len(per_k) - 1))
+            ax.plot(*zip(*curve["points"]), "o-", color=color, ms=3, label=f"K = {K}")
+            ax.plot(*([v] for v in curve["best"]), "*", color=color, ms=15, mec="k", mew=0.6)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("learning rate")
@@ -295,6 +314,14 @@ def plot_landscape(rows: list[dict], path: Path, fixed: dict[str, tuple] | None 
     if title:
         fig.suptitle(title)
     fig.tight_layout()
+    return fig
+
+
+def plot_landscape(rows: list[dict], path: Path, fixed: dict[str, tuple] | None = None, title: str = "") -> Path:
+    """Write :func:`draw_landscape` as a PNG."""
+    import matplotlib.pyplot as plt
+
+    fig = draw_landscape(rows, fixed, title)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
