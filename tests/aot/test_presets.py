@@ -26,7 +26,7 @@ def count_on_meta(name: str, **overrides) -> int:
 
 
 def test_presets_and_alias_are_registered():
-    assert opzoo.list_models("aot-pot-*") == ["aot-pot-l", "aot-pot-m", "aot-pot-s", "aot-pot-t"]
+    assert opzoo.list_models("aot-pot-*") == ["aot-pot-l", "aot-pot-m", "aot-pot-micro", "aot-pot-s", "aot-pot-t"]
     registry = opzoo.get_registry()
     assert registry.preset("aot-pot-ti").name == "aot-pot-t"
     assert registry.owner("residual", "aot") == "opzoo-aot"
