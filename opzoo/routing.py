@@ -34,16 +34,27 @@ def _ran(model: nn.Module) -> dict[str, list[Router]]:
     return groups
 
 
+def _mean_over_routed(rs: list[Router], weights: list[float]) -> Tensor:
+    """``sum_r w_r L_r / #routers`` over the routers that routed at least one group: a router that
+    ran on an empty input (an idle expert's, under ``torch.compile``, which cannot skip it) counts
+    as not run. Tensor arithmetic only, so it also works on the outputs of a compiled graph."""
+    losses = torch.stack([w * r.last_aux_loss for r, w in zip(rs, weights)])
+    routed = torch.stack([(r.last_counts.sum() > 0) if r.last_counts is not None
+                          else torch.ones((), dtype=torch.bool, device=r.last_aux_loss.device) for r in rs])
+    routed = routed.to(losses.dtype)
+    return (losses * routed).sum() / routed.sum().clamp_min(1)
+
+
 def aux_losses(model: nn.Module) -> dict[str, Tensor]:
     """Unweighted balance loss per ``aux_group``: the mean over the group's routers that ran."""
-    return {g: torch.stack([r.last_aux_loss for r in rs]).mean() for g, rs in _ran(model).items()}
+    return {g: _mean_over_routed(rs, [1.0] * len(rs)) for g, rs in _ran(model).items()}
 
 
 def weighted_aux_loss(model: nn.Module) -> Tensor | None:
     """``sum_g mean_{r in g}(aux_weight_r * L_r)``, or None when no router ran."""
     total = None
     for rs in _ran(model).values():
-        term = sum(r.aux_weight * r.last_aux_loss for r in rs) / len(rs)
+        term = _mean_over_routed(rs, [r.aux_weight for r in rs])
         total = term if total is None else total + term
     return total
 

@@ -58,7 +58,10 @@ def check_compiled(name: str, backend: str) -> None:
     compiled = torch.compile(model, fullgraph=True, backend=backend)
     for _ in range(2):  # the second call runs the cached graph
         got_out, got_grads = step(model, x, y, run=compiled)
-    assert set(got_grads) == set(want_grads), name
+    # an MoE expert that got no input has no gradient in eager mode and a zero one in the compiled
+    # graph, which runs it on its empty slice (opzoo_moe.dispatch)
+    assert set(want_grads) <= set(got_grads), name
+    assert not any(got_grads[k].any() for k in set(got_grads) - set(want_grads)), name
     assert rel_err(eager_out, want_out) < REL_TOL, (name, "eager")
     assert rel_err(got_out, want_out) < REL_TOL, (name, backend, "output")
     floor = grad_floor(want_grads)

@@ -14,8 +14,9 @@ import copy
 import pytest
 import torch
 
-from opzoo import get_registry
-from opzoo_moe import AttentionExpert, ImageRouter, SparseMoEFeedForward, dispatch
+from opzoo import Routing, get_registry
+from opzoo.routing import aux_losses
+from opzoo_moe import AttentionExpert, ImageRouter, SparseMoEFeedForward, TokenRouter, dispatch
 
 
 def dense_reference(x, router, experts):
@@ -129,3 +130,40 @@ def test_an_expert_with_no_input_is_never_called():
     ffn(x).sum().backward()
     assert calls == [0, 15, 0, 0]
     assert all(p.grad is None for e in (0, 2, 3) for p in ffn.experts[e].parameters())
+
+
+def test_compiled_dispatch_serves_any_routing_and_runs_an_idle_expert_on_nothing():
+    """One graph for every routing (unbacked per-expert sizes): equal to eager, also when an expert
+    gets no input; there its slice is empty, so its parameter gradients are exactly zero."""
+    torch.manual_seed(3)
+    moe = ImageMoE(16, 2)
+    x = torch.randn(5, 4, 4, 16)
+
+    def run_dispatch(x, weights, indices):
+        return dispatch(x, Routing(weights, indices, weights.sum()), moe.experts)
+
+    compiled = torch.compile(run_dispatch, fullgraph=True, backend="aot_eager")
+    weights = torch.rand(5, 2)
+    for indices in (torch.tensor([[0, 1], [2, 3], [1, 0], [3, 2], [0, 3]]),    # every expert busy
+                    torch.tensor([[1, 2], [2, 3], [1, 3], [3, 1], [2, 1]])):   # expert 0 idle
+        moe.zero_grad(set_to_none=True)
+        want = run_dispatch(x, weights, indices)
+        want.square().sum().backward()
+        want_grads = grads(moe)
+        moe.zero_grad(set_to_none=True)
+        got = compiled(x, weights, indices)
+        got.square().sum().backward()
+        close(got.detach(), want.detach(), "compiled output")
+        for name, g in grads(moe).items():
+            close(g, want_grads[name], f"compiled grad {name}", floor=1.0)
+    assert all(not p.grad.any() for p in moe.experts[0].parameters())
+
+
+def test_a_router_given_no_groups_reports_zero_and_is_left_out_of_the_group_mean():
+    torch.manual_seed(0)
+    busy, empty = TokenRouter(8, 4, top_k=2), TokenRouter(8, 4, top_k=2)
+    net = torch.nn.ModuleList([busy, empty])
+    busy(torch.randn(10, 8))
+    r = empty(torch.randn(0, 8))
+    assert r.aux_loss.item() == 0.0 and empty.last_counts.tolist() == [0.0] * 4
+    torch.testing.assert_close(aux_losses(net)["token"], busy.last_aux_loss)

@@ -2,8 +2,17 @@
 
 ``y[g] = sum_{j < k} weights[g, j] * experts[indices[g, j]](x[g])``: the ``G * k`` assignments are
 sorted by expert (stable), split by the per-expert counts, each expert runs once on its gathered
-rows, and the weighted outputs are scattered back with one ``index_add_``. An expert with no rows
-is never called (no compute, no autograd node; its parameters get no gradient).
+rows, and the weighted outputs are scattered back with one ``index_add``.
+
+The per-expert counts are read from the device once (``tolist``). In eager mode they are plain
+ints, and an expert with no rows is never called (no compute, no autograd node; its parameters get
+no gradient). Under ``torch.compile(fullgraph=True)`` they become unbacked symbolic sizes (the
+graph serves every routing without recompiling): the counts are computed with a fixed-size
+``scatter_add`` (:func:`expert_counts`), ``torch._check`` tells the
+compiler they are sizes summing to ``G * k``, and an expert whose count is only known at run time
+is called on its slice, which may be empty (zero rows: zero work, zero gradient). Experts must
+therefore accept an empty batch, and reshape with explicit sizes (``reshape(n, -1, d)`` needs
+``n != 0`` to infer the ``-1``).
 """
 
 from __future__ import annotations
@@ -12,26 +21,27 @@ from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
+from torch.fx.experimental.symbolic_shapes import guard_or_true
 
 from opzoo import Routing
+
+from .routers import expert_counts
 
 
 def dispatch(x: Tensor, routing: Routing, experts: Sequence[Callable[[Tensor], Tensor]]) -> Tensor:
     """``x [G, *F] -> [G, *F']``: the routed, weighted sum of expert outputs (sparse)."""
     g, k = routing.indices.shape
-    flat = routing.indices.reshape(-1)                                   # [G k]
-    order = torch.argsort(flat, stable=True)
-    rows = torch.arange(g, device=x.device).repeat_interleave(k)[order]  # source group of each sorted slot
+    order = torch.argsort(routing.indices.reshape(-1), stable=True)          # [G k], grouped by expert
+    rows = torch.div(order, k, rounding_mode="floor")                        # source group of each sorted slot
     weights = routing.weights.reshape(-1)[order]
-    counts = torch.bincount(flat, minlength=len(experts)).tolist()
-    outs = []
-    for e, (r, n) in enumerate(zip(rows.split(counts), counts)):
-        if n:
-            outs.append(experts[e](x[r]))
+    sizes = expert_counts(routing.indices, len(experts)).tolist()
+    for n in sizes:
+        torch._check(n >= 0)
+    torch._check(sum(sizes) == g * k)
+    outs = [experts[e](x[r]) for e, (r, n) in enumerate(zip(rows.split(sizes), sizes)) if guard_or_true(n > 0)]
     y = torch.cat(outs) if len(outs) > 1 else outs[0]
     y = y * weights.to(y.dtype).view(-1, *([1] * (y.ndim - 1)))
-    out = y.new_zeros((g, *y.shape[1:]))
-    return out.index_add_(0, rows, y)
+    return y.new_zeros((g, *y.shape[1:])).index_add_(0, rows, y)
 
 
 __all__ = ["dispatch"]

@@ -44,7 +44,7 @@ class SelfAttention(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         n, d = x.shape[0], x.shape[-1]
-        t = x.reshape(n, -1, d)                                                   # [n, L, D]
+        t = x.flatten(1, -2)                                                      # [n, L, D] (n may be 0)
         q, k, v = self.qkv(t).view(n, t.shape[1], 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
         o = F.scaled_dot_product_attention(q, k, v)                               # [n, H, L, D/H]
         return self.proj(o.transpose(1, 2).reshape(t.shape)).view(x.shape)

@@ -21,11 +21,23 @@ from torch import Tensor, nn
 from opzoo import ConfigError, Router, Routing
 
 
+def expert_counts(indices: Tensor, num_experts: int) -> Tensor:
+    """``[num_experts]`` int64: how many of the assignments ``indices [G, k]`` each expert got
+    (a fixed-size ``scatter_add``: unlike ``bincount`` its output shape does not depend on the data,
+    so it traces under ``torch.compile``)."""
+    flat = indices.reshape(-1)
+    return flat.new_zeros(num_experts).scatter_add_(0, flat, torch.ones_like(flat))
+
+
 def balance_loss(probs: Tensor, indices: Tensor, num_experts: int) -> tuple[Tensor, Tensor]:
-    """``(E * sum_i p_i f_i, counts [E])`` for ``probs [G, E]`` and chosen ``indices [G, k]``."""
-    counts = torch.bincount(indices.reshape(-1), minlength=num_experts).to(probs.dtype)
-    f = counts / indices.numel()
-    return num_experts * (probs.mean(0) * f).sum(), counts
+    """``(E * sum_i p_i f_i, counts [E])`` for ``probs [G, E]`` and chosen ``indices [G, k]``.
+
+    ``G = 0`` (a router given no groups, e.g. that of an idle expert under ``torch.compile``) gives
+    ``(0, zeros)``, not NaN."""
+    counts = expert_counts(indices, num_experts).to(probs.dtype)
+    groups = torch.sym_max(probs.shape[0], 1)
+    f = counts / (groups * indices.shape[1])
+    return num_experts * (probs.sum(0) / groups * f).sum(), counts
 
 
 class TopKRouter(Router):
@@ -90,4 +102,4 @@ class ImageRouter(TopKRouter):
         return x.flatten(1, -2).mean(1)
 
 
-__all__ = ["balance_loss", "TopKRouter", "TokenRouter", "ImageRouter"]
+__all__ = ["expert_counts", "balance_loss", "TopKRouter", "TokenRouter", "ImageRouter"]
