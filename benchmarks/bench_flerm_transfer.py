@@ -5,9 +5,11 @@
 2. Each wider model (x2, x4, x8), at every lr of the sweep: standard (same lr for every tensor) and
    FLeRM-matched to the base record of that lr (``mode: match``, periodic every ``--every`` steps).
 Data: opzoo's incompressible Navier–Stokes generator (vorticity, 32x32, ν = 1e-3), next-frame
-prediction (T_in = 1), constant lr, AdamW, one seed. Reports the mean training loss of the last 10 %
-of steps and the test l2 full (rollout) for every run, the optimal lr per width, and a PNG.
-Usage: ``OMP_NUM_THREADS=1 python benchmarks/bench_flerm_transfer.py [--steps 300] [--out docs/flerm]``.
+prediction (T_in = 1), constant lr, AdamW, one seed. Reports the mean training loss of the last
+``--tail`` steps and the one-step test l2 (``horizon: 1``) for every run, the optimal lr per width,
+and a PNG. Every finished run is appended to ``WORK/results.jsonl`` and skipped when the script is
+run again with the same settings, so an interrupted sweep resumes.
+Usage: ``OMP_NUM_THREADS=1 python benchmarks/bench_flerm_transfer.py [--steps 200] [--out docs/flerm]``.
 """
 
 from __future__ import annotations
@@ -15,8 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import platform
 import time
 from pathlib import Path
+
+import torch
 
 from tqdm.auto import tqdm
 
@@ -35,10 +40,10 @@ def run(out: Path, data: Path, width: int, lr: float, args, hook: dict | None) -
         "model": {"name": "fno", "args": model_args(width, args.depth, args.modes)},
         "data": {"datasets": [{"name": "ns", "path": str(data), "test_fraction": 0.125,
                                "generate": {"kind": "ns", "n": 48, "res": 32, "nu": 1.0e-3, "steps": 20}}],
-                 "resolution": [32, 32], "max_test_trajectories": 6},
+                 "resolution": [32, 32], "max_test_trajectories": 6, "horizon": 1},
         "optimizer": {"lr": lr, "hooks": [hook] if hook else []},
         "schedule": {"name": "constant"},
-        "training": {"steps": args.steps, "batch_size": args.batch, "eval_every": None, "log_every": 50},
+        "training": {"steps": args.steps, "batch_size": args.batch, "eval_every": None, "log_every": 10},
         "checkpoint": {"every": None, "resume": False},
         "evaluation": {"plots": False},
     }
@@ -49,7 +54,7 @@ def run(out: Path, data: Path, width: int, lr: float, args, hook: dict | None) -
         l2 = result.evals[args.steps][0].l2_full
     except TrainingDivergedError:
         losses, l2 = [r["loss"] for r in read_log(out / "log.jsonl")], math.inf
-    tail = losses[-max(1, len(losses) // 10):]
+    tail = losses[-args.tail:]
     final = sum(tail) / len(tail) if len(losses) == args.steps else math.inf
     return {"width": width, "lr": lr, "train_loss": final if math.isfinite(final) else None,
             "test_l2": l2 if math.isfinite(l2) else None, "seconds": round(time.perf_counter() - t0, 2)}
@@ -88,20 +93,29 @@ def plot(results: list[dict], widths: list[int], path: Path) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--tail", type=int, default=20, help="training loss = mean of the last TAIL steps")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--depth", type=int, default=3)
     p.add_argument("--modes", type=int, default=8)
     p.add_argument("--base-width", type=int, default=8)
     p.add_argument("--mults", type=int, nargs="+", default=[1, 2, 4, 8])
-    p.add_argument("--lrs", type=float, nargs="+", default=[1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2])
-    p.add_argument("--every", type=int, default=100)
+    p.add_argument("--lrs", type=float, nargs="+", default=[3e-4, 1e-3, 3e-3, 1e-2, 3e-2])
+    p.add_argument("--every", type=int, default=50)
     p.add_argument("--work", default="/tmp/opzoo-flerm-transfer")
     p.add_argument("--out", default="docs/flerm")
     args = p.parse_args()
     work, out = Path(args.work), Path(args.out)
     data = work / "ns32.h5"
     widths = [args.base_width * m for m in args.mults]
+    settings = {k: getattr(args, k) for k in ("steps", "tail", "batch", "depth", "modes", "every")}
+    cache = work / "results.jsonl"
+    done = {}
+    if cache.is_file():
+        for line in cache.read_text().splitlines():
+            r = json.loads(line)
+            if r.get("settings") == settings:
+                done[(r["width"], r["lr"], r["method"])] = r
     results = []
     jobs = [(widths[0], lr, "record") for lr in args.lrs]
     jobs += [(w, lr, method) for w in widths[1:] for lr in args.lrs for method in ("standard", "flerm")]
@@ -114,11 +128,19 @@ def main() -> None:
                                               "base": str(work / f"w{widths[0]}-lr{lr:g}-record")}}
         else:
             hook = None
+        if (w, lr, method) in done:
+            results.append(done[(w, lr, method)])
+            continue
         r = run(run_dir, data, w, lr, args, hook)
-        r["method"] = method
+        r.update(method=method, settings=settings)
         results.append(r)
+        work.mkdir(parents=True, exist_ok=True)
+        with cache.open("a") as f:
+            f.write(json.dumps(r) + "\n")
         tqdm.write(json.dumps(r))
-    summary = {"widths": widths, "lrs": args.lrs, "steps": args.steps, "results": results, "best": {}}
+    summary = {"widths": widths, "lrs": args.lrs, **settings, "torch": torch.__version__,
+               "machine": f"{platform.machine()}, {torch.get_num_threads()} intra-op thread(s)",
+               "results": results, "best": {}}
     for method in ("standard", "flerm"):
         for metric in ("train_loss", "test_l2"):
             best = {}

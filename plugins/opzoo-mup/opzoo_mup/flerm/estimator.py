@@ -9,8 +9,9 @@ For a probe ``φ = Σ_nk ω_nk f_nk / sqrt(NK)`` with ``ω ~ N(0, 1)`` and the "
   real/imaginary pair as one more dim (``Δφ = Σ Re ΔW·Re g + Im ΔW·Im g``); that dim is either summed
   exactly (``complex_dim="sum"``, default: ``Z = Re(conj(ΔW)·g)`` per entry, Kronecker over the D
   tensor dims) or factored like the others (``"factor"``, D + 1 dims). A Kronecker covariance over
-  D + 1 dims implies one over D dims after the sum, so "sum" assumes strictly less; measured on a
-  small FNO its bias is 0.84-1.03 against 0.70-0.96 for "factor" (docs/flerm.md).
+  D + 1 dims implies one over D dims after the sum, so "sum" assumes strictly less; on the small FNO
+  of the tests its expectation is 0.90-0.99 of the exact value on the spectral weights, against
+  0.75-0.89 for "factor" (benchmarks/bench_flerm_estimator.py, docs/flerm.md).
   The readout rules of App. D: rows of the last layer's weight are independent (Eq. 32,
   ``E[Σ_i (Σ_j Z_ij)²]``), and so are the entries of its bias (Eq. 34, ``E[Σ_i Z_i²]``).
 - :class:`MonteCarloEstimate`: the unbiased "no assumption" estimator ``mean((Σ Z)²)`` with its
