@@ -86,6 +86,13 @@ def test_sweep_transfer_outputs_and_resume(tmp_path, burgers_file):
     assert [r["step"] for r in log if r["kind"] == "train"] == [1, 2, 3]
     assert {p: p.stat().st_mtime_ns for p in out.glob("runs/**/result.json") if p.parent != victim} == {
         p: t for p, t in stamps.items() if p.parent != victim}
+    # finished runs copied into another sweep's folder are reused there, and the CSV points at the copies
+    shutil.copytree(out / "runs", tmp_path / "copy" / "runs")
+    run_mutransfer(load_config(_write(tmp_path, _config(tmp_path, burgers_file)), output_dir=str(tmp_path / "copy")),
+                   progress=False)
+    copied = _rows(tmp_path / "copy" / "sweep.csv")
+    assert [(r["loss"], r["seconds"]) for r in copied] == [(r["loss"], r["seconds"]) for r in _rows(out / "sweep.csv")]
+    assert all(r["run_dir"].startswith(str(tmp_path / "copy" / "runs")) for r in copied)
 
 
 def test_best_hyper_is_the_seed_mean_argmin_and_skips_divergence():

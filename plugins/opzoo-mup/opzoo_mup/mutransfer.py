@@ -213,8 +213,8 @@ def train_one(cfg: MutransferConfig, spec: RunSpec, root: Path, source: str = "m
     """Train one run (or read its finished result): ``{loss, train_loss, status, seconds, run_dir}``."""
     run_dir = root / "runs" / spec.key()
     done = run_dir / "result.json"
-    if done.is_file():
-        return json.loads(done.read_text())
+    if done.is_file():  # finished before (the folder may have been copied from another sweep)
+        return {**json.loads(done.read_text()), "run_dir": str(run_dir)}
     run_cfg = parse_run_config(run_document(cfg, spec, run_dir), f"{source}: {spec.key()}")
     t0 = time.perf_counter()
     status, loss, train_loss = "ok", math.inf, math.inf
