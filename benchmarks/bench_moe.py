@@ -10,6 +10,11 @@ Rounds are interleaved (the order alternates every round); we print per-side med
 medians and the median of per-round ratios (the timing helpers of bench_aot.py). On a shared CPU,
 ``--clock cpu --threads 1`` (process CPU time) measures the work each side does.
 
+To tell architecture cost from overhead, it also prints each model's floating-point operations per
+training step (``torch.utils.flop_counter``: matmuls, convolutions, attention) and the rate of a
+512x512x512 float32 matmul on this machine, so ``extra GFLOP / rate`` is the least time the extra
+work of a model over dpot-ti can take here.
+
     python benchmarks/bench_moe.py --threads 1 --clock cpu --size 64 --batch 8 --rounds 7
 """
 
@@ -18,8 +23,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Callable
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 import opzoo
 
@@ -35,6 +42,23 @@ def step_fns(models: dict[str, torch.nn.Module], batch: int, size: int):
 
 def count(model: torch.nn.Module) -> str:
     return f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M"
+
+
+def step_gflop(step: Callable[[], None]) -> float:
+    """Floating-point operations of one call of ``step``, in GFLOP (FlopCounterMode)."""
+    with FlopCounterMode(display=False) as counter:
+        step()
+    return counter.get_total_flops() / 1e9
+
+
+def matmul_gflops(n: int = 512, calls: int = 50) -> float:
+    """GFLOP/s of an ``n x n x n`` float32 matmul, timed with the benchmark's clock."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    start = bench_aot.clock()
+    for _ in range(calls):
+        a @ b
+    return 2 * n ** 3 * calls / (bench_aot.clock() - start) / 1e9
 
 
 def main() -> None:
@@ -59,7 +83,10 @@ def main() -> None:
         torch.manual_seed(0)
         models = {name: opzoo.load(name) for name in ("dpot-ti", "nestor-ti", "aot-pot-t", "aot-moe-pot-t")}
         print("parameters: " + ", ".join(f"{n} {count(m)}" for n, m in models.items()))
-        times = bench_aot.side_by_side("presets", step_fns(models, args.batch, args.size), cpu, args.rounds, args.warmup)
+        fns = step_fns(models, args.batch, args.size)
+        print("GFLOP per step: " + ", ".join(f"{n} {step_gflop(f):.2f}" for n, f in fns.items()))
+        print(f"float32 matmul 512^3: {matmul_gflops():.1f} GFLOP/s")
+        times = bench_aot.side_by_side("presets", fns, cpu, args.rounds, args.warmup)
         lines += bench_aot.report(f"fwd+bwd b{args.batch} {args.size}^2", times, "dpot-ti")
         del models
     if not args.skip_experts:

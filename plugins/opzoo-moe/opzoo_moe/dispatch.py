@@ -38,7 +38,8 @@ def dispatch(x: Tensor, routing: Routing, experts: Sequence[Callable[[Tensor], T
     for n in sizes:
         torch._check(n >= 0)
     torch._check(sum(sizes) == g * k)
-    outs = [experts[e](x[r]) for e, (r, n) in enumerate(zip(rows.split(sizes), sizes)) if guard_or_true(n > 0)]
+    xs = x.index_select(0, rows).split(sizes)  # one gather; the slices are contiguous views
+    outs = [experts[e](xe) for e, (xe, n) in enumerate(zip(xs, sizes)) if guard_or_true(n > 0)]
     y = torch.cat(outs) if len(outs) > 1 else outs[0]
     y = y * weights.to(y.dtype).view(-1, *([1] * (y.ndim - 1)))
     return y.new_zeros((g, *y.shape[1:])).index_add_(0, rows, y)
