@@ -1,19 +1,16 @@
-"""FLeRM's cost: training with the ``flerm`` hook (one estimate every ``--every`` updates) versus without,
-measured side by side in one process.
+"""FLeRM's cost: the CPU time of every update of one training run with the ``flerm`` hook, the updates that
+measure (one estimate every ``--every`` updates) against the ones around them.
 
-Four ``Trainer`` runs per round on an FNO-2d (Navier–Stokes 32², batch 8, AdamW, constant lr), timed in
-process CPU time (``time.process_time``; the machine is shared, so CPU time is steadier than wall time):
-
-- ``plain(N+1)`` and ``flerm(N+1)``: N + 1 updates without / with ``flerm`` (record mode);
-- ``plain(1)`` and ``flerm(1)``: one update, the same setup and final evaluation.
-
-Differences cancel the setup and the evaluation: ``flerm(N+1) − flerm(1)`` is the cost of updates
-2 … N + 1, which contain N / every periodic estimates (one fresh-batch forward/backward each), and
-``plain(N+1) − plain(1)`` the same updates without them; their ratio is the steady-state cost of
-measuring. ``flerm(1) − plain(1)`` is the one-off warm-up (``warmup`` estimates after update 1),
-reported in units of a plain update. Rounds alternate the order (ABAB, then BABA) so drifting
-machine load hits both alike; medians over rounds. Results go to ``--out`` as JSON.
-Usage: ``OMP_NUM_THREADS=1 python benchmarks/bench_flerm_overhead.py [--steps 300] [--rounds 5]``.
+One ``Trainer`` run on an FNO-2d (Navier–Stokes 32², batch 8, AdamW, constant lr) with two hooks:
+``flerm`` (record mode) and, after it, a timer that reads the process CPU time (``time.process_time``;
+the machine is shared, so CPU time is steadier than wall time) before and after each optimizer
+step. The cost of update ``i`` is the CPU time from the end of update ``i − 1`` to the end of update
+``i`` (forward, backward, optimizer step, the hook's work). A measuring update's extra cost is its
+cost minus the median cost of the ``--window`` plain updates on each side, so drifting machine load
+cancels; the ratio is ``total / (total − Σ extra)`` over updates 2 … N (measurements at
+``i % every == 0``). The one-off warm-up (``warmup`` estimates after update 1) is reported
+separately, in plain updates. Results go to ``--out`` as JSON.
+Usage: ``OMP_NUM_THREADS=1 python benchmarks/bench_flerm_overhead.py [--steps 1000] [--every 100]``.
 """
 
 from __future__ import annotations
@@ -27,87 +24,93 @@ import time
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
-from opzoo.training import Trainer, parse_run_config
+import opzoo
+from opzoo.training import OptimizerHook, Trainer, parse_run_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_flerm_transfer import model_args  # noqa: E402
 
 
-def run_config(out: Path, data: Path, args, updates: int, hook: bool) -> dict:
+class StepTimer(OptimizerHook):
+    """Process CPU time at ``before_optimizer_step`` and ``after_optimizer_step`` of every update."""
+
+    marks: list[tuple[int, float, float]] = []  # (update index, before, after)
+
+    def before_optimizer_step(self, ctx) -> None:
+        self._before = time.process_time()
+
+    def after_optimizer_step(self, ctx) -> None:
+        StepTimer.marks.append((ctx.step, self._before, time.process_time()))
+
+
+def run_config(out: Path, data: Path, args) -> dict:
     return {
         "output_dir": str(out), "seed": 0,
         "model": {"name": "fno", "args": model_args(args.width, 3, 8)},
         "data": {"datasets": [{"name": "ns", "path": str(data), "test_fraction": 0.125,
                                "generate": {"kind": "ns", "n": 48, "res": 32, "nu": 1.0e-3, "steps": 20}}],
                  "resolution": [32, 32], "max_test_trajectories": 1, "horizon": 1},
-        "optimizer": {"lr": 1e-3, "hooks": [{"name": "flerm", "args": {"mode": "record", "every": args.every,
-                                                                       "warmup": args.warmup}}] if hook else []},
+        "optimizer": {"lr": 1e-3, "hooks": [
+            {"name": "flerm", "args": {"mode": "record", "every": args.every, "warmup": args.warmup}},
+            {"name": "bench-step-timer"}]},
         "schedule": {"name": "constant"},
-        "training": {"steps": updates, "batch_size": 8, "eval_every": None, "log_every": 100},
+        "training": {"steps": args.steps + 1, "batch_size": 8, "eval_every": None, "log_every": 100},
         "checkpoint": {"every": None, "resume": False},
         "evaluation": {"plots": False},
     }
 
 
-def timed(out: Path, data: Path, args, updates: int, hook: bool) -> tuple[float, float]:
-    """(process CPU seconds, wall seconds) of building and fitting one run."""
-    cfg = parse_run_config(run_config(out, data, args, updates, hook))
-    c0, t0 = time.process_time(), time.perf_counter()
-    Trainer(cfg, show_progress=False).fit()
-    return time.process_time() - c0, time.perf_counter() - t0
+def overhead(marks: list[tuple[int, float, float]], every: int, window: int) -> dict:
+    """The extra CPU time of the measuring updates, from the timer's marks."""
+    ends = {i: after for i, _, after in marks}
+    cost = {i: ends[i] - ends[i - 1] for i in ends if i - 1 in ends}  # updates 2 … N + 1 (index 1 … N)
+    measuring = [i for i in cost if i % every == 0]
+    extra = {}
+    for i in measuring:
+        around = [cost[j] for j in range(i - window, i + window + 1) if j in cost and j % every]
+        extra[i] = cost[i] - statistics.median(around)
+    total = sum(cost.values())
+    plain = [c for i, c in cost.items() if i % every]
+    first = marks[0]
+    in_step = statistics.median(after - before for i, before, after in marks[1:] if i % every)
+    return {"updates": len(cost), "measurements": len(measuring), "total_cpu_s": total,
+            "ratio": total / (total - sum(extra.values())),
+            "plain_update_cpu_s_median": statistics.median(plain),
+            "measurement_extra_in_updates": {i: e / statistics.median(plain) for i, e in extra.items()},
+            "warmup_in_updates": ((first[2] - first[1]) - in_step) / statistics.median(plain)}
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=300, help="N: timed updates after the first")
+    p.add_argument("--steps", type=int, default=1000, help="N: timed updates after the first")
     p.add_argument("--every", type=int, default=100)
     p.add_argument("--warmup", type=int, default=40)
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--width", type=int, default=32)
+    p.add_argument("--window", type=int, default=10, help="plain updates on each side of a measuring one")
+    p.add_argument("--width", type=int, default=16)
     p.add_argument("--work", default="/tmp/opzoo-flerm-overhead")
     p.add_argument("--out", default=None, help="JSON file for the results (default: WORK/overhead.json)")
     args = p.parse_args()
-    if args.steps % args.every:
-        p.error("--steps must be a multiple of --every (so the timed updates hold whole measurement periods)")
     work = Path(args.work)
     shared = Path("/tmp/opzoo-flerm-transfer/ns32.h5")  # bench_flerm_transfer.py's data, if generated
     data = shared if shared.is_file() else work / "ns32.h5"
-    timed(work / "generate", data, args, 1, False)  # generates the data once (untimed)
-    runs = {("plain", args.steps + 1): False, ("flerm", args.steps + 1): True, ("plain", 1): False, ("flerm", 1): True}
-    cpu = {k: [] for k in runs}
-    wall = {k: [] for k in runs}
-    for r in tqdm(range(args.rounds), desc="rounds"):
-        keys = list(runs)
-        order = keys if r % 2 == 0 else [keys[1], keys[0], keys[3], keys[2]]
-        for key in order:
-            c, w = timed(work / f"{key[0]}-{key[1]}", data, args, key[1], runs[key])
-            cpu[key].append(c)
-            wall[key].append(w)
-    n = args.steps + 1
-
-    def summary(t: dict) -> dict:
-        steady = [(fb - f1) / (pb - p1) for fb, f1, pb, p1 in zip(t[("flerm", n)], t[("flerm", 1)],
-                                                                   t[("plain", n)], t[("plain", 1)])]
-        per_update = [(pb - p1) / args.steps for pb, p1 in zip(t[("plain", n)], t[("plain", 1)])]
-        warm = [(f1 - p1) / u for f1, p1, u in zip(t[("flerm", 1)], t[("plain", 1)], per_update)]
-        return {"steady_ratio_median": statistics.median(steady), "steady_ratios": steady,
-                "plain_update_s_median": statistics.median(per_update),
-                "warmup_in_updates_median": statistics.median(warm), "warmup_in_updates": warm,
-                "runs_s": {f"{k[0]}({k[1]})": v for k, v in t.items()}}
-
-    out = {"date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
-           "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+    registry = opzoo.get_registry()
+    with registry.owned_by("bench_flerm_overhead"):
+        registry.register_optimizer_hook("bench-step-timer", StepTimer)
+    StepTimer.marks.clear()
+    Trainer(parse_run_config(run_config(work / "run", data, args)), show_progress=True).fit()
+    result = overhead(StepTimer.marks, args.every, args.window)
+    out = {"date": time.strftime("%Y-%m-%d"), "torch": torch.__version__, "machine": platform.machine(),
            "threads": torch.get_num_threads(), "width": args.width, "steps": args.steps, "every": args.every,
-           "warmup": args.warmup, "rounds": args.rounds, "cpu": summary(cpu), "wall": summary(wall)}
+           "warmup": args.warmup, "window": args.window, **result}
     path = Path(args.out) if args.out else work / "overhead.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=1))
-    c = out["cpu"]
-    print(f"steady-state cost of measuring every {args.every} updates: x{c['steady_ratio_median']:.4f} "
-          f"(CPU time, median of {args.rounds}; wall x{out['wall']['steady_ratio_median']:.4f}); "
-          f"one-off warm-up ({args.warmup} estimates) = {c['warmup_in_updates_median']:.1f} plain updates")
+    extras = list(result["measurement_extra_in_updates"].values())
+    print(f"measuring every {args.every} updates: training CPU time x{result['ratio']:.4f} "
+          f"({result['measurements']} measurements in {result['updates']} updates; one measurement = "
+          f"{statistics.median(extras):.2f} plain updates, median); one-off warm-up ({args.warmup} estimates) "
+          f"= {result['warmup_in_updates']:.1f} plain updates")
     print(f"wrote {path}")
 
 

@@ -1,6 +1,7 @@
 """The ``flerm`` optimizer hook in the real Trainer: record, match, mapping, errors, resume, every model, plot."""
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -266,3 +267,79 @@ def test_every_registered_preset_groups_and_maps_onto_itself():
         record = FslrRecord([1], {n: [1.0] for n, _ in named}, block_lists(model), name)
         mapped = map_base_values([n for n, _ in named], block_lists(model), record, step=1)
         assert set(mapped) == {n for n, _ in named}, name
+
+
+# ---- the shipped configs ----------------------------------------------------------------------------
+def test_shipped_configs_record_a_pot_then_match_a_wider_deeper_one(tmp_path):
+    """configs/flerm-{record,match}.yaml as shipped (shortened, smaller data): x4 width, x2 depth mapped."""
+    from opzoo.training.config import read_document
+
+    root = Path(__file__).resolve().parents[2]
+    for name in ("record", "match"):
+        doc = read_document(root / "configs" / f"flerm-{name}.yaml")
+        parse_run_config(doc, source=name)  # valid as shipped
+        doc["output_dir"] = str(tmp_path / name)
+        ds = doc["data"]["datasets"][0]
+        ds.update(path=str(tmp_path / "ns.h5"), generate={**ds["generate"], "n": 8, "steps": 8})
+        doc["training"].update(steps=3, batch_size=4, eval_every=None)
+        doc["checkpoint"] = {"every": None, "resume": False}
+        doc["evaluation"] = {"plots": False}
+        doc["data"].update(horizon=1, max_test_trajectories=1)
+        hook = doc["optimizer"]["hooks"][0]
+        assert hook["name"] == "flerm" and hook["args"]["mode"] == name
+        hook["args"].update(warmup=2, every=2)
+        if name == "match":
+            assert hook["args"]["base"] == "runs/flerm-base"
+            hook["args"]["base"] = str(tmp_path / "record")
+        trainer = fit(doc)
+    base = json.loads((tmp_path / "record" / "flerm" / "record.json").read_text())
+    match = json.loads((tmp_path / "match" / "flerm" / "match.json").read_text())
+    assert base["block_lists"] == {"blocks": 2} and match["block_lists"] == {"blocks": 4}
+    names = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
+    assert sorted(match["multipliers"]) == sorted(names)
+    assert match["steps"] == base["steps"] == [1, 3]
+    assert all(m > 0 and np.isfinite(m) for v in match["multipliers"].values() for m in v)
+    # the multiplier of a deep block tensor is (base of its base block / 2) / its current value
+    name = "blocks.3.mlp.fc1.weight" if "blocks.3.mlp.fc1.weight" in names else next(n for n in names if n.startswith("blocks.3."))
+    base_name = "blocks.1." + name.split(".", 2)[2]
+    expected = base["fslr"][base_name][0] / 2 / match["fslr"][name][0]
+    assert match["multipliers"][name][0] == pytest.approx(min(max(expected, 1e-3), 1e3), rel=1e-9)
+
+
+# ---- composition with other hooks ---------------------------------------------------------------------
+class MergeAllGroups(opzoo.training.OptimizerHook):
+    """A hook that puts every tensor back into one group (FLeRM cannot work after it)."""
+
+    def param_groups(self, model, groups):
+        return [{"params": [p for g in groups for p in g["params"]], "names": [n for g in groups for n in g["names"]],
+                 "lr_scale": 1.0}]
+
+
+@pytest.fixture
+def merge_hook():
+    registry = opzoo.get_registry()
+    with registry.owned_by("tests-flerm"):
+        registry.register_optimizer_hook("test-merge-all", MergeAllGroups)
+    yield
+    registry.forget("tests-flerm")
+
+
+def test_flerm_composes_with_mup_fno_and_refuses_a_merging_hook(tmp_path, datasets, merge_hook):
+    record = {"name": "flerm", "args": {"mode": "record", "warmup": 2, "every": 2}}
+    mup = {"name": "mup-fno", "args": {"base_modes": 2}}
+    for order, hooks in (("mup-first", [mup, record]), ("flerm-first", [record, mup])):
+        trainer = fit(flerm_run(tmp_path / order, datasets, {}, steps=3, optimizer={"lr": 3e-3, "hooks": hooks}))
+        groups = trainer.optimizer.param_groups
+        assert all(len(g["names"]) == 1 for g in groups)
+        spectral = [g for g in groups if g["names"][0].startswith("spectral.")]
+        assert spectral and all(g["lr_scale"] == pytest.approx(math.sqrt(math.log(4) / math.log(9))) for g in spectral)
+        rec = json.loads((tmp_path / order / "flerm" / "record.json").read_text())
+        assert all(v[-1] > 0 for n, v in rec["fslr"].items() if n.startswith("spectral."))
+    a, b = (json.loads((tmp_path / o / "flerm" / "record.json").read_text())["fslr"] for o in ("mup-first", "flerm-first"))
+    for name in a:  # the lr = 1 update divides the mup-fno lr_scale out: the same values either way
+        np.testing.assert_allclose(b[name], a[name], rtol=1e-6)
+    doc = flerm_run(tmp_path / "merged", datasets, {}, steps=3,
+                    optimizer={"lr": 3e-3, "hooks": [record, {"name": "test-merge-all"}]})
+    with pytest.raises(opzoo.ConfigError, match="flerm needs one parameter group per tensor.*merged"):
+        fit(doc)
+    assert not (tmp_path / "merged" / "flerm" / "record.json").exists()

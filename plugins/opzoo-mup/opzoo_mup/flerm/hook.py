@@ -112,14 +112,16 @@ class FlermHook(OptimizerHook):
         names = []
         for g in ctx.optimizer.param_groups:
             if len(g["names"]) != 1:
-                raise RuntimeError("flerm needs one parameter group per tensor; a later hook merged groups "
-                                   f"({g['names'][:3]}...)")
+                raise opzoo.ConfigError("optimizer.hooks: flerm needs one parameter group per tensor, but a hook "
+                                        f"listed after it merged {len(g['names'])} tensors into one group "
+                                        f"({', '.join(g['names'][:3])}, ...); list flerm after that hook")
             names.append(g["names"][0])
         return names
 
     # ---- per step -------------------------------------------------------------------------------
     def before_optimizer_step(self, ctx: StepContext) -> None:
         if self._measuring(ctx.step):
+            self._group_names(ctx)  # fails before the update when a later hook merged groups
             params = dict(ctx.model.named_parameters())
             self._before = {n: params[n].detach().clone() for n in self.names}
 
@@ -133,7 +135,7 @@ class FlermHook(OptimizerHook):
             return
         before, self._before = self._before, None
         params = dict(ctx.model.named_parameters())
-        lrs = {g["names"][0]: g["lr"] for g in ctx.optimizer.param_groups if len(g["names"]) == 1}
+        lrs = dict(zip(self._group_names(ctx), (g["lr"] for g in ctx.optimizer.param_groups)))
         deltas = {}
         for n in self.names:
             lr = lrs.get(n, 0.0)
