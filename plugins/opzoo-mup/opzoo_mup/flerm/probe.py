@@ -28,9 +28,11 @@ def probe_gradients(model: nn.Module, forward: Callable[[Tensor], Tensor], batch
                     generator: torch.Generator) -> None:
     """Leave ``∂φ/∂W`` in every parameter's ``.grad`` (after zeroing them)."""
     model.zero_grad(set_to_none=True)
-    f = forward(batch["x"]).float()
+    f = forward(batch["x"])
+    if f.dtype in (torch.float16, torch.bfloat16):  # autocast output: φ in float32
+        f = f.float()
     w = output_weights(f, batch.get("mask"))
-    omega = torch.randn(f.shape, generator=generator, dtype=torch.float32).to(f.device)
+    omega = torch.randn(f.shape, generator=generator, dtype=torch.float32).to(f.device, f.dtype)
     count = float(w.expand_as(f).sum())
     phi = (omega * w * f).sum() / math.sqrt(max(count, 1.0))
     phi.backward()
