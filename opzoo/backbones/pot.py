@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from timm.layers import trunc_normal_
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 from ..config import ModelConfig
 from ..errors import ConfigError, WeightsError
@@ -207,6 +208,59 @@ class TimeAggregator(nn.Module):
         return x.flatten(-2) @ self.w.reshape(t * d, d)
 
 
+class _FoldTimeWeights(torch.autograd.Function):
+    """:func:`fold_time_weights` with a backward that writes the ``[T, D, D]`` gradient of ``w`` once.
+
+    Autograd of the same expressions makes two ``w``-sized gradients and sums them (and ``w * c``
+    materializes a third ``w``-sized tensor): at D = 1024 each is 40 MiB of fresh pages per step.
+    """
+
+    @staticmethod
+    def forward(ctx, proj: Tensor, cos: Tensor, w: Tensor) -> tuple[Tensor, Tensor]:
+        scaled = proj.unsqueeze(0) * cos.unsqueeze(1)                     # [T, hidden, D]
+        # per row i: cos[:, i] @ w[:, i, :], one strided bmm that reads w once
+        summed = torch.bmm(cos.t().unsqueeze(1), w.transpose(0, 1)).squeeze(1)
+        ctx.save_for_backward(proj, cos, w, scaled)
+        return torch.bmm(scaled, w), summed
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_mixed: Tensor | None, grad_summed: Tensor | None):
+        proj, cos, w, scaled = ctx.saved_tensors
+        # under autocast the forward's products were bf16/fp16; the backward runs in the weights' dtype
+        grad_mixed, grad_summed = (None if g is None else g.to(w.dtype) for g in (grad_mixed, grad_summed))
+        grad_scaled = grad_w = grad_cos = None
+        if grad_summed is not None:
+            # d summed[i, j] / d w[t, i, j] = c[t, i]; d / d c[t, i] = sum_j g[i, j] w[t, i, j]
+            grad_w = cos.unsqueeze(-1) * grad_summed
+            grad_cos = torch.stack([(w_t * grad_summed).sum(-1) for w_t in w])
+        if grad_mixed is not None:
+            grad_scaled = torch.bmm(grad_mixed, w.transpose(1, 2))           # [T, hidden, D]
+            if grad_w is None:
+                grad_w = torch.bmm(scaled.transpose(1, 2), grad_mixed)
+            else:
+                grad_w.baddbmm_(scaled.transpose(1, 2), grad_mixed)
+        grad_proj = None
+        if grad_scaled is not None:
+            grad_proj = (grad_scaled * cos.unsqueeze(1)).sum(0)
+            from_scaled = (grad_scaled * proj.unsqueeze(0)).sum(1)
+            grad_cos = from_scaled if grad_cos is None else grad_cos + from_scaled
+        if grad_cos is None:
+            grad_cos = torch.zeros_like(cos)
+        return grad_proj, grad_cos, grad_w
+
+
+def fold_time_weights(proj: Tensor, cos: Tensor, w: Tensor) -> tuple[Tensor, Tensor]:
+    """The time aggregation folded into the patch embedding's 1x1 conv (``PotBackbone.embed_aggregated``).
+
+    ``proj [hidden, D]`` (``W2^T``), ``cos [T, D]``, ``w [T, D, D]`` -> ``mixed [T, hidden, D]``
+    with ``mixed[t] = proj diag(cos[t]) w[t]``, and ``summed [D, D] = sum_t diag(cos[t]) w[t]``.
+    """
+    if torch.compiler.is_compiling():  # the same expressions, for the compiler to fuse
+        return torch.bmm(proj.unsqueeze(0) * cos.unsqueeze(1), w), (w * cos.unsqueeze(-1)).sum(0)
+    return _FoldTimeWeights.apply(proj, cos, w)
+
+
 class PotBackbone(Backbone):
     """``[B, *S, T_in, C_in] -> [B, *S, T_out, C_out]``; ``S`` any multiple of ``patch_size``.
 
@@ -291,11 +345,9 @@ class PotBackbone(Backbone):
             raise ValueError(f"time aggregation was built for {self.time_agg.w.shape[0]} input steps, got {t}")
         h = self.patch_embed.hidden_channels_last(append_grid(x))             # [B, *S/p, T, hidden]
         out_proj = self.patch_embed.proj[2]
-        w, cos = self.time_agg.w, self.time_agg.cosine()                        # [T, D, D], [T, D]
-        # W2^T diag(c_t) scales the small [hidden, D] matrix, not w: one bmm, no copy of w
-        mixed = torch.bmm(out_proj.weight.flatten(1).t() * cos.unsqueeze(1), w)  # [T, hidden, D]
+        mixed, summed = fold_time_weights(out_proj.weight.flatten(1).t(), self.time_agg.cosine(), self.time_agg.w)
         pos = self.position_embedding(tuple(h.shape[1:-2])).movedim(1, -1) + out_proj.bias  # [1, *S/p, D]
-        return h.flatten(-2) @ mixed.flatten(0, 1) + pos @ (w * cos.unsqueeze(-1)).sum(0)
+        return h.flatten(-2) @ mixed.flatten(0, 1) + pos @ summed
 
     def forward_latent(self, x: Tensor) -> Tensor:
         """``[B, *S, T_in, C] -> [B, *S/p, D]``: the last latent (after the blocks)."""
