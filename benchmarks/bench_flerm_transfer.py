@@ -7,8 +7,9 @@
 Data: opzoo's incompressible Navier–Stokes generator (vorticity, 32x32, ν = 1e-3), next-frame
 prediction (T_in = 1), constant lr, AdamW, one seed. Reports the mean training loss of the last
 ``--tail`` steps and the one-step test l2 (``horizon: 1``) for every run, the optimal lr per width,
-and a PNG. Every finished run is appended to ``WORK/results.jsonl`` and skipped when the script is
-run again with the same settings, so an interrupted sweep resumes.
+and a PNG, with the table as JSON and CSV, in ``--out``. Every finished run is appended to
+``WORK/results.jsonl`` and skipped when the script is run again with the same settings, so an
+interrupted sweep resumes (and disjoint ``--mults``/``--lrs`` subsets can run in parallel).
 Usage: ``OMP_NUM_THREADS=1 python benchmarks/bench_flerm_transfer.py [--steps 200] [--out docs/flerm]``.
 """
 
@@ -153,6 +154,11 @@ def main() -> None:
             summary["best"][f"{method}/{metric}"] = best
     out.mkdir(parents=True, exist_ok=True)
     (out / "width_transfer.json").write_text(json.dumps(summary, indent=1))
+    rows = ["width,method,lr,train_loss,test_l2_one_step,seconds"]
+    rows += [f"{r['width']},{r['method']},{r['lr']:g},{r['train_loss'] if r['train_loss'] is not None else 'diverged'},"
+             f"{r['test_l2'] if r['test_l2'] is not None else 'diverged'},{r['seconds']}"
+             for r in sorted(results, key=lambda r: (r["width"], r["method"], r["lr"]))]
+    (out / "width_transfer.csv").write_text("\n".join(rows) + "\n")
     plot(results, widths, out / "width_transfer.png")
     print(json.dumps(summary["best"], indent=1))
 
