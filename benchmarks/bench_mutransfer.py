@@ -7,7 +7,7 @@ per K under each parametrization (seed-mean test l2), how far it moves (max / mi
 in decades and in grid steps), and the target's loss when the proxy's best lr is transferred.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_mutransfer.py [--out DIR] [--device cuda] [--png docs/mutransfer-burgers.png]
-        [--lr 1e-3 3e-3 ...] [--seeds 0 1 2]    # another grid / more seeds on the same config
+        [--lr 1e-3 3e-3 ...] [--seeds 0 1 2] [--landscape-modes 32]   # another grid on the same config
 """
 
 from __future__ import annotations
@@ -67,6 +67,8 @@ def main() -> None:
     ap.add_argument("--png", default=None, help="also copy the loss-vs-lr plot here")
     ap.add_argument("--lr", type=float, nargs="+", default=None, help="replace the config's sweep.lr")
     ap.add_argument("--seeds", type=int, nargs="+", default=None, help="replace the config's sweep.seeds")
+    ap.add_argument("--landscape-modes", type=int, nargs="+", default=None,
+                    help="replace the config's sweep.landscape_modes (the K swept at every lr besides the proxy)")
     args = ap.parse_args()
     cfg = load_config(args.config, output_dir=args.out, device=args.device)
     if args.lr:
@@ -74,6 +76,10 @@ def main() -> None:
             ap.error(f"--lr: learning rates must be positive, got {args.lr}")
         cfg.sweep.lr = args.lr
     cfg.sweep.seeds = args.seeds or cfg.sweep.seeds
+    if args.landscape_modes:
+        if any(k < 2 for k in args.landscape_modes):
+            ap.error(f"--landscape-modes: μP needs K >= 2, got {args.landscape_modes}")
+        cfg.sweep.landscape_modes = args.landscape_modes
     summary = run_mutransfer(cfg, source="bench_mutransfer")
     print(f"\n{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.machine()}, "
           f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); metric: {summary['metric']} l2 "

@@ -68,7 +68,11 @@ def test_sweep_transfer_outputs_and_resume(tmp_path, burgers_file):
 
     # a finished sweep restarted skips every run
     stamps = {p: p.stat().st_mtime_ns for p in out.glob("runs/**/result.json")}
-    assert len(stamps) == 10
+    # μP at the proxy's K (c = 1) is the standard run, trained once: 10 rows, 8 runs
+    assert len(stamps) == 8 and not (out / "runs" / "mup" / "K2").exists()
+    for mup_row in (r for r in rows if r["parametrization"] == "mup" and r["K"] == "2"):
+        twin = next(r for r in rows if r["parametrization"] == "standard" and r["K"] == "2" and r["lr"] == mup_row["lr"])
+        assert (mup_row["run_dir"], mup_row["loss"]) == (twin["run_dir"], twin["loss"])
     run_mutransfer(load_config(_write(tmp_path, _config(tmp_path, burgers_file))), progress=False)
     assert {p: p.stat().st_mtime_ns for p in out.glob("runs/**/result.json")} == stamps
     # interrupted inside one run (after its step-2 checkpoint, before result.json): only that run
@@ -93,6 +97,19 @@ def test_sweep_transfer_outputs_and_resume(tmp_path, burgers_file):
     copied = _rows(tmp_path / "copy" / "sweep.csv")
     assert [(r["loss"], r["seconds"]) for r in copied] == [(r["loss"], r["seconds"]) for r in _rows(out / "sweep.csv")]
     assert all(r["run_dir"].startswith(str(tmp_path / "copy" / "runs")) for r in copied)
+
+
+def test_mup_at_the_proxy_reuses_the_standard_run_only_when_identical(tmp_path, burgers_file):
+    from opzoo_mup.mutransfer import RunSpec, trained_as
+
+    spec = RunSpec("mup", 2, 1e-3, 4, (0.9, 0.999), 0)
+    cfg = load_config(_write(tmp_path, _config(tmp_path, burgers_file)))
+    assert trained_as(cfg, spec) == RunSpec("standard", 2, 1e-3, 4, (0.9, 0.999), 0)
+    for other in (RunSpec("mup", 4, 1e-3, 4, (0.9, 0.999), 0), RunSpec("standard", 2, 1e-3, 4, (0.9, 0.999), 0)):
+        assert trained_as(cfg, other) == other
+    clipped = load_config(_write(tmp_path, _config(tmp_path, burgers_file, mup={"grad_clip": 0.01})))
+    alone = load_config(_write(tmp_path, _config(tmp_path, burgers_file, parametrizations=["mup"])))
+    assert trained_as(clipped, spec) == spec and trained_as(alone, spec) == spec
 
 
 def test_best_hyper_is_the_seed_mean_argmin_and_skips_divergence():

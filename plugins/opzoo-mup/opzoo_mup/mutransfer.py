@@ -19,7 +19,8 @@ A mutransfer config (YAML or JSON) holds an opzoo run config template and a swee
 
 Every run ``(parametrization, K, lr, batch size, betas, seed)`` is one Trainer run in
 ``output_dir/runs/<parametrization>/K<K>/<hyper>-s<seed>/`` with ``result.json`` written last; a
-restarted sweep skips finished runs and an interrupted run resumes from its checkpoint.
+restarted sweep skips finished runs and an interrupted run resumes from its checkpoint. A μP run at
+the proxy's K (every multiplier 1, no clipping) is the standard run and is trained once.
 Algorithm 1: ξ* = argmin over the proxy's grid of the seed-mean loss (line 2); under μP the
 target trains with ``mup-fno`` at ``base_modes = K_proxy``, which multiplies the spectral weights'
 lr by ``sqrt(log N_proxy / log N*)`` and their init std by the same (init variance by its square;
@@ -209,6 +210,17 @@ def run_document(cfg: MutransferConfig, spec: RunSpec, run_dir: Path) -> dict[st
     return doc
 
 
+def trained_as(cfg: MutransferConfig, spec: RunSpec) -> RunSpec:
+    """The run that gives ``spec``'s result: a μP run at the proxy's K is the standard run when both
+    are swept and nothing but the c = 1 multipliers would differ (no gradient clipping), so it is
+    trained once."""
+    s = cfg.sweep
+    if (spec.parametrization == "mup" and spec.modes == s.proxy_modes and "standard" in s.parametrizations
+            and s.mup.get("grad_clip") is None):
+        return dataclasses.replace(spec, parametrization="standard")
+    return spec
+
+
 def train_one(cfg: MutransferConfig, spec: RunSpec, root: Path, source: str = "mutransfer") -> dict[str, Any]:
     """Train one run (or read its finished result): ``{loss, train_loss, status, seconds, run_dir}``."""
     run_dir = root / "runs" / spec.key()
@@ -342,13 +354,13 @@ def run_mutransfer(cfg: MutransferConfig, progress: bool = True, source: str = "
     rows: list[dict] = []
 
     def record(spec: RunSpec) -> dict:
-        out = train_one(cfg, spec, root, source)
+        out = train_one(cfg, trained_as(cfg, spec), root, source)
         row = {"parametrization": spec.parametrization, "K": spec.modes, "lr": spec.lr, "batch_size": spec.batch_size,
                "beta1": spec.betas[0], "beta2": spec.betas[1], "seed": spec.seed, **out}
         rows.append(row)
         return row
 
-    done = sum((root / "runs" / sp.key() / "result.json").is_file() for sp in specs)
+    done = sum((root / "runs" / trained_as(cfg, sp).key() / "result.json").is_file() for sp in specs)
     bar = tqdm(specs, desc="sweep", unit="run", disable=not progress, initial=0)
     if done:
         bar.write(f"resuming: {done} of {len(specs)} sweep runs already finished")
