@@ -25,10 +25,10 @@ ALIASES = {"aot-pot-t": ("aot-pot-ti",)}
 # budget and seed; the weights ship in this package (pretrained/aot-pot-micro/)
 MICRO_SIZE = (128, 4, 4, 1.0, 32)  # D, depth, heads, mlp_ratio, out_layer_dim
 MICRO_SETUP = dict(in_channels=2, out_channels=2, in_timesteps=10, img_size=[32, 32], patch_size=4,
-                   mixer_args={"n_blocks": 4, "modes": 8})
+                   mixer_args={"n_blocks": 4, "modes": 8}, normalize=True)
 MICRO_PRETRAINED_CFG = dict(channels=2, resolution=[32, 32], in_timesteps=10,
                             datasets=["ns-nu1e-3", "ns-nu1e-4", "diffusion-reaction", "swe"],
-                            normalization="none (raw generated fields; 1-field datasets padded with 1.0 and masked)")
+                            normalization="inside the model (normalize=True: each sample's channels standardized over space and time, the output de-standardized); raw generated fields, 1-field datasets padded with 1.0 and masked")
 
 
 def aot_pot_args(name: str) -> dict:

@@ -19,16 +19,16 @@ DPOT_SIZES = {
     "dpot-l": (1536, 24, 16, 4.0, 128),
     "dpot-h": (2048, 27, 8, 4.0, 128),
 }
-FNO_MODES = {1: 16, 2: 12, 3: 8}
+FNO_MODES = {1: 16, 2: 12, 3: 8}  # the reference scripts' defaults (fourier_1d/2d/3d.py)
 
 # dpot-micro: DPOT's network at micro dims, pretrained by opzoo on its synthetic suite
 # (configs/micro/dpot-micro.yaml); the weights ship in this package (pretrained/dpot-micro/)
 MICRO_SIZE = (128, 4, 4, 1.0, 32)  # D, depth, heads, mlp_ratio, out_layer_dim
 MICRO_SETUP = dict(in_channels=2, out_channels=2, in_timesteps=10, img_size=[32, 32], patch_size=4,
-                   mixer_args={"n_blocks": 4, "modes": 8})
+                   mixer_args={"n_blocks": 4, "modes": 8}, normalize=True)
 MICRO_PRETRAINED_CFG = dict(channels=2, resolution=[32, 32], in_timesteps=10,
                             datasets=["ns-nu1e-3", "ns-nu1e-4", "diffusion-reaction", "swe"],
-                            normalization="none (raw generated fields; 1-field datasets padded with 1.0 and masked)")  # the reference scripts' defaults (fourier_1d/2d/3d.py)
+                            normalization="inside the model (normalize=True: each sample's channels standardized over space and time, the output de-standardized); raw generated fields, 1-field datasets padded with 1.0 and masked")
 
 
 def dpot_args(name: str) -> dict:
