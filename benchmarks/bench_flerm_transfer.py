@@ -82,7 +82,8 @@ def plot(results: list[dict], widths: list[int], path: Path) -> None:
             ax.set_xscale("log")
             ax.set_yscale("log")
             ax.grid(True, which="both", alpha=0.3)
-            ax.set_title(f"{'standard' if method == 'standard' else 'FLeRM'}: {metric.replace('_', ' ')}")
+            label = {"train_loss": "train loss (last steps)", "test_l2": "one-step test l2"}[metric]
+            ax.set_title(f"{'standard' if method == 'standard' else 'FLeRM'}: {label}")
             ax.set_xlabel("base learning rate")
             ax.legend(fontsize=8)
     fig.suptitle("FNO-2d width transfer on Navier–Stokes 32², * = best lr per width")
