@@ -123,7 +123,8 @@ class Router(nn.Module, metaclass=abc.ABCMeta):
     (``[num_experts]``, how many of the ``G * k`` assignments went to each expert). ``aux_group``
     names the loss it belongs to (e.g. ``"image"``, ``"token"``) and ``aux_weight`` that loss's
     coefficient in the total loss: ``Backbone.aux_loss()`` is the sum over groups of the weighted
-    mean over the group's routers that ran. A block whose routers may not run in a forward (those of
+    mean over the group's routers that ran (one that ran on zero groups, as an idle expert's does under
+    ``torch.compile``, counts as not run). A block whose routers may not run in a forward (those of
     an idle expert) calls ``reset()`` on them first, so no stale loss is summed.
     """
 
