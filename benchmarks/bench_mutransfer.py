@@ -43,7 +43,7 @@ def markdown_report(summary: dict, grid: list[float]) -> str:
         cells = []
         for p in params:
             v = summary["parametrizations"][p]["best_per_K"][k]
-            cells += [f"{v['best_lr']:.0e}", f"{v['loss']:.4f}"]
+            cells += [f"{v['best_lr']:.3g}", f"{v['loss']:.4f}"]
         lines.append(f"| {k} | " + " | ".join(cells) + " |")
     lines.append("")
     for p in params:
@@ -51,9 +51,9 @@ def markdown_report(summary: dict, grid: list[float]) -> str:
         lrs = [v["best_lr"] for v in entry["best_per_K"].values()]
         t = entry["target"]
         lines.append(
-            f"- {LABEL[p]}: best lr from {min(lrs):.0e} to {max(lrs):.0e} across K (x{max(lrs) / min(lrs):.0f}, "
+            f"- {LABEL[p]}: best lr from {min(lrs):.3g} to {max(lrs):.3g} across K (x{max(lrs) / min(lrs):.2g}, "
             f"{math.log10(max(lrs) / min(lrs)):.1f} decades, {grid_steps(lrs, grid)} grid steps); the proxy's "
-            f"(K={summary['proxy_modes']}) best lr {t['lr']:.0e} at the target K={summary['target_modes']}: test l2 "
+            f"(K={summary['proxy_modes']}) best lr {t['lr']:.3g} at the target K={summary['target_modes']}: test l2 "
             f"{t['loss']:.4f} vs the target's own best {t.get('best_possible_loss', float('nan')):.4f} "
             f"(regret x{t.get('regret', float('nan')):.3f})")
     return "\n".join(lines)
