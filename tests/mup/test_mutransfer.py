@@ -7,11 +7,13 @@ import csv
 import json
 import math
 import shutil
+from pathlib import Path
 
 import pytest
 import yaml
 
 import opzoo
+from opzoo.training import read_log
 from opzoo_mup.mutransfer import best_hyper, draw_landscape, landscape_curves, load_config, plot_landscape, run_mutransfer
 
 from .conftest import fno1d_run_document
@@ -38,7 +40,7 @@ def _rows(path):
         return list(csv.DictReader(f))
 
 
-def test_sweep_transfer_outputs_and_resume(tmp_path, burgers_file):
+def test_sweep_transfer_outputs_and_resume(tmp_path, burgers_file, capsys):
     cfg = load_config(_write(tmp_path, _config(tmp_path, burgers_file)))
     summary = run_mutransfer(cfg, progress=False)
     out = tmp_path / "mt"
@@ -73,8 +75,11 @@ def test_sweep_transfer_outputs_and_resume(tmp_path, burgers_file):
     for mup_row in (r for r in rows if r["parametrization"] == "mup" and r["K"] == "2"):
         twin = next(r for r in rows if r["parametrization"] == "standard" and r["K"] == "2" and r["lr"] == mup_row["lr"])
         assert (mup_row["run_dir"], mup_row["loss"]) == (twin["run_dir"], twin["loss"])
-    run_mutransfer(load_config(_write(tmp_path, _config(tmp_path, burgers_file))), progress=False)
+    capsys.readouterr()
+    run_mutransfer(load_config(_write(tmp_path, _config(tmp_path, burgers_file))), progress=True)
     assert {p: p.stat().st_mtime_ns for p in out.glob("runs/**/result.json")} == stamps
+    shown = "".join(capsys.readouterr())  # the progress bar and its resume note
+    assert "resuming: 8 of 8 sweep runs already finished" in shown and "sweep: 100%" in shown and "8/8" in shown
     # interrupted inside one run (after its step-2 checkpoint, before result.json): only that run
     # trains again, resuming from its checkpoint, to the same loss
     victim = out / "runs" / "mup/K4/lr0.01-bs4-b0.9,0.999-s0"
@@ -211,7 +216,7 @@ def test_cli_command_with_device_and_batch_size_sweep(tmp_path, burgers_file, ca
     from opzoo.cli import main
 
     doc = _config(tmp_path, burgers_file, landscape_modes=[], batch_size=[2, 4], lr=[3e-3],
-                  parametrizations=["mup"], target_modes=4)
+                  parametrizations=["mup"], target_modes=4, metric="train")
     code = main(["mutransfer", str(_write(tmp_path, doc)), "--out", str(tmp_path / "cli"), "--device", "cpu",
                  "--quiet", "--json"])
     assert code == 0
@@ -224,6 +229,10 @@ def test_cli_command_with_device_and_batch_size_sweep(tmp_path, burgers_file, ca
     assert summary["parametrizations"]["mup"]["target"]["batch_size"] == int(best["batch_size"])
     run_cfg = json.loads(next((tmp_path / "cli" / "runs").glob("mup/K4/*/run_config.json")).read_text())
     assert run_cfg["training"]["device"] == "cpu"
+    # metric: train ranks by the mean training loss of the last 10 % of steps (here: the last of 3)
+    for r in rows:
+        last = [x["loss"] for x in read_log(Path(r["run_dir"]) / "log.jsonl", kind="train")][-1]
+        assert float(r["loss"]) == float(r["train_loss"]) == pytest.approx(last, rel=1e-12)
     assert main(["mutransfer", str(tmp_path / "missing.yaml")]) == 2
 
 
