@@ -96,19 +96,23 @@ def environment(s: Settings) -> list[str]:
     ]
 
 
-def run_checks(s: Settings) -> tuple[list[str], bool]:
-    """pytest over CHECK_FILES on the device: a table row per file with pytest's summary."""
+def run_checks(s: Settings, with_slow: bool = False) -> tuple[list[str], bool]:
+    """pytest over CHECK_FILES on the device: a table row per file with pytest's summary.
+    ``with_slow`` adds the slow tests (inductor for every preset)."""
     rows, ok = ["| check | result |", "|---|---|"], True
     env = {**os.environ, "OPZOO_TEST_DEVICE": s.device.type}
     for path in CHECK_FILES:
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", path]
         if s.check_filter:
             cmd += ["-k", s.check_filter]
+        if with_slow:
+            cmd += ["-m", "slow or not slow"]
         result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
         summary = pytest_summary(result.stdout)
         passed = result.returncode == 0
         ok &= passed
-        shown = f"pytest {path}" + (f" -k '{s.check_filter}'" if s.check_filter else "")
+        shown = (f"pytest {path}" + (f" -k '{s.check_filter}'" if s.check_filter else "")
+                 + (" -m 'slow or not slow'" if with_slow else ""))
         rows.append(f"| `{shown}` | {'ok' if passed else '**FAILED**'}: {summary} |")
     return rows, ok
 
@@ -236,7 +240,7 @@ def moe_vs_dpot(s: Settings) -> list[str]:
 
 
 # ---- the report -------------------------------------------------------------------------------
-def build_report(s: Settings, skip_checks: bool = False) -> tuple[str, bool]:
+def build_report(s: Settings, skip_checks: bool = False, slow_checks: bool = False) -> tuple[str, bool]:
     """The Markdown report and whether every check passed."""
     out = ["# opzoo GPU report (issue 16)", "", *environment(s), ""]
     ok = True
@@ -244,7 +248,7 @@ def build_report(s: Settings, skip_checks: bool = False) -> tuple[str, bool]:
     if skip_checks:
         out += ["Skipped (`--skip-checks`).", ""]
     else:
-        rows, ok = run_checks(s)
+        rows, ok = run_checks(s, with_slow=slow_checks)
         out += rows + [""]
     parity, timing = official_comparison(s)
     out += ["## Parity: opzoo dpot vs the official DPOT code, same weights", "", *parity, "",
@@ -266,6 +270,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, help="interleaved timing rounds (default 15; 2 with --quick)")
     parser.add_argument("--out", default="gpu_report.md", help="where to write the Markdown report")
     parser.add_argument("--skip-checks", action="store_true", help="leave out the pytest checks")
+    parser.add_argument("--slow-checks", action="store_true",
+                        help="the slow checks too: inductor for every preset (minutes of compiling per preset)")
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
     device = torch.device(args.device)
@@ -274,7 +280,7 @@ def main(argv=None) -> int:
     if device.type == "cpu":
         torch.set_num_threads(1)  # process CPU time of one thread: the work each side does
     settings = Settings.make(device, args.quick, args.rounds, " ".join(["benchmarks/gpu_report.py", *argv]))
-    report, ok = build_report(settings, skip_checks=args.skip_checks)
+    report, ok = build_report(settings, skip_checks=args.skip_checks, slow_checks=args.slow_checks)
     Path(args.out).write_text(report)
     print(report)
     print(f"\nreport written to {args.out}" + ("" if ok else " (some checks FAILED)"))
