@@ -51,8 +51,9 @@ micro-pot: install
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(VENV)/bin/opzoo pretrain configs/micro-pot.yaml
 	$(VENV)/bin/opzoo rollout runs/micro-pot/model --data data/micro/ns.h5 --index 47 --plot runs/micro-pot/rollout.png
 
+# The benchmarks of docs/benchmarks.md in one Markdown report (gpu_report.md), on the GPU when there is one.
 bench: install
-	$(PY) benchmarks/run_all.py
+	PYTHON=$(PY) benchmarks/gpu_report.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info plugins/*/*.egg-info demo_out runs data/micro data/micro-mix
