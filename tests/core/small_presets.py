@@ -14,7 +14,7 @@ SMALL_WIDTH = 32
 SMALL_PATCH = 4
 
 
-def test_device() -> torch.device:
+def device_under_test() -> torch.device:
     """``OPZOO_TEST_DEVICE`` (``cpu`` by default; ``benchmarks/gpu_report.py`` sets ``cuda``)."""
     return torch.device(os.environ.get("OPZOO_TEST_DEVICE", "cpu"))
 

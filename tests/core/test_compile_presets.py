@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from .small_presets import all_presets, small_input, small_model, test_device
+from .small_presets import all_presets, device_under_test, small_input, small_model
 
 # Max error relative to max |reference|. A float32 result differs from the float64 function by
 # sums of roundings of eps32 = 6e-8 per operation along the path; at these dims the longest
@@ -48,7 +48,7 @@ def grad_floor(grads: dict[str, torch.Tensor]) -> float:
 
 
 def check_compiled(name: str, backend: str) -> None:
-    device = test_device()
+    device = device_under_test()
     torch._dynamo.reset()
     model = small_model(name).to(device)
     x, y = (t.to(device) for t in small_input(model))
