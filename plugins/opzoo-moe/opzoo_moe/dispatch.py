@@ -21,7 +21,12 @@ from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
-from torch.fx.experimental.symbolic_shapes import guard_or_true
+
+try:
+    from torch.fx.experimental.symbolic_shapes import guard_or_true
+except ImportError:  # an older torch without it (pyproject allows >= 2.4): eager sizes are plain ints
+    def guard_or_true(condition) -> bool:
+        return bool(condition)
 
 from opzoo import Routing
 
