@@ -16,11 +16,14 @@ On a CPU shared with other jobs, wall-clock time mostly measures the scheduler; 
     python benchmarks/bench_aot.py                    # CPU (and GPU when one is present)
     python benchmarks/bench_aot.py --rounds 7 --batches 1 8 --device cpu
     python benchmarks/bench_aot.py --device cpu --clock cpu --threads 1
+    # the C kernels and the PyTorch path (what CUDA runs) against dpot-ti in the same rounds
+    python benchmarks/bench_aot.py --device cpu --clock cpu --threads 1 --skip-residuals --aot-paths kernels torch
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from typing import Callable
@@ -28,6 +31,7 @@ from typing import Callable
 import opzoo
 import torch
 from opzoo_aot import AOTResidual, AOTState
+from opzoo_aot.cpu_kernels import ENV_KERNELS
 from tqdm import tqdm
 
 
@@ -79,22 +83,34 @@ def report(label: str, times: dict[str, list[float]], baseline: str, unit: float
 
 
 # ---- 1. whole models ---------------------------------------------------------------------------
-def training_step(model: torch.nn.Module, x: torch.Tensor, target: torch.Tensor) -> Callable[[], None]:
+def training_step(model: torch.nn.Module, x: torch.Tensor, target: torch.Tensor,
+                  cpu_kernels: str | None = None) -> Callable[[], None]:
+    """One forward + backward; ``cpu_kernels`` ("1" or "0") sets OPZOO_AOT_CPU_KERNELS for it."""
     def step() -> None:
+        if cpu_kernels is not None:
+            os.environ[ENV_KERNELS] = cpu_kernels
         model.zero_grad(set_to_none=True)
         torch.nn.functional.mse_loss(model(x), target).backward()
 
     return step
 
 
-def bench_models(device: torch.device, batches: list[int], rounds: int, warmup: int, size: int) -> list[str]:
+# --aot-paths: which implementations of aot-pot-t's AOT residual run, each against dpot-ti
+AOT_PATHS = {"default": None, "kernels": "1", "torch": "0"}
+
+
+def bench_models(device: torch.device, batches: list[int], rounds: int, warmup: int, size: int,
+                 aot_paths: list[str] = ("default",)) -> list[str]:
     torch.manual_seed(0)
     models = {name: opzoo.load(name).to(device) for name in ("dpot-ti", "aot-pot-t")}
     lines = []
     for batch in batches:
         x = torch.randn(batch, size, size, 10, 4, device=device)
         target = torch.randn(batch, size, size, 1, 4, device=device)
-        fns = {name: training_step(m, x, target) for name, m in models.items()}
+        fns = {"dpot-ti": training_step(models["dpot-ti"], x, target)}
+        for path in aot_paths:
+            name = "aot-pot-t" if path == "default" else f"aot-pot-t ({path})"
+            fns[name] = training_step(models["aot-pot-t"], x, target, AOT_PATHS[path])
         times = side_by_side(f"fwd+bwd batch {batch}", fns, device, rounds, warmup)
         lines += report(f"{device.type} fwd+bwd b{batch} {size}^2", times, "dpot-ti")
     return lines
@@ -168,6 +184,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--skip-models", action="store_true")
     parser.add_argument("--skip-residuals", action="store_true")
+    parser.add_argument("--aot-paths", nargs="+", choices=list(AOT_PATHS), default=["default"],
+                        help="aot-pot-t's implementations to time against dpot-ti in the same rounds: "
+                             "kernels (the C kernels), torch (the PyTorch path every GPU runs), "
+                             "default (whatever OPZOO_AOT_CPU_KERNELS selects)")
     args = parser.parse_args()
     global clock
     clock = CLOCKS[args.clock]
@@ -189,7 +209,7 @@ def main() -> None:
     for device in devices:
         batches = args.batches if device.type == "cpu" else sorted({1, *args.batches})
         if not args.skip_models:
-            lines += bench_models(device, batches, args.rounds, args.warmup, args.size)
+            lines += bench_models(device, batches, args.rounds, args.warmup, args.size, args.aot_paths)
         if not args.skip_residuals:
             lines += bench_residuals(device, batches, args.residual_rounds, args.warmup + 3)
     print("\n".join(lines))

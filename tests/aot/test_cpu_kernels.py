@@ -504,16 +504,16 @@ def test_pool_reuses_freed_buffers_and_releases_them():
 
 @pytest.mark.parametrize("path", ["kernels", "torch"])
 def test_network_with_pooled_buffers_matches_float64(monkeypatch, path):
-    """Issue 11's network: S·D = 65536 features per stream, streams close to one another. With the
-    kernels, large enough that every stream buffer comes from the pool (each >= 256 KiB), over two
-    steps so the second one runs on reused buffers."""
+    """Issue 11's network: S·D = 65536 features per stream, streams close to one another, large
+    enough that every stream buffer comes from a pool (each >= 256 KiB: the kernels' pool, or the
+    Python pool of the PyTorch path), over two steps so the second one runs on reused buffers."""
     model = aot_network(seed=3, width=64, depth=2)
     x = torch.randn(2, 32, 32, 3, 2)
     reference = float64_reference(model, x)
     use_path(monkeypatch, path)
     cpu_kernels.empty_cache()
     first = forward_backward(model, x)
-    assert (cpu_kernels.cached_bytes() > 0) == (path == "kernels")
+    assert cpu_kernels.cached_bytes() > 0
     second = forward_backward(model, x)
     for result in (first, second):
         assert_matches_float64(result, reference, path)

@@ -19,6 +19,8 @@ float16 overflow, a bf16 reduction over thousands of terms) misses these by far.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -31,8 +33,9 @@ from .small_presets import device_under_test
 RTOL = 5e-2
 MIN_GRAD_COSINE = 0.99
 STEPS = 3
-# the MoE plugin's presets are covered by its own tests (their routing is discrete: a bf16
-# rounding may legitimately send a token to another expert, which no smooth tolerance bounds)
+# the MoE plugin's presets run the same check in tests/moe/test_bf16.py, with the routing of the
+# bf16 run held to the float32 run's choices: routing is discrete, and a bf16 rounding may
+# legitimately send a token to another expert, which no smooth tolerance bounds
 BF16_PRESETS = [n for n in all_presets() if opzoo.get_registry().preset(n).owner != "opzoo-moe"]
 
 
@@ -41,12 +44,19 @@ def as_real(t: torch.Tensor) -> torch.Tensor:
     return torch.view_as_real(t) if t.is_complex() else t
 
 
-def train(name: str, bf16: bool) -> tuple[list[torch.Tensor], list[float], torch.Tensor]:
-    """Predictions and losses of ``STEPS`` AdamW steps, and the flattened gradient of the first step."""
+def train(name: str, bf16: bool, context=contextlib.nullcontext) -> tuple[list[torch.Tensor], list[float], torch.Tensor]:
+    """Predictions and losses of ``STEPS`` AdamW steps, and the flattened gradient of the first step;
+    the steps run inside ``context(model)``."""
     device = device_under_test()
     model = small_model(name).to(device)
     x, y = (t.to(device) for t in small_input(model))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with context(model):
+        return _steps(name, model, optimizer, x, y, bf16)
+
+
+def _steps(name, model, optimizer, x, y, bf16):
+    device = x.device
     outputs, losses, first_grad = [], [], None
     for _ in range(STEPS):
         optimizer.zero_grad(set_to_none=True)
@@ -68,8 +78,12 @@ def train(name: str, bf16: bool) -> tuple[list[torch.Tensor], list[float], torch
 
 @pytest.mark.parametrize("name", BF16_PRESETS)
 def test_bf16_autocast_training_steps_are_finite_and_close_to_float32(name):
-    want_outputs, want_losses, want_grad = train(name, bf16=False)
-    got_outputs, got_losses, got_grad = train(name, bf16=True)
+    assert_bf16_close_to_float32(name, train(name, bf16=False), train(name, bf16=True))
+
+
+def assert_bf16_close_to_float32(name, float32_run, bf16_run):
+    """The checks above on the results of :func:`train` in float32 and under bf16 autocast."""
+    (want_outputs, want_losses, want_grad), (got_outputs, got_losses, got_grad) = float32_run, bf16_run
     assert all(map(torch.isfinite, map(torch.tensor, got_losses))), (name, got_losses)
     for step in range(STEPS):
         got, want = got_outputs[step], want_outputs[step]

@@ -10,10 +10,11 @@ Where no compiler works, the AOT residual runs its PyTorch implementation instea
 ``OPZOO_AOT_CPU_KERNELS=0`` turns the kernels off; ``OPZOO_CACHE_DIR`` moves the cache
 (default ``$XDG_CACHE_HOME/opzoo`` or ``~/.cache/opzoo``).
 
-The kernels' large outputs come from a caching pool (:func:`pooled_empty`): freed buffers are kept
-for reuse instead of going back to the operating system, which would hand them out again as
-fresh pages to be zeroed on first touch. ``OPZOO_AOT_POOL_MB`` caps what the pool keeps (default
-1024; 0 turns it off) and :func:`empty_cache` releases it.
+The large stream buffers on CPU come from a caching pool (:func:`pooled_empty`): freed buffers are
+kept for reuse instead of going back to the operating system, which would hand them out again as
+fresh pages to be zeroed on first touch. With the kernels loaded it is theirs (in C); otherwise,
+for the PyTorch path, a pool in Python (:mod:`opzoo_aot.buffer_pool`). ``OPZOO_AOT_POOL_MB`` caps
+what a pool keeps (default 1024; 0 turns pooling off) and :func:`empty_cache` releases it.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from importlib import resources
 from pathlib import Path
 
 import torch
+
+from .buffer_pool import BufferPool
 
 __all__ = ["ENV_KERNELS", "KernelBuildError", "build_library", "cache_dir", "kernels", "kernels_enabled",
            "pooled_empty", "empty_cache", "cached_bytes"]
@@ -244,27 +247,43 @@ def _pool_limit_mb() -> int:
     return limit
 
 
+@functools.lru_cache(maxsize=None)
+def _python_pool() -> BufferPool | None:
+    limit = _pool_limit_mb() << 20
+    return BufferPool(limit) if limit else None
+
+
 def pooled_empty(like, *shape: int):
-    """An uninitialized contiguous tensor of ``like``'s dtype on CPU, from the caching pool when it
-    is large and the kernels are loaded (else from PyTorch's allocator)."""
+    """An uninitialized contiguous tensor of ``like``'s dtype and device. On CPU, when it is large,
+    from the kernels' pool when they are loaded, else from the Python pool; otherwise from
+    PyTorch's allocator."""
+    if like.device.type != "cpu" or math.prod(shape) * like.element_size() < POOL_MIN_BYTES:
+        return like.new_empty(shape)
     bits = {torch.float32: 32, torch.float64: 64}.get(like.dtype)
     lib = _load() if kernels_enabled() else None
-    numel = math.prod(shape)
-    if lib is None or bits is None or like.device.type != "cpu" or numel * bits // 8 < POOL_MIN_BYTES:
-        return like.new_empty(shape)
+    if lib is None or bits is None:
+        pool = _python_pool()
+        return pool.empty(like.dtype, shape) if pool is not None else like.new_empty(shape)
     managed = lib.aot_pool_tensor(len(shape), (_i64 * len(shape))(*shape), bits)
     if not managed:
         raise MemoryError(f"opzoo-aot: could not allocate a {list(shape)} buffer")
     return torch.from_dlpack(_capsule_new(managed, b"dltensor", None))
 
 
+def _pools():
+    """(the kernels' library or None, the Python pool or None), without loading or creating either."""
+    lib = _load() if _load.cache_info().currsize else None
+    pool = _python_pool() if _python_pool.cache_info().currsize else None
+    return lib, pool
+
+
 def empty_cache() -> int:
-    """Release every buffer the pool keeps; returns the bytes released."""
-    lib = _load.cache_info().currsize and _load()
-    return int(lib.aot_pool_empty()) if lib else 0
+    """Release every free buffer the pools keep; returns the bytes released."""
+    lib, pool = _pools()
+    return (int(lib.aot_pool_empty()) if lib else 0) + (pool.empty_cache() if pool else 0)
 
 
 def cached_bytes() -> int:
-    """Bytes the pool keeps for reuse."""
-    lib = _load.cache_info().currsize and _load()
-    return int(lib.aot_pool_cached_bytes()) if lib else 0
+    """Bytes of free buffers the pools keep for reuse."""
+    lib, pool = _pools()
+    return (int(lib.aot_pool_cached_bytes()) if lib else 0) + (pool.cached_bytes() if pool else 0)

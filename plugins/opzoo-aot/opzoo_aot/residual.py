@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from .coefficients import coefficients_cpu, compiled_coefficients, stream_coefficients
 from .sinkhorn import CompileMode, autocast_off, use_compiled
-from .stream_ops import carry_pooled, combine_streams, combine_streams_torch, pool_streams
+from .stream_ops import carry_pooled, combine_streams, combine_streams_torch, expand_streams, pool_streams
 from .sublayer import fused_sublayer
 
 __all__ = ["AOTResidual", "AOTStreams", "AOTState", "AOT_ARGS", "check_aot_args"]
@@ -120,8 +120,8 @@ class AOTStreams(opzoo.StreamAdapter):
     def expand(self, x: Tensor) -> AOTState:
         if x.ndim < 3 or x.shape[-1] != self.dim:
             raise ValueError(f"AOTStreams.expand expects [B, *S, {self.dim}], got {list(x.shape)}")
-        streams = x.unsqueeze(1).expand(x.shape[0], self.n, *x.shape[1:]).contiguous()
         with autocast_off(x.device):
+            streams = expand_streams(x.reshape(x.shape[0], -1), self.n).view(x.shape[0], self.n, *x.shape[1:])
             pooled = x.reshape(x.shape[0], -1, self.dim).mean(dim=1, dtype=torch.float32)
         return AOTState(streams, pooled.unsqueeze(1).expand(x.shape[0], self.n, self.dim))
 
@@ -267,7 +267,7 @@ class AOTResidual(opzoo.Residual):
         h_pre, h_post, H_res = self.coefficients(streams)
         with autocast_off(streams.device):
             flat = streams.reshape(b, self.n, -1)
-            _, u = self._combine(flat, None, None, None, h_pre.to(dtype))
+            _, u = self._combine(flat, None, None, None, h_pre.to(dtype), False)
         y = self._branch(branch, u.view(shape[:1] + shape[2:]))
         with autocast_off(streams.device):
             out, _ = self._combine(flat, y.reshape(b, -1).to(dtype), H_res.to(dtype), h_post.to(dtype), None)

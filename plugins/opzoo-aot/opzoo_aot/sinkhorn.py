@@ -1,10 +1,13 @@
 """Sinkhorn–Knopp projection of ``exp(logits)`` onto (approximately) doubly stochastic matrices.
 
 DESIGN §6.3: ``H = SinkhornKnopp(exp(H̃), iters)`` normalizes columns, then rows, ``iters`` times,
-so rows sum to 1 exactly (up to rounding) and columns approximately. We iterate in log space
-(``log M -= logsumexp over columns``, then over rows), which is the same recursion as the
-exponential one but cannot divide by an underflowed zero; every entry stays finite and the result
-``exp(log M)`` is non-negative. The computation is always float32, also under autocast.
+so rows sum to 1 exactly (up to rounding) and columns approximately. The eager path on CPU runs
+the exponential recursion (``M /= Σ M``) in float64 whenever no entry can underflow on the way
+(logits spread by less than ~600, i.e. always in practice): two small operations per half-step.
+Otherwise, and under ``torch.compile``, it iterates in log space (``log M -= logsumexp over
+columns``, then over rows), the same recursion, which cannot divide by an underflowed zero for any
+finite input; every entry stays finite and the result ``exp(log M)`` is non-negative. The result is
+always float32 (at least), also under autocast.
 
 All matrices of a sub-layer (``[..., n, n]``, one per sample) go through one call. On CUDA the
 20 iterations of tiny kernels are fused by ``torch.compile`` (``compile="auto"``); on CPU the AOT
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 from typing import Literal, Union
 
@@ -45,45 +49,79 @@ def _sinkhorn_log_loop(log_m: Tensor, iters: int) -> Tensor:
     return log_m.exp()
 
 
+# exp(-EXP_RANGE) and everything Sinkhorn divides it by stay normal float64 numbers (> 1e-308)
+EXP_RANGE = 650.0
+
+
+def _exp_space_is_exact(log_m: Tensor, iters: int) -> bool:
+    """Whether the recursion may run on ``exp(log_m)`` in float64 (max-shifted ``log_m``) without an
+    entry underflowing: each half-step divides by a sum of at most ``n`` entries <= 1, so entries
+    shrink by at most ``n^(2·iters)`` below ``exp(min log_m)``. CPU only (it reads one number)."""
+    if log_m.device.type != "cpu" or log_m.numel() == 0:
+        return False
+    spread = -float(log_m.amin())
+    return spread + 2 * iters * math.log(max(log_m.shape[-1], 2)) < EXP_RANGE
+
+
+def _sinkhorn_iterates(logits: Tensor, iters: int) -> tuple[Tensor, Tensor]:
+    """``(H [..., n, n] in logits' dtype, the normalized matrix after every half-step [2·iters, ..., n, n])``.
+
+    The same recursion two ways: on CPU, when no entry can underflow (:func:`_exp_space_is_exact`),
+    as ``M /= Σ M`` on ``exp(logits)`` in float64 (two small ops per half-step, more accurate than
+    float32); otherwise in log space (``log M -= logsumexp``), which is stable for any finite input."""
+    log_m = logits - logits.amax(dim=(-2, -1), keepdim=True)
+    if _exp_space_is_exact(log_m, iters):
+        m = log_m.double().exp()
+        iterates = []
+        for _ in range(iters):
+            m = m / m.sum(dim=-2, keepdim=True)  # columns sum to 1
+            iterates.append(m)
+            m = m / m.sum(dim=-1, keepdim=True)  # rows sum to 1
+            iterates.append(m)
+        return m.to(logits.dtype), torch.stack(iterates)
+    iterates = log_m.new_empty((2 * iters, *log_m.shape))
+    for k in range(iters):
+        log_m = log_m - torch.logsumexp(log_m, dim=-2, keepdim=True)
+        iterates[2 * k] = log_m
+        log_m = log_m - torch.logsumexp(log_m, dim=-1, keepdim=True)
+        iterates[2 * k + 1] = log_m
+    return log_m.exp(), iterates.exp()
+
+
 class _SinkhornLog(torch.autograd.Function):
     """The same recursion with a hand-written backward.
 
     Each half-step ``L' = L - logsumexp(L, dim)`` has the vector-Jacobian product
     ``g -> g - S · Σ_dim g`` with ``S = exp(L')`` (the normalized matrix), so the backward needs only
-    the 2·iters iterates, not autograd's graph of ~10 tiny nodes per half-step, which dominated the
-    AOT residual's cost on CPU.
+    the 2·iters normalized matrices, not autograd's graph of ~10 tiny nodes per half-step, which
+    dominated the AOT residual's cost on CPU.
     """
 
     @staticmethod
     def forward(ctx, logits: Tensor, iters: int) -> Tensor:
-        log_m = logits - logits.amax(dim=(-2, -1), keepdim=True)
-        iterates = log_m.new_empty((2 * iters, *log_m.shape))
-        for k in range(iters):
-            log_m = log_m - torch.logsumexp(log_m, dim=-2, keepdim=True)
-            iterates[2 * k] = log_m
-            log_m = log_m - torch.logsumexp(log_m, dim=-1, keepdim=True)
-            iterates[2 * k + 1] = log_m
-        out = log_m.exp()
-        ctx.save_for_backward(iterates)
+        out, normalized = _sinkhorn_iterates(logits, iters)
+        ctx.save_for_backward(normalized)
         return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out: Tensor):
-        (iterates,) = ctx.saved_tensors
-        normalized = iterates.exp()
-        grad = grad_out * normalized[-1]
+        (normalized,) = ctx.saved_tensors
+        grad = grad_out.to(normalized.dtype) * normalized[-1]
         for k in range(normalized.shape[0] - 1, -1, -1):
             dim = -1 if k % 2 else -2
             grad = grad.addcmul(normalized[k], grad.sum(dim=dim, keepdim=True), value=-1.0)
-        return grad, None  # the max shift has zero gradient: it cancels in the first normalization
+        return grad.to(grad_out.dtype), None  # the max shift has zero gradient: it cancels in the first normalization
 
 
 def sinkhorn_knopp_eager(logits: Tensor, iters: int) -> Tensor:
-    """``[..., n, n] -> [..., n, n]``: float32 Sinkhorn–Knopp of ``exp(logits)``, columns then rows."""
-    log_m = logits.float()
-    if torch.compiler.is_compiling() or not (torch.is_grad_enabled() and log_m.requires_grad):
+    """``[..., n, n] -> [..., n, n]``: Sinkhorn–Knopp of ``exp(logits)``, columns then rows, in float32
+    (float64 for float64 logits: never below float32)."""
+    log_m = logits if logits.dtype == torch.float64 else logits.float()
+    if torch.compiler.is_compiling():
         return _sinkhorn_log_loop(log_m, iters)
+    if not (torch.is_grad_enabled() and log_m.requires_grad):
+        return _sinkhorn_iterates(log_m, iters)[0]
     return _SinkhornLog.apply(log_m, iters)
 
 
@@ -110,7 +148,8 @@ def use_compiled(mode: CompileMode, device: torch.device) -> bool:
 
 
 def sinkhorn_knopp(logits: Tensor, iters: int = 20, compile: CompileMode = "auto") -> Tensor:
-    """``[..., n, n] -> [..., n, n]`` float32 doubly stochastic (rows exact), stable for any finite input.
+    """``[..., n, n] -> [..., n, n]`` float32 (float64 for float64 logits) doubly stochastic (rows
+    exact), stable for any finite input.
 
     Runs outside autocast, so bf16/fp16 autocast regions still get a float32 projection.
     """
@@ -120,5 +159,5 @@ def sinkhorn_knopp(logits: Tensor, iters: int = 20, compile: CompileMode = "auto
         raise ValueError(f"sinkhorn_knopp needs iters >= 1, got {iters}")
     with autocast_off(logits.device):
         if use_compiled(compile, logits.device) and not torch.compiler.is_compiling():
-            return compiled_sinkhorn(iters)(logits.float())
+            return compiled_sinkhorn(iters)(logits if logits.dtype == torch.float64 else logits.float())
         return sinkhorn_knopp_eager(logits, iters)

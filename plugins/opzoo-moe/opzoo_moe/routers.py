@@ -66,13 +66,23 @@ class TopKRouter(Router):
         return x.reshape(-1, x.shape[-1])
 
     def forward(self, x: Tensor) -> Routing:
+        probs = self.probabilities(x)
+        return self.route(probs, probs.topk(self.top_k, dim=-1).indices)
+
+    def probabilities(self, x: Tensor) -> Tensor:
+        """``P [G, E]`` float32 (also under autocast), with the training noise on the logits."""
         h = self.features(x)
         with torch.autocast(device_type=h.device.type, enabled=False):
             logits = F.linear(h.float(), self.gate.weight.float(), self.gate.bias.float())
             if self.training and self.noise_std > 0:
                 logits = logits + self.noise_std * torch.randn_like(logits)
-            probs = torch.softmax(logits / self.temperature, dim=-1)            # [G, E]
-            top, indices = probs.topk(self.top_k, dim=-1)                      # [G, k]
+            return torch.softmax(logits / self.temperature, dim=-1)
+
+    def route(self, probs: Tensor, indices: Tensor) -> Routing:
+        """The routing for chosen experts ``indices [G, k]`` (the top-k of ``probs`` in :meth:`forward`):
+        their (renormalized) probabilities as weights and the balance loss."""
+        with torch.autocast(device_type=probs.device.type, enabled=False):
+            top = probs.gather(-1, indices)                                     # [G, k]
             weights = top / top.sum(-1, keepdim=True) if self.renormalize else top
             aux, counts = balance_loss(probs, indices, self.num_experts)
         self.last_aux_loss, self.last_counts = aux, counts.detach()

@@ -1,0 +1,152 @@
+"""The PyTorch path's stream buffers: operands formed without copying the streams, exact when a
+state is consumed twice, and the Python buffer pool behind them on CPU."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from opzoo_aot import AOTResidual, AOTStreams, cpu_kernels
+from opzoo_aot import stream_ops
+from opzoo_aot.buffer_pool import BufferPool
+
+from .test_cpu_kernels import aot_network, assert_matches_float64, forward_backward, use_path
+
+
+class StackCounter:
+    """Counts how ``stream_ops._stack`` formed each ``[y; streams]`` / ``[G; g_u]`` operand."""
+
+    def __init__(self, monkeypatch):
+        self.in_place = self.copied = 0
+        stack = stream_ops._Slot.stack
+
+        def counting(block, row):
+            stacked = stack(block, row)
+            if stacked is None:
+                self.copied += 1
+            else:
+                self.in_place += 1
+            return stacked
+
+        monkeypatch.setattr(stream_ops._Slot, "stack", staticmethod(counting))
+
+
+def test_pytorch_path_forms_every_operand_in_place_in_a_network(monkeypatch):
+    """Forward: every pending y lands in the free row before the streams; backward: every g_u in
+    the free row after the stream gradient. Branch inputs are contiguous [B, *S, D] tensors."""
+    use_path(monkeypatch, "torch")
+    model, x = aot_network(depth=3), torch.randn(2, 8, 8, 3, 2)
+    inputs = []
+    for module in model.modules():
+        if isinstance(module, AOTResidual):
+            forward = module.forward
+
+            def recording(state, branch, forward=forward):
+                return forward(state, lambda u: (inputs.append(u), branch(u))[1])
+
+            monkeypatch.setattr(module, "forward", recording)
+    counter = StackCounter(monkeypatch)
+    forward_backward(model, x)
+    sublayers = len(inputs)
+    assert sublayers >= 3 and all(u.is_contiguous() for u in inputs)
+    # a pending update in every sub-layer but the first and in the readout; as many g_u rows back
+    assert counter.in_place == 2 * sublayers and counter.copied == 0
+
+
+class TwoConsumers(torch.nn.Module):
+    """One AOT state consumed by two sub-layers: its pending row and its stream gradient each have
+    two users, so the second consumer and the summed gradient take the copying path."""
+
+    def __init__(self, dim=16, n=4):
+        super().__init__()
+        self.streams = AOTStreams(dim, n)
+        self.sub = torch.nn.ModuleList(torch.nn.ModuleDict({"residual": AOTResidual(dim, index=i, n=n)})
+                                       for i in range(3))
+        self.mixer = torch.nn.Linear(dim, dim)
+
+    def forward(self, x):
+        branch = lambda u: torch.tanh(self.mixer(u))  # noqa: E731
+        first, second, third = (m["residual"] for m in self.sub)
+        state = first(self.streams.expand(x), branch)
+        return self.streams.collapse(second(state, branch)) + 2 * self.streams.collapse(third(state, branch))
+
+
+def test_a_state_consumed_twice_matches_float64(monkeypatch):
+    use_path(monkeypatch, "torch")
+    torch.manual_seed(0)
+    model = TwoConsumers()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if ".residual" in name:
+                p.add_(0.2 * torch.randn(p.shape))
+    x = torch.randn(2, 64, 32, 16)  # S·D = 32768 features per stream
+    reference = forward_backward(copy.deepcopy(model).double(), x.double())
+    counter = StackCounter(monkeypatch)
+    result = forward_backward(model, x)
+    assert counter.copied == 2 and counter.in_place >= 2  # both copying fallbacks were exercised
+    assert_matches_float64(result, reference)
+
+
+def test_expand_lays_the_streams_out_with_a_free_row(monkeypatch):
+    use_path(monkeypatch, "torch")
+    x = torch.randn(3, 5, 7, requires_grad=True)
+    streams = stream_ops.expand_streams(x.reshape(3, -1), 4)
+    torch.testing.assert_close(streams, x.reshape(3, 1, -1).expand(3, 4, 35))
+    stacked = stream_ops._Slot.stack(streams, torch.full((3, 35), 2.0))
+    assert stacked is not None and stacked.shape == (3, 5, 35)
+    assert (stacked[:, 0] == 2).all() and torch.equal(stacked[:, 1:], streams)
+    assert stream_ops._Slot.stack(streams, torch.zeros(3, 35)) is None  # filled once
+    (streams * torch.arange(4.0).view(1, 4, 1)).sum().backward()
+    torch.testing.assert_close(x.grad, torch.full_like(x, 6.0))
+
+
+# ---- the Python buffer pool -----------------------------------------------------------------------
+def test_pool_reuses_a_buffer_once_no_tensor_uses_it():
+    pool = BufferPool(1 << 30)
+    a = pool.empty(torch.float32, (2, 3, 50_000))
+    assert a.shape == (2, 3, 50_000) and a.dtype == torch.float32 and a.is_contiguous() and a.data_ptr() % 64 == 0
+    address = a.data_ptr()
+    view = a[:, 1]
+    alias = a.new_empty(0).set_(a.untyped_storage(), 0, (10,), (1,))  # shares the storage, not a view
+    del a
+    assert pool.cached_bytes() == 0
+    assert pool.empty(torch.float32, (2, 3, 50_000)).data_ptr() != address  # still in use
+    del view, alias
+    assert pool.cached_bytes() == 2 * 2 * 3 * 50_000 * 4  # both buffers are free now
+    b = pool.empty(torch.float32, (6, 50_000))  # the same size in another shape: the first buffer
+    assert b.data_ptr() == address and pool.cached_bytes() == 2 * 3 * 50_000 * 4
+    assert pool.empty(torch.bfloat16, (4, 50_000)).dtype == torch.bfloat16
+    del b
+    assert pool.empty_cache() > 0 and pool.cached_bytes() == 0
+
+
+def test_pool_limit_falls_back_to_pytorch_allocations():
+    pool = BufferPool(1_000_000)
+    kept = pool.empty(torch.float32, (200_000,))  # 800 kB: kept
+    extra = pool.empty(torch.float32, (200_000,))  # would pass the limit: an ordinary tensor
+    del extra
+    assert pool.cached_bytes() == 0
+    del kept
+    assert pool.cached_bytes() == 800_000
+    again = pool.empty(torch.float32, (100_000, 2))
+    assert pool.cached_bytes() == 0 and again.numel() == 200_000
+
+
+def test_pytorch_path_buffers_come_from_the_python_pool(monkeypatch):
+    use_path(monkeypatch, "torch")
+    cpu_kernels.empty_cache()
+    big = cpu_kernels.pooled_empty(torch.zeros(1), 4, 2, 65_536)
+    del big
+    assert cpu_kernels.cached_bytes() == 4 * 2 * 65_536 * 4
+    assert cpu_kernels.empty_cache() == 4 * 2 * 65_536 * 4
+    small = cpu_kernels.pooled_empty(torch.zeros(1), 10)  # small tensors: PyTorch's allocator
+    del small
+    assert cpu_kernels.cached_bytes() == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_pool_is_bypassed_off_cpu_and_for_small_requests(dtype):
+    like = torch.zeros(1, dtype=dtype)
+    assert cpu_kernels.pooled_empty(like.to("meta"), 4, 1 << 20).device.type == "meta"
+    assert cpu_kernels.pooled_empty(like, 3).dtype == dtype
