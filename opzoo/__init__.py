@@ -18,7 +18,7 @@ from .errors import (
     UnknownNameError,
     WeightsError,
 )
-from .backbones.pot import PotConfig, pot_preset_args
+from .backbones.pot import PotConfig, micro_pretrained_cfg, pot_micro_preset_args, pot_preset_args
 from .factory import create_model, list_models, load
 from .grid import append_grid
 from .hookspecs import hookimpl
@@ -44,7 +44,7 @@ __all__ = [
     "__version__", "load", "list_models", "create_model", "from_pretrained", "save_pretrained", "push_to_hub",
     "hookimpl", "get_registry", "get_plugin_host", "reset_plugins", "Registry", "PretrainedSource",
     "ModelConfig", "build_dataclass", "PotConfig", "Backbone", "Mixer", "FeedForward", "Block", "Residual", "StreamAdapter", "IdentityStreams", "Router", "Routing",
-    "ConvertedCheckpoint", "convert_to_repo", "safe_torch_load", "append_grid", "pot_preset_args",
+    "ConvertedCheckpoint", "convert_to_repo", "safe_torch_load", "append_grid", "pot_preset_args", "pot_micro_preset_args", "micro_pretrained_cfg",
     "OpzooError", "UnknownNameError", "RegistryConflictError", "ConfigError", "WeightsError", "HubError",
     "CheckpointError", "OptimizerHook", "StepContext", "SpectralLayer", "SpectralWeight", "find_spectral_weights",
 ]

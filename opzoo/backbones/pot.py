@@ -126,6 +126,30 @@ def pot_preset_args(width: int, depth: int, n_blocks: int, mlp_ratio: float, out
     return args
 
 
+# The micro pretraining setup (configs/micro/, docs/micro.md) of every plugin's *-micro preset, so
+# that their weights come from the same data, budget and seed and compare directly: DPOT's network
+# at D128, depth 4, 4 heads, on 32x32 inputs of 2 channels, patch 4, 8 modes, normalized per sample
+_MICRO_SIZE = (128, 4, 4, 1.0, 32)  # D, depth, heads, mlp_ratio, out_layer_dim
+_MICRO_SETUP: dict[str, Any] = dict(in_channels=2, out_channels=2, in_timesteps=10, img_size=[32, 32], patch_size=4,
+                                    mixer_args={"n_blocks": 4, "modes": 8}, normalize=True)
+_MICRO_PRETRAINED_CFG: dict[str, Any] = dict(
+    channels=2, resolution=[32, 32], in_timesteps=10, datasets=["ns-nu1e-3", "ns-nu1e-4", "diffusion-reaction", "swe"],
+    normalization="inside the model (normalize=True: each sample's channels standardized over space and time, the "
+                  "output de-standardized); raw generated fields, 1-field datasets padded with 1.0 and masked",
+)
+
+
+def pot_micro_preset_args(**overrides: Any) -> dict[str, Any]:
+    """The config of a micro preset on the POT backbone (the shared micro setup above); ``overrides``
+    replace fields as in :func:`pot_preset_args`, e.g. ``block="sandwich", residual="aot"``."""
+    return pot_preset_args(*_MICRO_SIZE, **{**copy.deepcopy(_MICRO_SETUP), **overrides})
+
+
+def micro_pretrained_cfg() -> dict[str, Any]:
+    """The ``pretrained_cfg`` of a micro preset: the data its weights were pretrained on."""
+    return copy.deepcopy(_MICRO_PRETRAINED_CFG)
+
+
 def _conv(spatial_dims: int) -> type[nn.Module]:
     return nn.Conv2d if spatial_dims == 2 else nn.Conv3d
 

@@ -107,3 +107,18 @@ def test_shipped_weights_give_the_card_numbers_on_the_regenerated_test_split(rep
         test = split(str(work / "data" / "micro-mix" / f"{ds}.h5"), None, None, 0.1)[1]
         got = evaluate_dataset(model, ds, test, adapt).l2_full
         assert got == pytest.approx(expected[ds]["l2_full"], rel=1e-3), (ds, got)
+
+
+def test_micro_setup_helpers_give_fresh_copies_of_the_shared_setup():
+    """Plugins build their *-micro presets from the core's micro setup (one definition, no copies)."""
+    args = opzoo.pot_micro_preset_args(block="sandwich")
+    assert (args["width"], args["depth"], args["img_size"], args["patch_size"], args["in_channels"]) == (
+        128, 4, [32, 32], 4, 2)
+    assert args["block"] == "sandwich" and args["normalize"] is True and args["mixer_args"] == {"n_blocks": 4, "modes": 8}
+    args["img_size"].append(1)
+    args["mixer_args"]["modes"] = 1
+    assert opzoo.pot_micro_preset_args() == opzoo.get_registry().preset("dpot-micro").args
+    cfg = opzoo.micro_pretrained_cfg()
+    cfg["datasets"].clear()
+    assert opzoo.micro_pretrained_cfg()["datasets"] == list(MICRO_SUITE)
+    assert opzoo.get_registry().preset("aot-pot-micro").pretrained_cfg == opzoo.micro_pretrained_cfg()

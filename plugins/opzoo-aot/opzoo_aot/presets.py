@@ -20,15 +20,9 @@ AOT_POT_SIZES = {
 }
 ALIASES = {"aot-pot-t": ("aot-pot-ti",)}
 
-# aot-pot-micro: dpot-micro's dims and setup (opzoo-fourier) with sandwich blocks and AOT residuals,
-# pretrained by opzoo on its synthetic suite (configs/micro/aot-pot-micro.yaml) with the same data,
-# budget and seed; the weights ship in this package (pretrained/aot-pot-micro/)
-MICRO_SIZE = (128, 4, 4, 1.0, 32)  # D, depth, heads, mlp_ratio, out_layer_dim
-MICRO_SETUP = dict(in_channels=2, out_channels=2, in_timesteps=10, img_size=[32, 32], patch_size=4,
-                   mixer_args={"n_blocks": 4, "modes": 8}, normalize=True)
-MICRO_PRETRAINED_CFG = dict(channels=2, resolution=[32, 32], in_timesteps=10,
-                            datasets=["ns-nu1e-3", "ns-nu1e-4", "diffusion-reaction", "swe"],
-                            normalization="inside the model (normalize=True: each sample's channels standardized over space and time, the output de-standardized); raw generated fields, 1-field datasets padded with 1.0 and masked")
+# aot-pot-micro: dpot-micro's dims and setup (opzoo.pot_micro_preset_args) with sandwich blocks and
+# AOT residuals, pretrained by opzoo on its synthetic suite (configs/micro/aot-pot-micro.yaml) with
+# the same data, budget and seed; the weights ship in this package (pretrained/aot-pot-micro/)
 
 
 def aot_pot_args(name: str) -> dict:
@@ -50,9 +44,8 @@ def register_presets(registry) -> None:
     registry.register_model(
         "aot-pot-micro",
         backbone="pot",
-        args=opzoo.pot_preset_args(*MICRO_SIZE, **MICRO_SETUP, block="sandwich", residual="aot",
-                                   residual_args=dict(AOT_RESIDUAL_ARGS)),
+        args=opzoo.pot_micro_preset_args(block="sandwich", residual="aot", residual_args=dict(AOT_RESIDUAL_ARGS)),
         pretrained=opzoo.PretrainedSource.package("opzoo_aot", "pretrained/aot-pot-micro"),
         card=CARDS / "aot-pot-micro.md",
-        pretrained_cfg=dict(MICRO_PRETRAINED_CFG),
+        pretrained_cfg=opzoo.micro_pretrained_cfg(),
     )

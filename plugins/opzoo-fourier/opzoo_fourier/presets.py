@@ -21,14 +21,8 @@ DPOT_SIZES = {
 }
 FNO_MODES = {1: 16, 2: 12, 3: 8}  # the reference scripts' defaults (fourier_1d/2d/3d.py)
 
-# dpot-micro: DPOT's network at micro dims, pretrained by opzoo on its synthetic suite
-# (configs/micro/dpot-micro.yaml); the weights ship in this package (pretrained/dpot-micro/)
-MICRO_SIZE = (128, 4, 4, 1.0, 32)  # D, depth, heads, mlp_ratio, out_layer_dim
-MICRO_SETUP = dict(in_channels=2, out_channels=2, in_timesteps=10, img_size=[32, 32], patch_size=4,
-                   mixer_args={"n_blocks": 4, "modes": 8}, normalize=True)
-MICRO_PRETRAINED_CFG = dict(channels=2, resolution=[32, 32], in_timesteps=10,
-                            datasets=["ns-nu1e-3", "ns-nu1e-4", "diffusion-reaction", "swe"],
-                            normalization="inside the model (normalize=True: each sample's channels standardized over space and time, the output de-standardized); raw generated fields, 1-field datasets padded with 1.0 and masked")
+# dpot-micro: DPOT's network at micro dims (opzoo.pot_micro_preset_args), pretrained by opzoo on its
+# synthetic suite (configs/micro/dpot-micro.yaml); the weights ship in this package (pretrained/dpot-micro/)
 
 
 def dpot_args(name: str) -> dict:
@@ -51,10 +45,10 @@ def register_presets(registry) -> None:
     registry.register_model(
         "dpot-micro",
         backbone="pot",
-        args=opzoo.pot_preset_args(*MICRO_SIZE, **MICRO_SETUP),
+        args=opzoo.pot_micro_preset_args(),
         pretrained=opzoo.PretrainedSource.package("opzoo_fourier", "pretrained/dpot-micro"),
         card=CARDS / "dpot-micro.md",
-        pretrained_cfg=dict(MICRO_PRETRAINED_CFG),
+        pretrained_cfg=opzoo.micro_pretrained_cfg(),
     )
     for d, modes in FNO_MODES.items():
         registry.register_model(
