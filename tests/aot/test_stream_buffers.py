@@ -145,8 +145,14 @@ def test_pytorch_path_buffers_come_from_the_python_pool(monkeypatch):
     assert cpu_kernels.cached_bytes() == 0
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_pool_is_bypassed_off_cpu_and_for_small_requests(dtype):
-    like = torch.zeros(1, dtype=dtype)
-    assert cpu_kernels.pooled_empty(like.to("meta"), 4, 1 << 20).device.type == "meta"
-    assert cpu_kernels.pooled_empty(like, 3).dtype == dtype
+def test_bf16_buffers_come_from_the_python_pool_and_other_devices_bypass_it():
+    """bf16 (which the C pool does not take) is pooled in Python with or without the kernels; a
+    tensor on another device comes from that device's allocator."""
+    cpu_kernels.empty_cache()
+    big = cpu_kernels.pooled_empty(torch.zeros(1, dtype=torch.bfloat16), 2, 65_536)
+    assert big.dtype == torch.bfloat16 and big.shape == (2, 65_536)
+    del big
+    assert cpu_kernels.cached_bytes() == 2 * 65_536 * 2
+    on_meta = cpu_kernels.pooled_empty(torch.zeros(1, device="meta"), 4, 1 << 20)
+    assert on_meta.device.type == "meta" and cpu_kernels.cached_bytes() == 2 * 65_536 * 2
+    cpu_kernels.empty_cache()
