@@ -9,8 +9,8 @@ bf16 streams, ``OPZOO_AOT_CPU_KERNELS=0``). CUDA needs none: its caching allocat
 
 Each buffer is a numpy array handed to PyTorch with :func:`torch.from_numpy` (a 64-byte aligned
 view of it), whose storage holds a reference to the array for as long as any tensor uses it. A
-buffer is free again exactly when the pool's own reference is the only one left, so there is nothing to return: :meth:`empty` takes the
-first free buffer of the requested size.
+buffer is free again exactly when the pool's own reference is the only one left, so there is
+nothing to return: :meth:`empty` takes the first free buffer of the requested size.
 """
 
 from __future__ import annotations
