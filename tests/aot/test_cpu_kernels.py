@@ -22,7 +22,7 @@ import pytest
 import torch
 import torch.utils._pytree as pytree
 from opzoo_aot import AOTResidual, AOTState, cpu_kernels
-from opzoo_aot.coefficients import coefficients_cpu, stream_coefficients
+from opzoo_aot.coefficients import coefficients_cpu, coefficients_torch, stream_coefficients
 from opzoo_aot.stream_ops import carry_pooled, combine_streams, combine_streams_torch
 
 from .aot_reference import aot_coefficients
@@ -172,14 +172,18 @@ def randomized_residual(dim, n, seed, dtype=torch.float32):
 
 
 def coefficient_results(path, pooled, params, eps, iters):
+    """``kernels``: the C kernel; ``torch``: the hand-written backward the eager PyTorch path runs;
+    ``autograd``: the same ops differentiated by autograd (what torch.compile traces)."""
     if path == "kernels":
         if os.environ.get(cpu_kernels.ENV_KERNELS, "").strip() == "0":
             pytest.skip("kernels off")
         return coefficients_cpu(pooled, *params, eps=eps, iters=iters)
+    if path == "torch":
+        return coefficients_torch(pooled, *params, eps=eps, iters=iters)
     return stream_coefficients(pooled, *params, eps, iters)
 
 
-@pytest.mark.parametrize("path", ["kernels", "torch"])
+@pytest.mark.parametrize("path", ["kernels", "torch", "autograd"])
 @pytest.mark.parametrize("n", [4, 3])
 def test_coefficients_match_the_loops_and_float64(path, n):
     """Forward against the float64 direct loops; gradients against the equations in float64.
@@ -211,7 +215,16 @@ def test_coefficients_gradcheck_float64():
     assert torch.autograd.gradcheck(lambda p, *ps: coefficients_cpu(p, *ps, eps=1e-6, iters=5), (pooled, *params))
 
 
-@pytest.mark.parametrize("path", ["kernels", "torch"])
+@pytest.mark.parametrize("n", [4, 3])
+def test_hand_written_coefficient_backward_passes_gradcheck(n):
+    """The eager PyTorch path's backward (:func:`coefficients_torch`) against finite differences, in float64."""
+    residual = randomized_residual(3, n, seed=n, dtype=torch.float64)
+    params = [p.detach().clone().requires_grad_() for p in residual._coefficient_parameters()]
+    pooled = torch.randn(2, n, 3, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda p, *ps: coefficients_torch(p, *ps, eps=1e-6, iters=5), (pooled, *params))
+
+
+@pytest.mark.parametrize("path", ["kernels", "torch", "autograd"])
 def test_coefficients_with_only_some_gradients(path):
     """One output used at a time (the others get no gradient); tolerance as above."""
     residual = randomized_residual(4, 4, seed=2)

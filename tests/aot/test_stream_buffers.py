@@ -156,3 +156,48 @@ def test_bf16_buffers_come_from_the_python_pool_and_other_devices_bypass_it():
     on_meta = cpu_kernels.pooled_empty(torch.zeros(1, device="meta"), 4, 1 << 20)
     assert on_meta.device.type == "meta" and cpu_kernels.cached_bytes() == 2 * 65_536 * 2
     cpu_kernels.empty_cache()
+
+
+# ---- a pending branch output: one node for the stream map's row and the carried summary -----------
+def test_pending_update_gradient_into_the_stream_map_row_and_into_a_foreign_gradient(monkeypatch):
+    """``y``'s gradient is the map's ``g_y`` row plus the summary's broadcast ``g_mean / S``: added in
+    place into the row :class:`_MixStreams` allocated, out of place into any other incoming gradient
+    (which must stay as it was)."""
+    use_path(monkeypatch, "torch")
+    torch.manual_seed(0)
+    b, s, d, n = 2, 6, 4, 3
+    y = torch.randn(b, s, d, requires_grad=True)
+    streams, H, h_post, h = torch.randn(b, n, s * d), torch.rand(b, n, n), torch.rand(b, n), torch.rand(b, n)
+    v = torch.randn(b, d)
+
+    # the stream map consumes the row (its g_y row gets the summary's gradient in place); against float64
+    flat, mean = stream_ops.pending_update(y, torch.float32, torch.float32)
+    current, u = stream_ops.combine_streams_torch(streams, flat, H, h_post, h)
+    weights = torch.linspace(-1, 1, current.numel()).view_as(current)
+    ((current * weights).sum() + u.square().sum() + (mean * v).sum()).backward()
+    y64 = y.detach().double().requires_grad_()
+    current64 = torch.einsum("bij,bjf->bif", H.double(), streams.double()) + h_post.double()[..., None] * y64.reshape(b, 1, -1)
+    u64 = (h.double()[..., None] * current64).sum(1)
+    ((current64 * weights.double()).sum() + u64.square().sum() + (y64.mean(1) * v.double()).sum()).backward()
+    torch.testing.assert_close(y.grad.double(), y64.grad, rtol=1e-6, atol=1e-6 * y64.grad.abs().max().item())
+
+    # a foreign consumer: its gradient tensor is read, not written
+    y.grad = None
+    seen = []
+    flat, mean = stream_ops.pending_update(y, torch.float32, torch.float32)
+    flat.register_hook(lambda g: seen.append(g))
+    w = torch.randn(b, s * d)
+    ((flat * w).sum() + (mean * v).sum()).backward()
+    torch.testing.assert_close(seen[0], w)
+    torch.testing.assert_close(y.grad, w.view(b, s, d) + v.unsqueeze(1) / s)
+
+
+def test_pending_update_keeps_a_bf16_branch_output_apart_from_float32_streams(monkeypatch):
+    use_path(monkeypatch, "torch")
+    y = torch.randn(2, 5, 3, dtype=torch.bfloat16, requires_grad=True)
+    flat, mean = stream_ops.pending_update(y, torch.float32, torch.float32)
+    assert flat.dtype == mean.dtype == torch.float32 and flat.shape == (2, 15)
+    torch.testing.assert_close(mean, y.detach().float().mean(1))
+    (flat.sum() + mean.sum()).backward()
+    assert y.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(y.grad.float(), torch.full((2, 5, 3), 1 + 1 / 5), rtol=0, atol=1e-2)

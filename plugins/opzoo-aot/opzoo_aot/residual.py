@@ -23,9 +23,10 @@ import opzoo
 import torch
 from torch import Tensor, nn
 
-from .coefficients import coefficients_cpu, compiled_coefficients, stream_coefficients
+from .coefficients import coefficients_cpu, coefficients_torch, compiled_coefficients
 from .sinkhorn import CompileMode, autocast_off, use_compiled
-from .stream_ops import carry_pooled, combine_streams, combine_streams_torch, expand_streams, pool_streams
+from .stream_ops import (carry_mean, carry_pooled, combine_streams, combine_streams_torch, expand_streams,
+                         pending_update, pool_streams)
 from .sublayer import fused_sublayer
 
 __all__ = ["AOTResidual", "AOTStreams", "AOTState", "AOT_ARGS", "check_aot_args"]
@@ -214,7 +215,7 @@ class AOTResidual(opzoo.Residual):
         fast = coefficients_cpu(pooled, *params, eps=self.eps, iters=self.sinkhorn_iters)
         if fast is not None:
             return fast
-        return stream_coefficients(pooled, *params, self.eps, self.sinkhorn_iters)
+        return coefficients_torch(pooled, *params, eps=self.eps, iters=self.sinkhorn_iters)
 
     def _coefficient_parameters(self) -> tuple[Tensor, ...]:
         return (self.phi_pre, self.phi_post, self.phi_res, self.b_pre, self.b_post, self.b_res,
@@ -237,20 +238,29 @@ class AOTResidual(opzoo.Residual):
         pending = state.y is not None
         with autocast_off(streams.device):
             flat = streams.reshape(b, self.n, -1)
-            y_prev = state.y.reshape(b, -1).to(dtype) if pending else None
             fused = None
             if not use_compiled(self.compile, streams.device):
+                y_prev = state.y.reshape(b, -1).to(dtype) if pending else None
                 fused = fused_sublayer(flat, y_prev, state.H_res, state.h_post, state.pooled,
                                        self._float_parameters(), self.eps, self.sinkhorn_iters)
-            if fused is not None:
-                current, u, h_post, H_res, pooled = fused
-            else:
-                pooled = state.current_pooled()
-                h_pre, h_post, H_res = self._coefficients(pooled)
-                H_prev, h_post_prev = (state.H_res.to(dtype), state.h_post.to(dtype)) if pending else (None, None)
-                current, u = self._combine(flat, y_prev, H_prev, h_post_prev, h_pre.to(dtype))
+            current, u, h_post, H_res, pooled = fused if fused is not None else self._before_branch(state, flat)
         y = self._branch(branch, u.view(shape[:1] + shape[2:]))
         return AOTState(current.view(shape), pooled, y, H_res, h_post)
+
+    def _before_branch(self, state: AOTState, flat: Tensor) -> tuple[Tensor, ...]:
+        """What :func:`fused_sublayer` computes, in PyTorch ops: ``flat [B, n, F]`` (the state's
+        streams) -> ``(current, u, h_post, H_res, current_pooled)``."""
+        dtype = flat.dtype
+        if state.y is None:
+            pooled, y_prev, H_prev, h_post_prev = state.pooled, None, None, None
+        else:
+            # one node for both uses of y (the stream map's row and the carried summary)
+            y_prev, y_mean = pending_update(state.y.reshape(flat.shape[0], -1, self.dim), dtype, state.pooled.dtype)
+            pooled = carry_mean(y_mean, state.H_res.float(), state.h_post.float(), state.pooled)
+            H_prev, h_post_prev = state.H_res.to(dtype), state.h_post.to(dtype)
+        h_pre, h_post, H_res = self._coefficients(pooled)
+        current, u = self._combine(flat, y_prev, H_prev, h_post_prev, h_pre.to(dtype))
+        return current, u, h_post, H_res, pooled
 
     def _branch(self, branch: Callable[[Tensor], Tensor], u: Tensor) -> Tensor:
         y = branch(u)

@@ -1,12 +1,10 @@
 """Sinkhorn–Knopp projection of ``exp(logits)`` onto (approximately) doubly stochastic matrices.
 
 DESIGN §6.3: ``H = SinkhornKnopp(exp(H̃), iters)`` normalizes columns, then rows, ``iters`` times,
-so rows sum to 1 exactly (up to rounding) and columns approximately. The eager path on CPU runs
-the exponential recursion (``M /= Σ M``) in float64 whenever no entry can underflow on the way
-(logits spread by less than ~600, i.e. always in practice): two small operations per half-step.
-Otherwise, and under ``torch.compile``, it iterates in log space (``log M -= logsumexp over
-columns``, then over rows), the same recursion, which cannot divide by an underflowed zero for any
-finite input; every entry stays finite and the result ``exp(log M)`` is non-negative. The result is
+so rows sum to 1 exactly (up to rounding) and columns approximately. It iterates in log
+space, ``log M -= logsumexp`` over columns, then over rows (one ``log_softmax`` per half-step;
+in float64 on CPU), the same recursion, which cannot divide by an underflowed zero for any finite
+input; every entry stays finite and the result ``exp(log M)`` is non-negative. The result is
 always float32 (at least), also under autocast.
 
 All matrices of a sub-layer (``[..., n, n]``, one per sample) go through one call. On CUDA the
@@ -19,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import os
 from typing import Literal, Union
 
@@ -49,43 +46,26 @@ def _sinkhorn_log_loop(log_m: Tensor, iters: int) -> Tensor:
     return log_m.exp()
 
 
-# exp(-EXP_RANGE) and everything Sinkhorn divides it by stay normal float64 numbers (> 1e-308)
-EXP_RANGE = 650.0
-
-
-def _exp_space_is_exact(log_m: Tensor, iters: int) -> bool:
-    """Whether the recursion may run on ``exp(log_m)`` in float64 (max-shifted ``log_m``) without an
-    entry underflowing: each half-step divides by a sum of at most ``n`` entries <= 1, so entries
-    shrink by at most ``n^(2·iters)`` below ``exp(min log_m)``. CPU only (it reads one number)."""
-    if log_m.device.type != "cpu" or log_m.numel() == 0:
-        return False
-    spread = -float(log_m.amin())
-    return spread + 2 * iters * math.log(max(log_m.shape[-1], 2)) < EXP_RANGE
+def _iteration_dtype(logits: Tensor) -> torch.dtype:
+    """float64 on CPU (the matrices are tiny, and float64 is what the C kernels iterate in), else
+    the logits' dtype (at least float32; some accelerators have no float64)."""
+    return torch.float64 if logits.device.type == "cpu" else logits.dtype
 
 
 def _sinkhorn_iterates(logits: Tensor, iters: int) -> tuple[Tensor, Tensor]:
     """``(H [..., n, n] in logits' dtype, the normalized matrix after every half-step [2·iters, ..., n, n])``.
 
-    The same recursion two ways: on CPU, when no entry can underflow (:func:`_exp_space_is_exact`),
-    as ``M /= Σ M`` on ``exp(logits)`` in float64 (two small ops per half-step, more accurate than
-    float32); otherwise in log space (``log M -= logsumexp``), which is stable for any finite input."""
-    log_m = logits - logits.amax(dim=(-2, -1), keepdim=True)
-    if _exp_space_is_exact(log_m, iters):
-        m = log_m.double().exp()
-        iterates = []
-        for _ in range(iters):
-            m = m / m.sum(dim=-2, keepdim=True)  # columns sum to 1
-            iterates.append(m)
-            m = m / m.sum(dim=-1, keepdim=True)  # rows sum to 1
-            iterates.append(m)
-        return m.to(logits.dtype), torch.stack(iterates)
-    iterates = log_m.new_empty((2 * iters, *log_m.shape))
-    for k in range(iters):
-        log_m = log_m - torch.logsumexp(log_m, dim=-2, keepdim=True)
-        iterates[2 * k] = log_m
-        log_m = log_m - torch.logsumexp(log_m, dim=-1, keepdim=True)
-        iterates[2 * k + 1] = log_m
-    return log_m.exp(), iterates.exp()
+    Each half-step is one ``log_softmax`` (``L - logsumexp(L)`` over columns, then over rows): a
+    single small kernel, stable for any finite input, with no shift or underflow check needed."""
+    log_m = logits.to(_iteration_dtype(logits))
+    iterates = []
+    for _ in range(iters):
+        log_m = log_m.log_softmax(dim=-2)  # columns sum to 1
+        iterates.append(log_m)
+        log_m = log_m.log_softmax(dim=-1)  # rows sum to 1
+        iterates.append(log_m)
+    normalized = torch.stack(iterates).exp()
+    return normalized[-1].to(logits.dtype), normalized
 
 
 class _SinkhornLog(torch.autograd.Function):
@@ -107,11 +87,18 @@ class _SinkhornLog(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_out: Tensor):
         (normalized,) = ctx.saved_tensors
-        grad = grad_out.to(normalized.dtype) * normalized[-1]
-        for k in range(normalized.shape[0] - 1, -1, -1):
-            dim = -1 if k % 2 else -2
-            grad = grad.addcmul(normalized[k], grad.sum(dim=dim, keepdim=True), value=-1.0)
-        return grad.to(grad_out.dtype), None  # the max shift has zero gradient: it cancels in the first normalization
+        return sinkhorn_vjp(normalized, grad_out), None
+
+
+def sinkhorn_vjp(normalized: Tensor, grad_out: Tensor) -> Tensor:
+    """The gradient of the logits from the gradient of ``H`` and the normalized matrices of
+    :func:`_sinkhorn_iterates` (``g -> g - S · Σ_dim g`` per half-step, last to first), in
+    ``grad_out``'s dtype."""
+    grad = grad_out.to(normalized.dtype) * normalized[-1]
+    for k in range(normalized.shape[0] - 1, -1, -1):
+        dim = -1 if k % 2 else -2
+        grad = grad.addcmul(normalized[k], grad.sum(dim=dim, keepdim=True), value=-1.0)
+    return grad.to(grad_out.dtype)
 
 
 def sinkhorn_knopp_eager(logits: Tensor, iters: int) -> Tensor:

@@ -31,8 +31,8 @@ from torch.autograd.function import once_differentiable
 
 from . import cpu_kernels
 
-__all__ = ["combine_streams", "combine_streams_torch", "expand_streams", "carry_pooled", "pool_streams",
-           "stream_dots"]
+__all__ = ["combine_streams", "combine_streams_torch", "expand_streams", "carry_pooled", "carry_mean",
+           "pending_update", "pool_streams", "stream_dots"]
 
 
 DOT_CHUNK = 1024  # features per float32 partial dot product (a few BLAS register blocks)
@@ -77,6 +77,7 @@ def stream_dots(a: Tensor, b: Tensor) -> Tensor:
 
 
 SLOT_ATTRIBUTE = "_opzoo_aot_slot"
+OWNED_GRADIENT = "_opzoo_aot_owned_gradient"  # marks a gradient row that only its consumer holds
 
 
 def _rows(buffer: Tensor, first: int, count: int | None) -> Tensor:
@@ -213,7 +214,9 @@ class _MixStreams(torch.autograd.Function):
                 buffer = _stream_buffer(g_out, b, k + 1, f)
                 torch.bmm(Mt, g_out, out=_rows(buffer, 0, k))
                 g_streams = _Slot.attach(_rows(buffer, k - n, n), _Slot(buffer, k - n, n, row=k))
-                g_y = _rows(buffer, 0, None) if k > n else None
+                if k > n:  # its own row, so the carried summary's gradient may be added in place
+                    g_y = _rows(buffer, 0, None)
+                    setattr(g_y, OWNED_GRADIENT, True)
         if ctx.needs_input_grad[2]:
             g_M = stream_dots(g_out, Z)
         return g_streams, g_y, g_M, None, None
@@ -362,16 +365,61 @@ class _MeanOverPositions(torch.autograd.Function):
         return (grad / s).to(ctx.y_dtype).unsqueeze(1).expand(b, s, d), None
 
 
+class _PendingUpdate(torch.autograd.Function):
+    """``y [B, S, D] -> (y [B, S·D] in dtype, mean_S(y) [B, D] in mean_dtype)``: both uses of a
+    pending branch output, the next stream map's row and the carried summary, as one node. Their
+    gradients then meet here, and the summary's (a broadcast ``[B, D]``) is added in place into
+    the map's ``g_y`` row, which :class:`_MixStreams` allocated for it; two consumers of ``y``
+    would make autograd add them into a fresh ``[B, S, D]`` tensor."""
+
+    @staticmethod
+    def forward(ctx, y, dtype, mean_dtype):
+        b, s, d = y.shape
+        ctx.y_shape, ctx.y_dtype = y.shape, y.dtype
+        if y.dtype == dtype and y.is_contiguous():
+            flat = y.new_empty(0).set_(y.untyped_storage(), y.storage_offset(), (b, s * d), (s * d, 1))
+        else:
+            flat = y.reshape(b, s * d).to(dtype, copy=True)
+        return flat, y.mean(dim=1, dtype=mean_dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_flat, grad_mean):
+        b, s, d = ctx.y_shape
+        if grad_mean is None:
+            return grad_flat.view(b, s, d).to(ctx.y_dtype), None, None
+        spread = (grad_mean / s).unsqueeze(1)  # [B, 1, D]
+        if grad_flat is None:
+            return spread.to(ctx.y_dtype).expand(b, s, d), None, None
+        grad = grad_flat.view(b, s, d)
+        if getattr(grad_flat, OWNED_GRADIENT, False) and grad_flat.dtype == ctx.y_dtype:
+            return grad.add_(spread.to(grad.dtype)), None, None
+        return (grad + spread.to(grad.dtype)).to(ctx.y_dtype), None, None
+
+
+def pending_update(y: Tensor, dtype: torch.dtype, mean_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """``y [B, S, D] -> (y [B, S·D] in dtype, its mean over positions [B, D] in mean_dtype)``, for a
+    sub-layer that applies the previous one's update (:class:`_PendingUpdate`)."""
+    if torch.compiler.is_compiling():
+        return y.reshape(y.shape[0], -1).to(dtype), y.mean(dim=1, dtype=mean_dtype)
+    return _PendingUpdate.apply(y, dtype, mean_dtype)
+
+
+def carry_mean(y_mean: Tensor, H: Tensor, h_post: Tensor, pooled: Tensor) -> Tensor:
+    """``mean_S(H X + h_post y) = H mean_S(X) + h_post mean_S(y)``: ``y_mean [B, D], H [B, n, n],
+    h_post [B, n], pooled [B, n, D] -> [B, n, D]``."""
+    return torch.baddbmm(h_post.unsqueeze(-1) * y_mean.unsqueeze(1), H, pooled)
+
+
 def carry_pooled(y: Tensor, H: Tensor, h_post: Tensor, pooled: Tensor) -> Tensor:
     """The spatial mean of the updated streams from the old one: ``y [B, S, D], H [B, n, n],
     h_post [B, n], pooled [B, n, D] -> [B, n, D]`` in ``pooled``'s dtype, exact by linearity
-    (``mean_S(H X + h_post y) = H mean_S(X) + h_post mean_S(y)``). The CPU kernels' path fuses it;
-    this is the PyTorch form."""
+    (:func:`carry_mean`). The CPU kernels' path fuses it; this is the PyTorch form."""
     if torch.compiler.is_compiling():
         y_mean = y.mean(dim=1, dtype=pooled.dtype)  # [B, D]
     else:
         y_mean = _MeanOverPositions.apply(y, pooled.dtype)
-    return torch.baddbmm(h_post.unsqueeze(-1) * y_mean.unsqueeze(1), H, pooled)
+    return carry_mean(y_mean, H, h_post, pooled)
 
 
 def pool_streams(streams: Tensor, dim: int) -> Tensor:
