@@ -190,10 +190,14 @@ def test_coefficients_match_the_loops_and_float64(path, n):
     Tolerances: the projections are sums of n·D = 24 products (γ_24 ≈ 1.4e-6 of Σ|terms|, here
     |terms| ~ 1), then gates and 40 Sinkhorn half-steps that each add a few roundings and contract
     errors (rows normalized): 2e-6 absolute on values in [0, 2]. The backward adds the reverse of
-    the same chains, ~100 roundings of quantities of the gradient's scale: 2e-5 of that scale."""
+    the same chains, ~100 roundings of quantities of the gradient's scale: 2e-5 of that scale. The
+    gate scalars' and biases' gradients are sums over the batch and entries of terms up to the
+    largest gradient's size that can cancel (alpha_pre's came out 1e-4 of its own scale in one
+    state), so each also gets an absolute floor of 32 roundings of the largest gradient (2e-6 of it;
+    measured at most 6e-7 over 40 states, every path)."""
     residual = randomized_residual(6, n, seed=n)
     params = [p for p in residual._coefficient_parameters()]
-    state = torch.randn(5, n, 3, 2, 6)
+    state = torch.randn(5, n, 3, 2, 6, generator=torch.Generator().manual_seed(n))
     pooled = state.flatten(2, 3).mean(dim=2).requires_grad_()
     result = coefficient_results(path, pooled, params, residual.eps, residual.sinkhorn_iters)
     for a, l in zip(result, aot_coefficients(residual, state)):
@@ -201,9 +205,11 @@ def test_coefficients_match_the_loops_and_float64(path, n):
     live64 = [t.detach().double().requires_grad_() for t in (pooled, *params)]
     reference = stream_coefficients(live64[0], *live64[1:], residual.eps, residual.sinkhorn_iters)
     grads = [transposed_like(r.float()) for r in reference]  # transposed: the kernel must copy them first
-    for a, r in zip(torch.autograd.grad(result, [pooled, *params], grads),
-                    torch.autograd.grad(reference, live64, [gr.double() for gr in grads])):
-        torch.testing.assert_close(a.double(), r, rtol=0, atol=2e-5 * r.abs().max().item() + 1e-12)
+    got = torch.autograd.grad(result, [pooled, *params], grads)
+    want = torch.autograd.grad(reference, live64, [gr.double() for gr in grads])
+    largest = max(r.abs().max().item() for r in want)
+    for a, r in zip(got, want):
+        torch.testing.assert_close(a.double(), r, rtol=0, atol=2e-5 * r.abs().max().item() + 32 * U32 * largest)
 
 
 @requires_kernels
