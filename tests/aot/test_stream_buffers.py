@@ -32,11 +32,13 @@ class StackCounter:
         monkeypatch.setattr(stream_ops._Slot, "stack", staticmethod(counting))
 
 
-def test_pytorch_path_forms_every_operand_in_place_in_a_network(monkeypatch):
+@pytest.mark.parametrize("batch", [1, 2])
+def test_pytorch_path_forms_every_operand_in_place_in_a_network(monkeypatch, batch):
     """Forward: every pending y lands in the free row before the streams; backward: every g_u in
-    the free row after the stream gradient. Branch inputs are contiguous [B, *S, D] tensors."""
+    the free row after the stream gradient. Branch inputs are contiguous [B, *S, D] tensors. At
+    batch 1 too, where views may give the size-1 batch dimension any stride."""
     use_path(monkeypatch, "torch")
-    model, x = aot_network(depth=3), torch.randn(2, 8, 8, 3, 2)
+    model, x = aot_network(depth=3), torch.randn(batch, 8, 8, 3, 2)
     inputs = []
     for module in model.modules():
         if isinstance(module, AOTResidual):

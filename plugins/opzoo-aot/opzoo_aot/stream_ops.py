@@ -90,6 +90,12 @@ def _rows(buffer: Tensor, first: int, count: int | None) -> Tensor:
     return buffer.new_empty(0).set_(buffer.untyped_storage(), buffer.storage_offset() + first * b * f, size, stride)
 
 
+def _layout(t: Tensor) -> tuple:
+    """Where ``t``'s elements are: its address, shape and the strides of its dimensions longer than 1
+    (a dimension of size 1 has no meaningful stride: ``reshape`` and ``view`` may give it any)."""
+    return t.data_ptr(), tuple(t.shape), tuple(st for st, size in zip(t.stride(), t.shape) if size > 1)
+
+
 class _Slot:
     """A free row of a stream buffer next to a block of ``n`` rows that some tensor holds: the row
     before the streams (for the next sub-layer's pending ``y``) or after a stream gradient (for the
@@ -101,7 +107,7 @@ class _Slot:
 
     def __init__(self, buffer: Tensor, block_first: int, n: int, row: int):
         _, b, f = buffer.shape
-        self.block = (buffer.data_ptr() + block_first * b * f * buffer.element_size(), (b, n, f), (f, b * f, 1))
+        self.block = _layout(_rows(buffer, block_first, n))
         self.row = _rows(buffer, row, None)
         self.stacked = _rows(buffer, min(row, block_first), n + 1)
         self.filled = False
@@ -118,7 +124,7 @@ class _Slot:
         twice; the first consumer's saved operand must stay as it is)."""
         owner = block if block._base is None else block._base
         slot = getattr(owner, SLOT_ATTRIBUTE, None)
-        if slot is None or slot.filled or (block.data_ptr(), tuple(block.shape), block.stride()) != slot.block:
+        if slot is None or slot.filled or _layout(block) != slot.block:
             return None
         slot.row.copy_(row)
         slot.filled = True
