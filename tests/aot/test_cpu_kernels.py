@@ -124,18 +124,23 @@ def test_combine_streams_matches_the_equations_in_float64(path, n, features, mod
             assert_within(a, r, bound * mag + 1e-30, f"gradient of input {index}")
 
 
-@requires_kernels
+@pytest.mark.parametrize("path", ["kernels", "torch"])
 @pytest.mark.parametrize("n", [4, 3])
-def test_combine_streams_gradcheck_float64(n):
+def test_combine_streams_gradcheck_float64(monkeypatch, path, n):
+    """Both implementations in every mode, float64 gradients against finite differences (the
+    PyTorch path's hand-written gradients of the mixing matrix's coefficients included)."""
+    use_path(monkeypatch, path)
     g = torch.Generator().manual_seed(n)
 
     def make(*shape):
         return torch.randn(*shape, dtype=torch.float64, generator=g).requires_grad_()
 
     streams, y, H, h_post, h = make(2, n, 11), make(2, 11), make(2, n, n), make(2, n), make(2, n)
-    assert torch.autograd.gradcheck(lambda *a: combine_streams(*a), (streams, y, H, h_post, h))
-    assert torch.autograd.gradcheck(lambda s, w: combine_streams(s, h=w)[1], (streams, h))
-    assert torch.autograd.gradcheck(lambda *a: combine_streams(*a, need_current=False)[1], (streams, y, H, h_post, h))
+    combine = combine_streams if path == "kernels" else combine_streams_torch
+    assert torch.autograd.gradcheck(lambda *a: combine(*a), (streams, y, H, h_post, h))
+    assert torch.autograd.gradcheck(lambda s, w: combine(s, None, None, None, w)[1], (streams, h))
+    assert torch.autograd.gradcheck(lambda *a: combine(*a, need_current=False)[1], (streams, y, H, h_post, h))
+    assert torch.autograd.gradcheck(lambda s, y_, H_, p: combine(s, y_, H_, p, None)[0], (streams, y, H, h_post))
 
 
 @requires_kernels

@@ -16,7 +16,8 @@ the whole backward in one more; elsewhere the equations run as PyTorch ops.
 The PyTorch path (CUDA, bf16, machines without a compiler) writes the map as one small matrix per
 sample, ``[current; u] = M [y; streams]`` with ``M = [[h_post, H], [h·h_post, (H^T h)^T]]``, so the
 forward is one batched GEMM over the streams and the backward one more (``g_Z = M^T g_out``) plus
-one float64-accurate reduction (``g_M = g_out Z^T``). The operands ``[y; streams]`` and
+one float64-accurate reduction (``g_M = g_out Z^T``), from which the coefficients' gradients follow
+by hand: one autograd node per map. The operands ``[y; streams]`` and
 ``[G; g_u]`` are formed without copying the streams: every stream buffer is allocated ``[rows, B, F]``
 with a free row beside the streams (or their gradient), and the pending row is written there
 (:class:`_Slot`). About 34 stream-sized passes per sub-layer, against ~75 for the same equations
@@ -155,10 +156,14 @@ def _stream_buffer(like: Tensor, b: int, rows: int, f: int) -> Tensor:
 
 class _MixStreams(torch.autograd.Function):
     """``out = M Z`` per sample: ``Z [B, k, F]`` the inputs (``[y; streams]``, or the streams when
-    no update is pending), ``M [B, r, k]`` float64, the outputs ``[current; u]`` (the first
-    ``n_current`` rows are the updated streams, a last row the branch input). One GEMM each way::
+    no update is pending), ``M [B, r, k]`` the mixing matrix of ``H, h_post, h``
+    (:func:`_mixing_matrix`), the outputs ``[current; u]`` (the first ``n_current`` rows are the
+    updated streams, a last row the branch input). One GEMM each way::
 
         g_Z = M^T g_out            g_M = g_out Z^T   (stream_dots: float64 from float32 chunks)
+
+    and ``g_M`` to the coefficients' gradients by hand (:func:`_mixing_matrix_backward`), so a
+    sub-layer's map is one autograd node however ``M`` is made of them.
 
     Outputs live in buffers with a free row beside them (:class:`_Slot`): before the updated
     streams for the next sub-layer's ``y``, after the stream gradient for the previous sub-layer's
@@ -167,8 +172,10 @@ class _MixStreams(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, streams, y, M, n_current, identity):
+    def forward(ctx, streams, y, H, h_post, h, n_current, identity):
         b, n, f = streams.shape
+        coefficients = [None if t is None else t.double() for t in (H, h_post, h)]
+        M = _mixing_matrix(*coefficients, y is not None, n_current > 0)
         Z = streams if y is None else _stack(streams, y, row_first=True)
         r = M.shape[1]
         current = u = None
@@ -191,14 +198,17 @@ class _MixStreams(torch.autograd.Function):
                 current = _Slot.attach(_rows(buffer, 1, n_current), _Slot(buffer, 1, n_current, row=0))
             if r > n_current:
                 u = _rows(buffer, lead + n_current, None)
-        ctx.save_for_backward(Z, M)
-        ctx.n, ctx.n_current = n, n_current
+        ctx.save_for_backward(Z, M, *[torch.empty(0) if t is None else t for t in coefficients])
+        ctx.present = [t is not None for t in coefficients]
+        ctx.dtypes = [None if t is None else t.dtype for t in (H, h_post, h)]
+        ctx.n, ctx.n_current, ctx.has_y = n, n_current, y is not None
         return current, u
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_current, grad_u):
-        Z, M = ctx.saved_tensors
+        Z, M, *coefficients = ctx.saved_tensors
+        H, h_post, h = (t if present else None for t, present in zip(coefficients, ctx.present))
         n, n_current = ctx.n, ctx.n_current
         b, k, f = Z.shape
         r = M.shape[1]
@@ -210,7 +220,7 @@ class _MixStreams(torch.autograd.Function):
             g_out = _stack(grad_current, grad_u, row_first=False)
         if g_out.stride(-1) != 1:
             g_out = g_out.contiguous()
-        g_streams = g_y = g_M = None
+        g_streams = g_y = None
         if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
             Mt = M.transpose(1, 2).to(g_out.dtype)
             if torch.compiler.is_compiling():
@@ -223,32 +233,62 @@ class _MixStreams(torch.autograd.Function):
                 if k > n:  # its own row, so the carried summary's gradient may be added in place
                     g_y = _rows(buffer, 0, None)
                     setattr(g_y, OWNED_GRADIENT, True)
-        if ctx.needs_input_grad[2]:
-            g_M = stream_dots(g_out, Z)
-        return g_streams, g_y, g_M, None, None
+        grads = [None, None, None]
+        if any(ctx.needs_input_grad[2:5]):
+            grads = _mixing_matrix_backward(stream_dots(g_out, Z), H, h_post, h, ctx.has_y, n_current)
+        grads = [None if g is None or not need else g.to(ctx.dtypes[i])
+                 for i, (g, need) in enumerate(zip(grads, ctx.needs_input_grad[2:5]))]
+        return g_streams, g_y, *grads, None, None
 
 
 def _mixing_matrix(H: Tensor | None, h_post: Tensor | None, h: Tensor | None, has_y: bool,
                    need_current: bool) -> Tensor:
-    """``M [B, r, k]`` float64 of the map (columns ``[y, X_0 .. X_{n-1}]``, or the streams alone
-    without ``y``; rows the updated streams when ``need_current``, then ``u`` when ``h`` is given)::
+    """``M [B, r, k]`` (columns ``[y, X_0 .. X_{n-1}]``, or the streams alone without ``y``; rows
+    the updated streams when ``need_current``, then ``u`` when ``h`` is given)::
 
         current = [h_post | H] [y; X]          u = [h·h_post | (H^T h)^T] [y; X]
 
-    Differentiable, in float64 so that the small products of the backward (``g_H`` from ``g_M``,
-    through ``H^T h``) add no rounding before the one to the parameters' dtype."""
+    In the coefficients' dtype (float64 in :class:`_MixStreams`, so that the small products of the
+    backward add no rounding before the one to the parameters' dtype)."""
     rows = []
-    H64 = None if H is None else H.double()
     if need_current:
-        rows.append(torch.cat([h_post.double().unsqueeze(-1), H64], dim=2) if has_y else H64)
+        rows.append(torch.cat([h_post.unsqueeze(-1), H], dim=2) if has_y else H)
     if h is not None:
-        h64 = h.double().unsqueeze(1)  # [B, 1, n]
-        a = h64 if H64 is None else torch.bmm(h64, H64)  # (H^T h)^T
+        h_row = h.unsqueeze(1)  # [B, 1, n]
+        a = h_row if H is None else torch.bmm(h_row, H)  # (H^T h)^T
         if has_y:
-            c = torch.bmm(h64, h_post.double().unsqueeze(-1))  # [B, 1, 1]
-            a = torch.cat([c, a], dim=2)
+            a = torch.cat([torch.bmm(h_row, h_post.unsqueeze(-1)), a], dim=2)  # [h·h_post | a]
         rows.append(a)
     return rows[0] if len(rows) == 1 else torch.cat(rows, dim=1)
+
+
+def _mixing_matrix_backward(g_M: Tensor, H: Tensor | None, h_post: Tensor | None, h: Tensor | None,
+                            has_y: bool, n_current: int) -> list[Tensor | None]:
+    """``g_M [B, r, k] -> [g_H, g_h_post, g_h]`` of :func:`_mixing_matrix` (None where the input is
+    None), in ``g_M``'s dtype::
+
+        g_H = g_M[cur, X] + h ⊗ g_a        g_h = H g_a + h_post g_c        g_h_post = g_M[cur, y] + h g_c
+
+    with ``g_a = g_M[u, X]`` (the row ``(H^T h)^T``) and ``g_c = g_M[u, y]`` (the entry ``h·h_post``)."""
+    first = 1 if has_y else 0  # the first stream column
+    g_H = g_h_post = g_h = None
+    if n_current:
+        g_H = g_M[:, :n_current, first:]
+        if has_y:
+            g_h_post = g_M[:, :n_current, 0]
+    if h is not None:
+        g_a = g_M[:, n_current, first:]  # [B, n]
+        if H is None:
+            g_h = g_a
+        else:
+            outer = h.unsqueeze(-1) * g_a.unsqueeze(1)
+            g_H = outer if g_H is None else g_H + outer
+            g_h = torch.bmm(H, g_a.unsqueeze(-1)).squeeze(-1)
+        if has_y:
+            g_c = g_M[:, n_current, :1]  # [B, 1]
+            g_h = g_h + h_post * g_c
+            g_h_post = h * g_c if g_h_post is None else g_h_post + h * g_c
+    return [g_H, g_h_post, g_h]
 
 
 def combine_streams_torch(streams: Tensor, y: Tensor | None, H: Tensor | None, h_post: Tensor | None,
@@ -267,8 +307,9 @@ def combine_streams_torch(streams: Tensor, y: Tensor | None, H: Tensor | None, h
     if identity:
         H = torch.eye(n, dtype=h.dtype, device=h.device).expand(b, n, n)
     n_current = n if need_current and H is not None else 0
-    M = _mixing_matrix(H, h_post, h, y is not None, n_current > 0)
-    current, u = _MixStreams.apply(streams, y, M, n_current, identity)
+    if not n_current and H is not None and h is None:
+        return None, None  # neither output asked for
+    current, u = _MixStreams.apply(streams, y, H, h_post if y is not None else None, h, n_current, identity)
     if H is None and need_current and not identity:
         current = streams  # the map is the identity: the caller's tensor, with its autograd history
     return (current if need_current else None), (u if h is not None else None)
@@ -281,8 +322,8 @@ def expand_streams(x: Tensor, n: int) -> Tensor:
     b, f = x.shape
     if torch.compiler.is_compiling() or cpu_kernels.stream_kernel(x.unsqueeze(1), ()) is not None:
         return x.unsqueeze(1).expand(b, n, f).contiguous()
-    ones = torch.ones(b, n, 1, dtype=torch.float64, device=x.device)
-    return _MixStreams.apply(x.unsqueeze(1), None, ones, n, False)[0]
+    ones = torch.ones(b, n, 1, dtype=torch.float64, device=x.device)  # H: [B, n, 1], every row x
+    return _MixStreams.apply(x.unsqueeze(1), None, ones, None, None, n, False)[0]
 
 
 def _contiguous(*tensors):
