@@ -94,10 +94,11 @@ def sinkhorn_vjp(normalized: Tensor, grad_out: Tensor) -> Tensor:
     """The gradient of the logits from the gradient of ``H`` and the normalized matrices of
     :func:`_sinkhorn_iterates` (``g -> g - S · Σ_dim g`` per half-step, last to first), in
     ``grad_out``'s dtype."""
-    grad = grad_out.to(normalized.dtype) * normalized[-1]
-    for k in range(normalized.shape[0] - 1, -1, -1):
+    steps = normalized.unbind(0)  # once, rather than an indexing op per half-step
+    grad = grad_out.to(normalized.dtype) * steps[-1]
+    for k in range(len(steps) - 1, -1, -1):
         dim = -1 if k % 2 else -2
-        grad = grad.addcmul(normalized[k], grad.sum(dim=dim, keepdim=True), value=-1.0)
+        grad = grad.addcmul(steps[k], grad.sum(dim=dim, keepdim=True), value=-1.0)
     return grad.to(grad_out.dtype)
 
 
