@@ -141,6 +141,7 @@ def test_combine_streams_gradcheck_float64(monkeypatch, path, n):
     assert torch.autograd.gradcheck(lambda s, w: combine(s, None, None, None, w)[1], (streams, h))
     assert torch.autograd.gradcheck(lambda *a: combine(*a, need_current=False)[1], (streams, y, H, h_post, h))
     assert torch.autograd.gradcheck(lambda s, y_, H_, p: combine(s, y_, H_, p, None)[0], (streams, y, H, h_post))
+    assert combine(streams, y, H, h_post, None, need_current=False) == (None, None)  # nothing asked for
 
 
 @requires_kernels

@@ -199,8 +199,7 @@ class _MixStreams(torch.autograd.Function):
             if r > n_current:
                 u = _rows(buffer, lead + n_current, None)
         ctx.save_for_backward(Z, M, *[torch.empty(0) if t is None else t for t in coefficients])
-        ctx.present = [t is not None for t in coefficients]
-        ctx.dtypes = [None if t is None else t.dtype for t in (H, h_post, h)]
+        ctx.dtypes = [None if t is None else t.dtype for t in (H, h_post, h)]  # None: not given
         ctx.n, ctx.n_current, ctx.has_y = n, n_current, y is not None
         return current, u
 
@@ -208,7 +207,7 @@ class _MixStreams(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_current, grad_u):
         Z, M, *coefficients = ctx.saved_tensors
-        H, h_post, h = (t if present else None for t, present in zip(coefficients, ctx.present))
+        H, h_post, h = (None if dtype is None else t for t, dtype in zip(coefficients, ctx.dtypes))
         n, n_current = ctx.n, ctx.n_current
         b, k, f = Z.shape
         r = M.shape[1]
