@@ -17,8 +17,8 @@ On a CPU shared with other jobs, wall-clock time mostly measures the scheduler; 
     python benchmarks/bench_aot.py                    # CPU (and GPU when one is present)
     python benchmarks/bench_aot.py --rounds 7 --batches 1 8 --device cpu
     python benchmarks/bench_aot.py --device cpu --clock cpu --threads 1
-    # the C kernels and the PyTorch path (what CUDA runs) against dpot-ti in the same rounds
-    python benchmarks/bench_aot.py --device cpu --clock cpu --threads 1 --skip-residuals --aot-paths kernels torch
+    # the C kernels and the PyTorch path, eager and compiled (CUDA's default), against dpot-ti in the same rounds
+    python benchmarks/bench_aot.py --device cpu --clock cpu --threads 1 --skip-residuals --aot-paths kernels torch compiled
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import opzoo
 import torch
 from opzoo_aot import AOTResidual, AOTState
 from opzoo_aot.cpu_kernels import ENV_KERNELS
+from opzoo_aot.sinkhorn import ENV_COMPILE
 from tqdm import tqdm
 
 
@@ -87,19 +88,35 @@ def report(label: str, times: dict[str, list[float]], baseline: str, unit: float
 
 # ---- 1. whole models ---------------------------------------------------------------------------
 def training_step(model: torch.nn.Module, x: torch.Tensor, target: torch.Tensor,
-                  cpu_kernels: str | None = None) -> Callable[[], None]:
-    """One forward + backward; ``cpu_kernels`` ("1" or "0") sets OPZOO_AOT_CPU_KERNELS for it."""
+                  aot_path: str | None = None) -> Callable[[], None]:
+    """One forward + backward; ``aot_path`` (a key of :data:`AOT_PATHS`) selects the AOT implementation for it."""
     def step() -> None:
-        if cpu_kernels is not None:
-            os.environ[ENV_KERNELS] = cpu_kernels
+        if aot_path is not None:
+            set_aot_path(aot_path)
         model.zero_grad(set_to_none=True)
         torch.nn.functional.mse_loss(model(x), target).backward()
 
     return step
 
 
-# --aot-paths: which implementations of aot-pot-t's AOT residual run, each against dpot-ti
-AOT_PATHS = {"default": None, "kernels": "1", "torch": "0"}
+# --aot-paths: which implementations of aot-pot-t's AOT residual run, each against dpot-ti, and the
+# environment that selects each (default: the caller's own)
+AOT_PATHS = {
+    "default": {},
+    "kernels": {ENV_KERNELS: "1", ENV_COMPILE: "0"},  # the C kernels (CPU)
+    "torch": {ENV_KERNELS: "0", ENV_COMPILE: "0"},  # the eager PyTorch path
+    "compiled": {ENV_KERNELS: "0", ENV_COMPILE: "1"},  # the PyTorch path under torch.compile (CUDA's default)
+}
+CALLERS_ENVIRONMENT = {key: os.environ.get(key) for key in (ENV_KERNELS, ENV_COMPILE)}
+
+
+def set_aot_path(path: str) -> None:
+    """Sets the environment that selects ``path``'s implementation of the AOT residual."""
+    for key, value in {**CALLERS_ENVIRONMENT, **AOT_PATHS[path]}.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 def bench_models(device: torch.device, batches: list[int], rounds: int, warmup: int, size: int,
@@ -113,7 +130,7 @@ def bench_models(device: torch.device, batches: list[int], rounds: int, warmup: 
         fns = {"dpot-ti": training_step(models["dpot-ti"], x, target)}
         for path in aot_paths:
             name = "aot-pot-t" if path == "default" else f"aot-pot-t ({path})"
-            fns[name] = training_step(models["aot-pot-t"], x, target, AOT_PATHS[path])
+            fns[name] = training_step(models["aot-pot-t"], x, target, path)
         times = side_by_side(f"fwd+bwd batch {batch}", fns, device, rounds, warmup)
         lines += report(f"{device.type} fwd+bwd b{batch} {size}^2", times, "dpot-ti")
     return lines
@@ -189,8 +206,9 @@ def main() -> None:
     parser.add_argument("--skip-residuals", action="store_true")
     parser.add_argument("--aot-paths", nargs="+", choices=list(AOT_PATHS), default=["default"],
                         help="aot-pot-t's implementations to time against dpot-ti in the same rounds: "
-                             "kernels (the C kernels), torch (the PyTorch path every GPU runs), "
-                             "default (whatever OPZOO_AOT_CPU_KERNELS selects)")
+                             "kernels (the C kernels), torch (the eager PyTorch path), compiled (the "
+                             "PyTorch path under torch.compile, CUDA's default), default (whatever "
+                             "OPZOO_AOT_CPU_KERNELS and OPZOO_AOT_COMPILE select)")
     args = parser.parse_args()
     global clock
     clock = CLOCKS[args.clock]

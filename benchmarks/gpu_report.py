@@ -6,8 +6,9 @@
 2. Parity: opzoo dpot-* against the official DPOT code with the same weights, on the device.
 3. bf16 training throughput: opzoo dpot-s under bf16 autocast against the official code in float32.
 4. The benchmarks of docs/benchmarks.md: opzoo vs the official DPOT code (dpot-ti, dpot-s,
-   aot-pot-t at batch 1 and 8), aot-pot-t vs dpot-ti at batch 1, opzoo FNO vs neuraloperator
-   (when installed), the MoE presets vs dpot-ti (when registered).
+   aot-pot-t at batch 1 and 8), aot-pot-t vs dpot-ti at batch 1 (its stream operations compiled,
+   CUDA's default, and eager), opzoo FNO vs neuraloperator (when installed), the MoE presets vs
+   dpot-ti (when registered).
 
     benchmarks/gpu_report.sh                                   # on a GPU: report in gpu_report.md
     python benchmarks/gpu_report.py --device cpu --quick --out /tmp/report.md   # tiny sizes, any machine
@@ -147,15 +148,17 @@ def official_comparison(s: Settings) -> tuple[list[str], list[str]]:
 
 
 def side_by_side(s: Settings, models: dict[str, torch.nn.Module], batch: int, size: int,
-                 autocast: dict[str, bool] | None = None) -> dict[str, list[float]]:
-    """Seconds per training step (forward + backward, MSE) of each model, interleaved."""
+                 autocast: dict[str, bool] | None = None, aot_paths: dict[str, str] | None = None) -> dict[str, list[float]]:
+    """Seconds per training step (forward + backward, MSE) of each model, interleaved; ``aot_paths``
+    names the AOT implementation (a key of ``bench_aot.AOT_PATHS``) of some of them."""
     g = torch.Generator().manual_seed(1)
     x = torch.randn(batch, size, size, 10, 4, generator=g).to(s.device)
     target = torch.randn(batch, size, size, 1, 4, generator=g).to(s.device)
-    autocast = autocast or {}
+    autocast, aot_paths = autocast or {}, aot_paths or {}
 
     def step(name: str, model: torch.nn.Module) -> Callable[[], None]:
         def run() -> None:
+            bench_aot.set_aot_path(aot_paths.get(name, "default"))
             model.zero_grad(set_to_none=True)
             with torch.autocast(s.device.type, dtype=torch.bfloat16, enabled=autocast.get(name, False)):
                 out = model(x)
@@ -188,7 +191,13 @@ def ratio_table(base: str) -> list[str]:
 def aot_vs_dpot(s: Settings) -> list[str]:
     torch.manual_seed(0)
     models = {name: opzoo.load(name).to(s.device) for name in ("dpot-ti", "aot-pot-t")}
-    return ratio_table("dpot-ti") + ratio_rows(side_by_side(s, models, 1, s.size), "dpot-ti", 1)
+    # the same aot-pot-t on the eager PyTorch path too (CUDA's default compiles it)
+    models[EAGER_AOT] = models["aot-pot-t"]
+    times = side_by_side(s, models, 1, s.size, aot_paths={EAGER_AOT: "torch"})
+    return ratio_table("dpot-ti") + ratio_rows(times, "dpot-ti", 1)
+
+
+EAGER_AOT = "aot-pot-t, eager PyTorch path"
 
 
 class OfficialModel(torch.nn.Module):

@@ -69,7 +69,18 @@ def combine_streams_reference(streams, y, H, h_post, h, need_current=True):
     return (current if need_current else None), u
 
 
-@pytest.mark.parametrize("path", ["kernels", "torch"])
+def traced(fn):
+    """``fn`` through dynamo and AOTAutograd (``aot_eager``): the graphs inductor would compile
+    (``torch.compile`` is the CUDA default), run eagerly; a fresh cache for every call."""
+    torch._dynamo.reset()
+    return torch.compile(fn, backend="aot_eager", fullgraph=True, dynamic=False)
+
+
+def combine_streams_traced(*inputs, need_current=True):
+    return traced(lambda *a: combine_streams_torch(*a, need_current=need_current))(*inputs)
+
+
+@pytest.mark.parametrize("path", ["kernels", "torch", "traced"])
 @pytest.mark.parametrize("n", [4, 3])  # 4: the kernels' register-blocked path; 3: the general one
 @pytest.mark.parametrize("features", [37, 1024, 9000])  # below a block, whole blocks, several chunks
 @pytest.mark.parametrize("mode", MODES)
@@ -78,9 +89,12 @@ def test_combine_streams_matches_the_equations_in_float64(path, n, features, mod
     every gradient entry is a sum of products, whose float32 error is at most γ_m · Σ|terms|
     (γ_m = m·u/(1 - m·u), m the number of terms summed in float32: n + 2 for the maps, the block
     of at most 1024 features the implementations reduce in float32 before summing in float64 for
-    the reductions over the features, plus the roundings of the few float32 products/sums after)."""
+    the reductions over the features, plus the roundings of the few float32 products/sums after;
+    the traced form sums those reductions in float64 throughout, within the same bound)."""
     if path == "kernels" and os.environ.get(cpu_kernels.ENV_KERNELS, "").strip() == "0":
         pytest.skip("kernels off")
+    if path == "traced" and features == 1024:
+        pytest.skip("the traced form has no blocks: 37 and 9000 features cover it")
     has_H, has_y, has_h, need_current = mode
     g = torch.Generator().manual_seed(features + n)
 
@@ -93,6 +107,8 @@ def test_combine_streams_matches_the_equations_in_float64(path, n, features, mod
     if path == "kernels":
         assert cpu_kernels.stream_kernel(inputs[0], inputs[1:]) is not None
         result = combine_streams(*inputs, need_current=need_current)
+    elif path == "traced":
+        result = combine_streams_traced(*inputs, need_current=need_current)
     else:
         result = combine_streams_torch(*inputs, need_current=need_current)
     inputs64 = [None if t is None else t.detach().double().requires_grad_() for t in inputs]
@@ -124,12 +140,13 @@ def test_combine_streams_matches_the_equations_in_float64(path, n, features, mod
             assert_within(a, r, bound * mag + 1e-30, f"gradient of input {index}")
 
 
-@pytest.mark.parametrize("path", ["kernels", "torch"])
+@pytest.mark.parametrize("path", ["kernels", "torch", "traced"])
 @pytest.mark.parametrize("n", [4, 3])
 def test_combine_streams_gradcheck_float64(monkeypatch, path, n):
-    """Both implementations in every mode, float64 gradients against finite differences (the
-    PyTorch path's hand-written gradients of the mixing matrix's coefficients included)."""
-    use_path(monkeypatch, path)
+    """Every implementation in every mode, float64 gradients against finite differences (the
+    PyTorch path's hand-written gradients of the mixing matrix's coefficients included, and the
+    form torch.compile traces)."""
+    use_path(monkeypatch, "kernels" if path == "kernels" else "torch")
     g = torch.Generator().manual_seed(n)
 
     def make(*shape):
@@ -137,11 +154,62 @@ def test_combine_streams_gradcheck_float64(monkeypatch, path, n):
 
     streams, y, H, h_post, h = make(2, n, 11), make(2, 11), make(2, n, n), make(2, n), make(2, n)
     combine = combine_streams if path == "kernels" else combine_streams_torch
-    assert torch.autograd.gradcheck(lambda *a: combine(*a), (streams, y, H, h_post, h))
-    assert torch.autograd.gradcheck(lambda s, w: combine(s, None, None, None, w)[1], (streams, h))
-    assert torch.autograd.gradcheck(lambda *a: combine(*a, need_current=False)[1], (streams, y, H, h_post, h))
-    assert torch.autograd.gradcheck(lambda s, y_, H_, p: combine(s, y_, H_, p, None)[0], (streams, y, H, h_post))
-    assert combine(streams, y, H, h_post, None, need_current=False) == (None, None)  # nothing asked for
+    wrap = traced if path == "traced" else (lambda fn: fn)  # one compiled function per gradcheck
+    assert torch.autograd.gradcheck(wrap(lambda *a: combine(*a)), (streams, y, H, h_post, h))
+    assert torch.autograd.gradcheck(wrap(lambda s, w: combine(s, None, None, None, w)[1]), (streams, h))
+    assert torch.autograd.gradcheck(wrap(lambda *a: combine(*a, need_current=False)[1]), (streams, y, H, h_post, h))
+    assert torch.autograd.gradcheck(wrap(lambda s, y_, H_, p: combine(s, y_, H_, p, None)[0]), (streams, y, H, h_post))
+    if path != "traced":  # a graph without outputs has nothing to trace
+        assert combine(streams, y, H, h_post, None, need_current=False) == (None, None)  # nothing asked for
+
+
+@pytest.mark.parametrize("pending", [True, False])
+def test_traced_map_reads_the_rows_in_place(pending):
+    """What torch.compile gets from the stream map, forward and backward: no stacked ``[B, n+1, F]``
+    operand and no batched GEMM over the features, only broadcast products and reductions on the
+    rows as they are, which inductor fuses into one pass each way (issue 16)."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    graphs = []
+
+    def keep(graph, example_inputs):
+        graphs.append(graph)
+        return make_boxed_func(graph)
+
+    n, f = 4, 96
+    streams = torch.randn(2, n, f, requires_grad=True)
+    y, H, h_post = (torch.randn(2, f), torch.rand(2, n, n), torch.rand(2, n)) if pending else (None, None, None)
+    h = torch.rand(2, n, requires_grad=True)
+    torch._dynamo.reset()
+    fn = torch.compile(combine_streams_torch, backend=aot_autograd(fw_compiler=keep, bw_compiler=keep), fullgraph=True)
+    current, u = fn(streams, y, H, h_post, h)
+    ((u.sum() if current is None else current.sum() + u.sum())).backward()
+    assert len(graphs) == 2  # forward and backward
+    feature_sized = [node.target for graph in graphs for node in graph.graph.nodes
+                     if node.op == "call_function" and node.target in (torch.ops.aten.cat.default, torch.ops.aten.bmm.default)
+                     and node.meta["val"].shape[-1] == f]
+    assert not feature_sized, feature_sized
+
+
+def test_traced_map_mixes_bfloat16_streams_in_float32():
+    """bf16 streams under torch.compile: every output entry is the exact map of the bf16 inputs,
+    accumulated in float32 and rounded to bf16 once: within bf16's unit roundoff (2^-8 relative) of
+    the float64 result plus γ_(n+2) of the sum of |terms|, which a mixing matrix rounded to
+    bf16 first (2^-8 of each coefficient, e.g. the entries of H^T h) does not meet where terms cancel."""
+    n, f = 4, 257
+    g = torch.Generator().manual_seed(5)
+    inputs = [torch.randn(2, n, f, generator=g), torch.randn(2, f, generator=g), torch.randn(2, n, n, generator=g),
+              torch.randn(2, n, generator=g), torch.randn(2, n, generator=g)]
+    inputs = [t.bfloat16() for t in inputs]
+    current, u = combine_streams_traced(*inputs)
+    assert current.dtype == u.dtype == torch.bfloat16
+    inputs64 = [t.double() for t in inputs]
+    reference = combine_streams_reference(*inputs64)
+    absolute = combine_streams_reference(*[t.abs() for t in inputs64])
+    gamma = (2 * n + 2) * U32 / (1 - (2 * n + 2) * U32)
+    for a, r, mag, what in zip((current, u), reference, absolute, ("current", "u")):
+        assert_within(a, r, 2.0**-8 * r.abs() + 2 * gamma * mag, what)
 
 
 @requires_kernels

@@ -22,6 +22,8 @@ by hand: one autograd node per map. The operands ``[y; streams]`` and
 with a free row beside the streams (or their gradient), and the pending row is written there
 (:class:`_Slot`). About 34 stream-sized passes per sub-layer, against ~75 for the same equations
 as separate PyTorch ops; on CPU the buffers come from a pool (``cpu_kernels.pooled_empty``).
+Under ``torch.compile`` (the CUDA default) the same products are traced on the rows as they are
+(:func:`_mix_rows`, :func:`_row_dots`), which inductor fuses into single passes.
 """
 
 from __future__ import annotations
@@ -53,8 +55,8 @@ def stream_dots(a: Tensor, b: Tensor) -> Tensor:
     relative (issue 11). Here each chunk of :data:`DOT_CHUNK` features is one small float32 GEMM
     (one strided batched call per sample, no copies) and the chunks are summed in float64.
     """
-    if torch.compiler.is_compiling():  # one fused reduction with a float64 accumulator
-        return (a.unsqueeze(2).double() * b.unsqueeze(1).double()).sum(-1)
+    if torch.compiler.is_compiling():
+        return _row_dots(a.unbind(1), b.unbind(1))
     a, b = (t if t.stride(-1) == 1 else t.contiguous() for t in (a, b))
     f = a.shape[-1]
     chunks, main = f // DOT_CHUNK, (f // DOT_CHUNK) * DOT_CHUNK
@@ -75,6 +77,31 @@ def stream_dots(a: Tensor, b: Tensor) -> Tensor:
     else:
         out += torch.bmm(a, b.transpose(1, 2)).double()
     return out
+
+
+def _row_dots(a_rows, b_rows) -> Tensor:
+    """``p`` rows and ``q`` rows ``[B, F]`` -> ``[B, p, q]`` float64, ``Σ_f a_i b_j``: the form
+    torch.compile traces. A float32 product is exact in float64, so the only rounding is float64
+    summation; the ``p·q`` reductions share their inputs, and inductor fuses them into passes that
+    read each row once (one broadcast ``[B, p, q, F]`` product would read every row ``p`` or ``q`` times)."""
+    return torch.stack([torch.stack([(a.double() * b.double()).sum(-1) for b in b_rows], dim=-1) for a in a_rows],
+                       dim=1)
+
+
+def _mix_rows(M: Tensor, rows, dtype: torch.dtype) -> Tensor:
+    """``M [B, r, k]`` and ``k`` rows ``[B, F]`` -> ``[B, r, F]`` in ``dtype``: ``out[:, i] =
+    Σ_j M[:, i, j] rows[j]``, accumulated in at least float32. The form torch.compile traces:
+    broadcast products that inductor fuses into one pass reading every row once and writing every
+    output row, with no concatenated operand (``[y; streams]``, ``[G; g_u]``) and no GEMM with ``K = k``."""
+    compute = torch.promote_types(dtype, torch.float32)
+    M = M.to(compute)
+    outputs = []
+    for i in range(M.shape[1]):
+        acc = M[:, i, :1] * rows[0].to(compute)
+        for j in range(1, len(rows)):
+            acc = acc + M[:, i, j:j + 1] * rows[j].to(compute)
+        outputs.append(acc.to(dtype))
+    return torch.stack(outputs, dim=1)
 
 
 SLOT_ATTRIBUTE = "_opzoo_aot_slot"
@@ -167,8 +194,10 @@ class _MixStreams(torch.autograd.Function):
 
     Outputs live in buffers with a free row beside them (:class:`_Slot`): before the updated
     streams for the next sub-layer's ``y``, after the stream gradient for the previous sub-layer's
-    ``g_u``, so each side's operand is formed by writing one row. Under ``torch.compile`` the
-    same products run on concatenated tensors.
+    ``g_u``, so each side's operand is formed by writing one row. Under ``torch.compile`` (the
+    CUDA default) the same products are written on the rows as they are (:func:`_mix_rows`,
+    :func:`_row_dots`), which inductor fuses into one pass forward and one or two backward: no
+    stacked operand, no GEMM with ``K = n + 1``.
     """
 
     @staticmethod
@@ -176,15 +205,18 @@ class _MixStreams(torch.autograd.Function):
         b, n, f = streams.shape
         coefficients = [None if t is None else t.double() for t in (H, h_post, h)]
         M = _mixing_matrix(*coefficients, y is not None, n_current > 0)
-        Z = streams if y is None else _stack(streams, y, row_first=True)
         r = M.shape[1]
         current = u = None
-        if torch.compiler.is_compiling():
+        compiling = torch.compiler.is_compiling()
+        # the operands: [y; streams] stacked in place (eager), or the streams and y as they are
+        Z = streams if y is None or compiling else _stack(streams, y, row_first=True)
+        y_saved = y if compiling and y is not None else streams.new_empty(0)
+        if compiling:
             # every output a tensor (an empty one for a missing output): dynamo's rewritten backward
             # takes every incoming gradient as a tensor
-            out = torch.bmm(M.to(Z.dtype), Z)  # [B, r, F]
-            current = out[:, :n_current] if n_current else Z.new_empty(0)
-            u = out[:, n_current] if r > n_current else Z.new_empty(0)
+            out = _mix_rows(M, _operand_rows(streams, y), streams.dtype)  # [B, r, F]
+            current = out[:, :n_current] if n_current else streams.new_empty(0)
+            u = out[:, n_current] if r > n_current else streams.new_empty(0)
         elif identity:  # current is the streams: the same memory, an output of its own
             current = _alias(streams)
             buffer = _stream_buffer(streams, b, 1, f)
@@ -198,7 +230,7 @@ class _MixStreams(torch.autograd.Function):
                 current = _Slot.attach(_rows(buffer, 1, n_current), _Slot(buffer, 1, n_current, row=0))
             if r > n_current:
                 u = _rows(buffer, lead + n_current, None)
-        ctx.save_for_backward(Z, M, *[torch.empty(0) if t is None else t for t in coefficients])
+        ctx.save_for_backward(Z, y_saved, M, *[torch.empty(0) if t is None else t for t in coefficients])
         ctx.dtypes = [None if t is None else t.dtype for t in (H, h_post, h)]  # None: not given
         ctx.n, ctx.n_current, ctx.has_y = n, n_current, y is not None
         return current, u
@@ -206,11 +238,14 @@ class _MixStreams(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_current, grad_u):
-        Z, M, *coefficients = ctx.saved_tensors
+        Z, y, M, *coefficients = ctx.saved_tensors
         H, h_post, h = (None if dtype is None else t for t, dtype in zip(coefficients, ctx.dtypes))
         n, n_current = ctx.n, ctx.n_current
-        b, k, f = Z.shape
-        r = M.shape[1]
+        r, k = M.shape[1:]
+        if torch.compiler.is_compiling():
+            return _MixStreams._traced_backward(ctx, Z, y if ctx.has_y else None, M, (H, h_post, h), grad_current,
+                                                grad_u)
+        b, _, f = Z.shape
         if not n_current:
             g_out = grad_u.unsqueeze(1)
         elif r == n_current:
@@ -221,23 +256,42 @@ class _MixStreams(torch.autograd.Function):
             g_out = g_out.contiguous()
         g_streams = g_y = None
         if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
-            Mt = M.transpose(1, 2).to(g_out.dtype)
-            if torch.compiler.is_compiling():
-                g_Z = torch.bmm(Mt, g_out)
-                g_streams, g_y = g_Z[:, k - n:], (g_Z[:, 0] if k > n else None)
-            else:  # rows [g_y; g_streams] and a free row after them for the previous sub-layer's g_u
-                buffer = _stream_buffer(g_out, b, k + 1, f)
-                torch.bmm(Mt, g_out, out=_rows(buffer, 0, k))
-                g_streams = _Slot.attach(_rows(buffer, k - n, n), _Slot(buffer, k - n, n, row=k))
-                if k > n:  # its own row, so the carried summary's gradient may be added in place
-                    g_y = _rows(buffer, 0, None)
-                    setattr(g_y, OWNED_GRADIENT, True)
+            # rows [g_y; g_streams] and a free row after them for the previous sub-layer's g_u
+            buffer = _stream_buffer(g_out, b, k + 1, f)
+            torch.bmm(M.transpose(1, 2).to(g_out.dtype), g_out, out=_rows(buffer, 0, k))
+            g_streams = _Slot.attach(_rows(buffer, k - n, n), _Slot(buffer, k - n, n, row=k))
+            if k > n:  # its own row, so the carried summary's gradient may be added in place
+                g_y = _rows(buffer, 0, None)
+                setattr(g_y, OWNED_GRADIENT, True)
+        g_M = stream_dots(g_out, Z) if any(ctx.needs_input_grad[2:5]) else None
+        return _MixStreams._coefficient_grads(ctx, g_M, H, h_post, h, g_streams, g_y)
+
+    @staticmethod
+    def _traced_backward(ctx, streams, y, M, coefficients, grad_current, grad_u):
+        """The backward as torch.compile traces it: the same products on the rows as they are,
+        ``g_Z = M^T g_out`` as one fused pass and ``g_M`` as fused float64 reductions."""
+        n, n_current, r = ctx.n, ctx.n_current, M.shape[1]
+        g_rows = (list(grad_current.unbind(1)) if n_current else []) + ([grad_u] if r > n_current else [])
+        g_streams = g_y = None
+        if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
+            g_Z = _mix_rows(M.transpose(1, 2), g_rows, streams.dtype)
+            g_streams, g_y = g_Z[:, -n:], (g_Z[:, 0] if y is not None else None)
+        g_M = _row_dots(g_rows, _operand_rows(streams, y)) if any(ctx.needs_input_grad[2:5]) else None
+        return _MixStreams._coefficient_grads(ctx, g_M, *coefficients, g_streams, g_y)
+
+    @staticmethod
+    def _coefficient_grads(ctx, g_M, H, h_post, h, g_streams, g_y):
         grads = [None, None, None]
-        if any(ctx.needs_input_grad[2:5]):
-            grads = _mixing_matrix_backward(stream_dots(g_out, Z), H, h_post, h, ctx.has_y, n_current)
+        if g_M is not None:
+            grads = _mixing_matrix_backward(g_M, H, h_post, h, ctx.has_y, ctx.n_current)
         grads = [None if g is None or not need else g.to(ctx.dtypes[i])
                  for i, (g, need) in enumerate(zip(grads, ctx.needs_input_grad[2:5]))]
         return g_streams, g_y, *grads, None, None
+
+
+def _operand_rows(streams: Tensor, y: Tensor | None) -> list[Tensor]:
+    """The rows ``[y; X_0 .. X_{n-1}]`` (``[B, F]`` each) of the map's operand, without stacking them."""
+    return ([] if y is None else [y]) + list(streams.unbind(1))
 
 
 def _mixing_matrix(H: Tensor | None, h_post: Tensor | None, h: Tensor | None, has_y: bool,
