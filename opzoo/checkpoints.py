@@ -1,7 +1,7 @@
 """Foreign checkpoints: safe unpickling-free loading and registered converters.
 
 A converter, registered with ``registry.register_converter(name, fn)``, is a callable
-``fn(path) -> ConvertedCheckpoint`` that reads a foreign checkpoint (e.g. the official DPOT
+``fn(path, **options) -> ConvertedCheckpoint`` that reads a foreign checkpoint (e.g. the official DPOT
 ``.pth``) and returns opzoo weights with the architecture and config they fit.
 """
 
@@ -26,6 +26,7 @@ class ConvertedCheckpoint:
     state_dict: dict[str, torch.Tensor]
     pretrained_cfg: dict[str, Any] = dataclasses.field(default_factory=dict)
     preset: str | None = None
+    card: str | None = None  # a model card template (opzoo.model_card) for the repo; default: the preset's
 
 
 def safe_torch_load(path: str | os.PathLike, allow: Iterable[type] = ()) -> Any:
@@ -44,21 +45,24 @@ def safe_torch_load(path: str | os.PathLike, allow: Iterable[type] = ()) -> Any:
         raise CheckpointError(f"{path}: refused or unreadable as a weights-only checkpoint: {e}") from None
 
 
-def convert_file(converter: str, path: str | os.PathLike) -> ConvertedCheckpoint:
+def convert_file(converter: str, path: str | os.PathLike, **options: Any) -> ConvertedCheckpoint:
+    """Run registered converter ``converter`` on ``path``; ``options`` are its keyword arguments."""
     from .plugins import get_registry
 
-    return get_registry().get("converter", converter)(Path(path))
+    return get_registry().get("converter", converter)(Path(path), **options)
 
 
-def convert_to_repo(converter: str, path: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+def convert_to_repo(converter: str, path: str | os.PathLike, out_dir: str | os.PathLike, **options: Any) -> Path:
     """Convert a foreign checkpoint and write an opzoo repo (config.json, model.safetensors, README.md)."""
     from .factory import create_model
     from .hub import load_state_dict_strict, save_pretrained
 
-    converted = convert_file(converter, path)
+    converted = convert_file(converter, path, **options)
     model = create_model(converted.architecture, **converted.model_args)
     load_state_dict_strict(model, converted.state_dict, f"{path} (converted by {converter!r})")
     model.preset_name = converted.preset
+    if converted.card is not None:
+        model.card_template = converted.card
     model.pretrained_cfg = {**({"preset": converted.preset} if converted.preset else {}), **converted.pretrained_cfg}
     return save_pretrained(model, out_dir)
 

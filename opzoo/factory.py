@@ -50,7 +50,7 @@ def load_preset_weights(model: Backbone, preset: Preset) -> None:
         if src.converter is None:
             load_weights(model, path)
         else:
-            converted = convert_file(src.converter, path)
+            converted = convert_file(src.converter, path, **src.converter_options)
             load_state_dict_strict(model, converted.state_dict, f"{path} (converted by {src.converter!r})")
 
 

@@ -42,6 +42,8 @@ model = opzoo.from_pretrained("PATH_OR_REPO")
 def card_template(model: "Backbone") -> str:
     from .plugins import get_registry
 
+    if getattr(model, "card_template", None):  # set by a converter (ConvertedCheckpoint.card)
+        return model.card_template
     registry = get_registry()
     name = getattr(model, "preset_name", None)
     if name and registry.has_preset(name):
