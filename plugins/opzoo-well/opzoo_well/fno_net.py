@@ -105,7 +105,7 @@ class SpectralConv(nn.Module):
         x_slices = [slice(s // 2, -s // 2) if s else slice(s, None) for s in starts[:-1]]
         x_slices.append(slice(None, -starts[-1]) if starts[-1] else slice(None))
         index = (slice(None), slice(None), *x_slices)
-        out = torch.zeros(batch, self.out_channels, *fft_size, dtype=torch.cfloat, device=x.device)
+        out = torch.zeros(batch, self.out_channels, *fft_size, dtype=xf.dtype, device=x.device)
         out[index] = torch.einsum("bi...,io...->bo...", xf[index], weight)
         if d > 1:
             out = torch.fft.fftshift(out, dim=dims[:-1])
