@@ -166,3 +166,70 @@ def test_tucker_rank_is_tensorlys():
         assert tucker_rank(shape, 1.0) == list(validate_tucker_rank(shape, rank=1.0)), shape
         assert tucker_rank(shape, 0.5) == list(validate_tucker_rank(shape, rank=0.5)), shape
     assert np.isfinite(tucker_rank((4, 4), 1.0)).all()
+
+
+def fake_hub_cache(cache, repo: str, source_dir) -> None:
+    """huggingface_hub's cache layout for ``repo``: models--org--name/{refs/main, snapshots/<sha>/*}."""
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    root = cache / f"models--{repo.replace('/', '--')}"
+    (root / "refs").mkdir(parents=True)
+    (root / "refs" / "main").write_text(sha)
+    snap = root / "snapshots" / sha
+    snap.mkdir(parents=True)
+    for f in source_dir.iterdir():
+        (snap / f.name).write_bytes(f.read_bytes())
+
+
+def test_load_the_published_config_from_the_hub_cache_offline(tmp_path, monkeypatch):
+    """``opzoo.load("well-fno-shear_flow", pretrained=True)``: The Well's FNO at its published shear_flow
+    config (19,011,716 parameters), saved by its own ``save_pretrained`` into the Hub cache, converted on
+    load, and one step of physical fields equal to The Well's normalize-format-model-denormalize."""
+    from huggingface_hub import constants
+
+    d = dataset("shear_flow")
+    torch.manual_seed(0)
+    well = well_models.FNO(dim_in=16, dim_out=4, n_spatial_dims=2, spatial_resolution=(128, 256), modes1=16,
+                           modes2=16, hidden_channels=128).eval()
+    well.save_pretrained(tmp_path / "repo")
+    fake_hub_cache(tmp_path / "hub", "polymathic-ai/FNO-shear_flow", tmp_path / "repo")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    model = opzoo.load("well-fno-shear_flow", pretrained=True).eval()
+    assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in well.parameters()) == 19_011_716
+
+    stats = yaml.safe_load(open(STATS_DIR / "shear_flow.yaml"))
+    norm = ZScoreNormalization(stats, ["tracer", "pressure", "velocity"], [])
+    mean, std = torch.tensor(norm.flattened_means["variable"]), torch.tensor(norm.flattened_stds["variable"])
+    x = (mean + std * torch.randn(1, 4, 32, 64, 4, dtype=torch.float64)).float()  # [B, T, *S, C] physical
+    batch = {"input_fields": x.clone(), "output_fields": x[:, :1].clone()}
+    trainer = types.SimpleNamespace(dset_norm=norm, is_delta=False, max_rollout_steps=1, device=torch.device("cpu"))
+    trainer.normalize = types.MethodType(Trainer.normalize, trainer)
+    trainer.denormalize = types.MethodType(Trainer.denormalize, trainer)
+    meta = types.SimpleNamespace(n_spatial_dims=2)
+    with torch.no_grad():
+        ref, _ = Trainer.rollout_model(trainer, well, batch, DefaultChannelsFirstFormatter(meta), train=False)
+        ours = model(x.movedim(1, -2)).movedim(-2, 1)
+    assert model.pretrained_cfg["fields"] == d.channels
+    torch.testing.assert_close(ours, ref, rtol=1e-4, atol=1e-5 * float(std.min()))
+
+
+def test_converter_refuses_what_it_cannot_place(tmp_path, capsys):
+    well = well_models.UNetClassic(dim_in=14, dim_out=3, n_spatial_dims=2, spatial_resolution=(16, 16), init_features=2)
+    well.save_pretrained(tmp_path / "repo")
+    repo, out = str(tmp_path / "repo"), str(tmp_path / "out")
+
+    def refused(*extra: str) -> str:
+        assert opzoo_main(["convert", "the-well", repo, out, *extra]) != 0
+        return capsys.readouterr().err
+
+    assert "needs the data set the checkpoint was trained on" in refused()
+    assert "dim_out=3, but The Well's shear_flow has 4 time-varying channels" in refused("--dataset", "shear_flow")
+    assert "unknown The Well dataset 'shear_flo'" in refused("--dataset", "shear_flo").replace('"', "'")
+    (tmp_path / "repo" / "config.json").unlink()
+    assert "config.json is missing" in refused("--dataset", "acoustic_scattering_maze")
+    assert not (tmp_path / "out").exists()
+    # T_in is read from dim_in: 14 = 4 * 3 + 2 for acoustic_scattering_maze
+    well.save_pretrained(tmp_path / "repo2")
+    assert opzoo_main(["convert", "the-well", str(tmp_path / "repo2"), str(tmp_path / "out2"), "--dataset",
+                       "acoustic_scattering_maze"]) == 0
+    assert opzoo.load(str(tmp_path / "out2")).config.in_timesteps == 4
