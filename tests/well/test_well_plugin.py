@@ -71,7 +71,8 @@ def test_stats_are_flattened_in_the_wells_channel_order():
 
 
 def small_model(arch="unet-convnext", name="acoustic_scattering_maze", **extra):
-    args = model_args(arch, name, 2, {"init_features": 4, "stages": 2, **extra})
+    arch_args = {"init_features": 4, "stages": 2} if arch == "unet-convnext" else {}
+    args = model_args(arch, name, 2, {**arch_args, **extra})
     return opzoo.create_model(f"well-{arch}", **args).eval()
 
 
@@ -154,3 +155,25 @@ def test_vrmse_of_a_perfect_and_a_mean_prediction():
     n = 32 * 32  # predicting the spatial mean: sqrt(biased var / (unbiased var + eps)) = sqrt((n-1)/n)
     torch.testing.assert_close(vrmse(mean, y), torch.full((2, 3, 2), ((n - 1) / n) ** 0.5, dtype=torch.float64),
                                rtol=1e-6, atol=0)
+
+
+def test_finetune_on_own_data_in_the_models_field_order(tmp_path, capsys):
+    import h5py
+    import numpy as np
+
+    torch.manual_seed(0)
+    model = small_model("fno", "gray_scott_reaction_diffusion", modes1=4, modes2=4, hidden_channels=4)
+    model.pretrained_cfg = {"fields": ["A", "B"], "time_varying_fields": ["A", "B"], "resolution": [16, 16]}
+    model.save_pretrained(tmp_path / "model")
+    rng = np.random.default_rng(0)
+    data = (0.5 + 0.1 * rng.standard_normal((4, 16, 16, 6, 2))).astype(np.float32)
+    for name, order in (("ok.h5", ["A", "B"]), ("swapped.h5", ["B", "A"])):
+        with h5py.File(tmp_path / name, "w") as f:  # opzoo's canonical layout: data [N, *S, T, C] + field names
+            f.create_dataset("data", data=data)
+            f.attrs["fields"] = order
+    run = ["finetune", str(tmp_path / "model"), "--steps", "2", "--batch-size", "2", "--test-fraction", "0.5"]
+    assert opzoo_main([*run, "--data", str(tmp_path / "swapped.h5"), "--out", str(tmp_path / "run0")]) != 0
+    assert "are the model's fields in another order" in capsys.readouterr().err
+    assert opzoo_main([*run, "--data", str(tmp_path / "ok.h5"), "--out", str(tmp_path / "run1")]) == 0
+    tuned = opzoo.load(str(tmp_path / "run1" / "model"))
+    assert tuned.config.fields == ["A", "B"] and tuned.config.mean == model.config.mean
