@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 EPS = 1e-7  # The Well's default eps
-WINDOWS = ((6, 12), (13, 30))  # the rollout windows The Well's paper reports (steps 6:12 and 13:30)
+WINDOWS = ((6, 12), (13, 30))  # rollout windows as The Well reports them: python slices of the steps, 0 = first predicted
 
 
 def vrmse(pred: Tensor, target: Tensor, eps: float = EPS) -> Tensor:

@@ -39,7 +39,7 @@ class WellConfig(opzoo.ModelConfig):
     out_timesteps: int = 1
     fields: list[str] = dataclasses.field(default_factory=lambda: ["u"])
     constant_fields: list[str] = dataclasses.field(default_factory=list)
-    n_spatial_dims: int = 2
+    spatial_dims: int = 2
     resolution: list[int] = dataclasses.field(default_factory=lambda: [64, 64])
     normalization: Literal["zscore", "none"] = "zscore"
     target: Literal["full", "delta"] = "full"
@@ -69,8 +69,8 @@ class WellConfig(opzoo.ModelConfig):
                                     f"{nv + nc}, got {self.in_channels}/{self.out_channels}")
         if self.out_timesteps != 1:
             raise opzoo.ConfigError(f"out_timesteps: The Well's models predict one step, got {self.out_timesteps}")
-        if self.n_spatial_dims not in (1, 2, 3) or len(self.resolution) != self.n_spatial_dims:
-            raise opzoo.ConfigError(f"resolution {self.resolution} does not have n_spatial_dims={self.n_spatial_dims} entries")
+        if self.spatial_dims not in (1, 2, 3) or len(self.resolution) != self.spatial_dims:
+            raise opzoo.ConfigError(f"resolution {self.resolution} does not have spatial_dims={self.spatial_dims} entries")
         if self.normalization == "zscore":
             lengths = {"mean": (self.mean, nv), "std": (self.std, nv), "constant_mean": (self.constant_mean, nc),
                        "constant_std": (self.constant_std, nc)}
@@ -112,6 +112,11 @@ class WellBackbone(opzoo.Backbone):
     def build_net(self, config: WellConfig) -> nn.Module:
         raise NotImplementedError
 
+    @property
+    def size_multiple(self) -> int:
+        """Every spatial size of an input must be a multiple of this (the U-Nets' down-sampling)."""
+        return 1
+
     def format_input(self, x: Tensor) -> Tensor:
         """``[B, *S, T_in, C]`` physical -> The Well's normalized network input ``[B, dim_in, *S]``."""
         c = self.config
@@ -128,7 +133,7 @@ class WellBackbone(opzoo.Backbone):
 
     def forward(self, x: Tensor) -> Tensor:
         c = self.config
-        d = c.n_spatial_dims
+        d = c.spatial_dims
         if x.ndim != d + 3 or tuple(x.shape[-2:]) != (c.in_timesteps, c.in_channels):
             names = ", ".join(c.fields + c.constant_fields)
             raise ValueError(f"{type(self).__name__} expects [B, {', '.join('XYZ'[:d])}, T_in={c.in_timesteps}, "
@@ -159,9 +164,9 @@ class WellFnoConfig(WellConfig):
 
     @property
     def modes(self) -> list[int]:
-        if self.n_spatial_dims not in (2, 3):
-            raise opzoo.ConfigError(f"n_spatial_dims: The Well's FNO/TFNO take 2 or 3, got {self.n_spatial_dims}")
-        return [self.modes1, self.modes2, self.modes3][: self.n_spatial_dims]
+        if self.spatial_dims not in (2, 3):
+            raise opzoo.ConfigError(f"spatial_dims: The Well's FNO/TFNO take 2 or 3, got {self.spatial_dims}")
+        return [self.modes1, self.modes2, self.modes3][: self.spatial_dims]
 
 
 @dataclasses.dataclass
@@ -196,7 +201,11 @@ class WellUNetClassic(WellBackbone):
     config_class = WellUNetClassicConfig
 
     def build_net(self, c: WellUNetClassicConfig) -> nn.Module:
-        return UNetClassicNet(c.dim_in, c.dim_out, c.n_spatial_dims, c.init_features)
+        return UNetClassicNet(c.dim_in, c.dim_out, c.spatial_dims, c.init_features)
+
+    @property
+    def size_multiple(self) -> int:
+        return 16
 
 
 @dataclasses.dataclass
@@ -213,8 +222,12 @@ class WellUNetConvNext(WellBackbone):
     config_class = WellUNetConvNextConfig
 
     def build_net(self, c: WellUNetConvNextConfig) -> nn.Module:
-        return UNetConvNextNet(c.dim_in, c.dim_out, c.n_spatial_dims, c.stages, c.blocks_per_stage,
+        return UNetConvNextNet(c.dim_in, c.dim_out, c.spatial_dims, c.stages, c.blocks_per_stage,
                                c.blocks_at_neck, c.init_features)
+
+    @property
+    def size_multiple(self) -> int:
+        return 2**self.config.stages
 
 
 BACKBONES = {"well-fno": WellFNO, "well-tfno": WellTFNO, "well-unet-classic": WellUNetClassic,

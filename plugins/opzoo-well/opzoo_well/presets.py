@@ -118,7 +118,7 @@ def model_args(arch: str, dataset_name: str, in_timesteps: int = N_STEPS_INPUT,
     return {
         "in_channels": n, "out_channels": n, "in_timesteps": in_timesteps, "out_timesteps": 1,
         "fields": d.channels, "constant_fields": d.constant_channels,
-        "n_spatial_dims": d.n_spatial_dims, "resolution": list(d.resolution),
+        "spatial_dims": d.n_spatial_dims, "resolution": list(d.resolution),
         "normalization": "zscore", "target": "full", **normalization_args(dataset_name),
         **(ARCHITECTURES[arch].args if arch_args is None else arch_args),
     }

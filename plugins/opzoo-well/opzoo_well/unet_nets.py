@@ -133,7 +133,7 @@ class ConvNextBlock(nn.Module):
         self.gamma = nn.Parameter(layer_scale_init_value * torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        h = self.dwconv(x).movedim(1, -1)  # [B, *S, C]
+        h = self.dwconv(x).movedim(1, -1).contiguous()  # [B, *S, C]; contiguous: aot_autograd's backward views it
         h = self.gamma * self.pwconv2(F.gelu(self.pwconv1(self.norm(h))))
         return x + h.movedim(-1, 1)
 
