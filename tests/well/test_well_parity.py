@@ -57,7 +57,7 @@ def randomize(model: torch.nn.Module, seed: int) -> None:
                 b.copy_(0.5 + torch.rand(b.shape, generator=g))
 
 
-def well_reference(data_dir, name: str, model: torch.nn.Module, n_traj: int):
+def well_reference(data_dir, name: str, model: torch.nn.Module, n_traj: int, is_delta: bool = False):
     """The Well's evaluation path: WellDataset (raw), its Trainer.rollout_model(train=False) with
     ZScoreNormalization and DefaultChannelsFirstFormatter. Returns (prediction, target) ``[B, T, *S, C]``."""
     stats_path = str(STATS_DIR / f"{name}.yaml")
@@ -66,7 +66,7 @@ def well_reference(data_dir, name: str, model: torch.nn.Module, n_traj: int):
     stats = yaml.safe_load(open(stats_path))
     norm = ZScoreNormalization(stats, ds.core_field_names, ds.core_constant_field_names)
     batch = torch.utils.data.default_collate([ds[i] for i in range(n_traj)])
-    trainer = types.SimpleNamespace(dset_norm=norm, is_delta=False, max_rollout_steps=STEPS, device=torch.device("cpu"))
+    trainer = types.SimpleNamespace(dset_norm=norm, is_delta=is_delta, max_rollout_steps=STEPS, device=torch.device("cpu"))
     trainer.normalize = types.MethodType(Trainer.normalize, trainer)
     trainer.denormalize = types.MethodType(Trainer.denormalize, trainer)
     with torch.no_grad():
@@ -233,3 +233,26 @@ def test_converter_refuses_what_it_cannot_place(tmp_path, capsys):
     assert opzoo_main(["convert", "the-well", str(tmp_path / "repo2"), str(tmp_path / "out2"), "--dataset",
                        "acoustic_scattering_maze"]) == 0
     assert opzoo.load(str(tmp_path / "out2")).config.in_timesteps == 4
+
+
+def test_delta_target_matches_the_wells_delta_rollout(tmp_path):
+    """``target="delta"``: The Well's trainer with a DeltaWellDataset (``is_delta``) denormalizes the
+    output with the delta stats and adds the last input frame; so does the backbone."""
+    name, spatial = DIMS[2]
+    d = dataset(name)
+    torch.manual_seed(0)
+    well = well_models.FNO(dim_in=T_IN * 3 + 2, dim_out=3, n_spatial_dims=2, spatial_resolution=spatial, modes1=6,
+                           modes2=4, hidden_channels=8)
+    randomize(well, seed=2)
+    well.eval().save_pretrained(tmp_path / "hub-repo")
+    assert opzoo_main(["convert", "the-well", str(tmp_path / "hub-repo"), str(tmp_path / "repo"), "--dataset", name]) == 0
+    model = opzoo.load(str(tmp_path / "repo"), target="delta")
+    data_file = write_well_file(tmp_path / "data" / "part.hdf5", name, spatial, n_traj=2, n_steps=T_IN + STEPS)
+    ref_pred, _ = well_reference(tmp_path / "data", name, well, n_traj=2, is_delta=True)
+    src = H5Trajectories(str(data_file))
+    src.select_channels(model.pretrained_cfg["fields"])
+    frames = torch.stack([src.read(i) for i in range(2)])
+    with torch.no_grad():
+        ours = model.rollout(frames[..., :T_IN, :], STEPS)[..., : len(d.channels)].movedim(-2, 1)
+    scale = ref_pred.flatten(0, -2).std(0)
+    assert ((ours - ref_pred).abs().flatten(0, -2).max(0).values / scale).max() < 1e-4
