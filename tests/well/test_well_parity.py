@@ -29,6 +29,7 @@ import opzoo  # noqa: E402
 from opzoo.cli import main as opzoo_main  # noqa: E402
 from opzoo.training.data import H5Trajectories  # noqa: E402
 from opzoo.training.vrmse import vrmse  # noqa: E402
+from opzoo_well.converter import convert_the_well  # noqa: E402
 from opzoo_well.datasets import STATS_DIR, dataset  # noqa: E402
 
 from .well_files import write_well_file  # noqa: E402
@@ -195,6 +196,9 @@ def test_load_the_published_config_from_the_hub_cache_offline(tmp_path, monkeypa
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     model = opzoo.load("well-fno-shear_flow", pretrained=True).eval()
+    # the same repo converted on disk is recognized as the published checkpoint (config.json has modes3=16)
+    converted = convert_the_well(tmp_path / "repo", dataset="shear_flow")
+    assert converted.preset == "well-fno-shear_flow" and "**0.4450**" in converted.card
     assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in well.parameters()) == 19_011_716
 
     stats = yaml.safe_load(open(STATS_DIR / "shear_flow.yaml"))

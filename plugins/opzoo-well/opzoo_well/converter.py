@@ -183,7 +183,10 @@ def convert_the_well(path, dataset: str | None = None) -> opzoo.ConvertedCheckpo
     args = model_args(arch, dataset, steps, infer_arch_args(arch, init, sd, n_dims or DATASETS[dataset].n_spatial_dims))
     name = preset_name(arch, dataset)
     registry = opzoo.get_registry()
-    preset = name if registry.has_preset(name) and registry.preset(name).args == args else None
+    config_class = registry.get("backbone", backbone_name(arch)).config_class
+    same = registry.has_preset(name) and (config_class.from_dict(registry.preset(name).args, source=name)
+                                          == config_class.from_dict(args, source=str(path)))
+    preset = name if same else None
     cfg = pretrained_cfg(arch, dataset, steps)
     cfg["source"] = f"The Well checkpoint {path} (converted by opzoo's 'the-well' converter)"
     card = card_text(arch, dataset, published=preset is not None,
