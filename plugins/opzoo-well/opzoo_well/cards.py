@@ -41,9 +41,9 @@ def card_text(arch: str, dataset_name: str, published: bool = True, source: str 
     res = " x ".join(map(str, d.resolution))
     lr, epochs, vrmse = REPORTED[arch].get(dataset_name, ("?", "?", "?"))
     if published:
-        evaluation = (f"The Well's README reports a test VRMSE of **{vrmse}** for this checkpoint (best of five "
-                      f"learning rates on validation: {lr}, {epochs} epochs; VRMSE as The Well defines it, averaged "
-                      f"over fields). `opzoo eval` reports VRMSE per field (one step and rollout) next to l2 full.")
+        evaluation = (f"The Well's README lists a test VRMSE of **{vrmse}** for this checkpoint (the best of five "
+                      f"learning rates on validation: {lr}, {epochs} epochs; the README gives no more detail of the "
+                      f"protocol). `opzoo eval` reports VRMSE per field (one step and rollout) next to l2 full.")
     else:
         evaluation = ("A converted checkpoint whose configuration differs from the published one: The Well reports "
                       "no result for it. `opzoo eval` reports VRMSE per field next to l2 full.")
@@ -86,7 +86,7 @@ constant fields {constants}. Trained by The Well with {N_STEPS_INPUT} input step
 
 ## Intended use and limits
 A baseline, not a state-of-the-art model (The Well's words). Inputs must be on the dataset's grid
-and in its units; other resolutions work for the FNOs (not for the U-Nets unless divisible by 16).
+and in its units; other resolutions work for the FNOs, and for the U-Nets when every size is divisible by 16.
 The normalization stats shipped with opzoo are the current `stats.yaml` of The Well's repo; The Well
 does not record in the checkpoint which revision of them it trained with.
 
