@@ -84,11 +84,12 @@ def _adapt_for(model, data_paths: Sequence[str], resolution):
 
 
 def _vrmse_fields(model, src) -> dict[str, int] | None:
-    """The channels VRMSE is reported for: a model that names its time-varying fields gets those."""
-    wanted = model.pretrained_cfg.get("time_varying_fields")
-    if not wanted:
-        return None
+    """The channels VRMSE is reported for, by name: a model that names its time-varying fields gets
+    those; otherwise every channel of the file (padded channels have none)."""
     names = src.channel_names
+    wanted = model.pretrained_cfg.get("time_varying_fields") or names
+    if len(set(names)) != len(names):
+        return None  # unnamed or ambiguous channels: evaluate_dataset numbers them
     return {n: names.index(n) for n in wanted}
 
 
