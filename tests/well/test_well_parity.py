@@ -12,7 +12,6 @@ import copy
 import types
 import warnings
 
-import numpy as np
 import pytest
 import torch
 import yaml
@@ -64,7 +63,7 @@ def well_reference(data_dir, name: str, model: torch.nn.Module, n_traj: int, is_
     stats_path = str(STATS_DIR / f"{name}.yaml")
     ds = WellDataset(path=str(data_dir), normalization_path=stats_path, n_steps_input=T_IN, n_steps_output=STEPS,
                      boundary_return_type=None, return_grid=False, use_normalization=False)
-    stats = yaml.safe_load(open(stats_path))
+    stats = yaml.safe_load((STATS_DIR / f"{name}.yaml").read_text())
     norm = ZScoreNormalization(stats, ds.core_field_names, ds.core_constant_field_names)
     batch = torch.utils.data.default_collate([ds[i] for i in range(n_traj)])
     trainer = types.SimpleNamespace(dset_norm=norm, is_delta=is_delta, max_rollout_steps=STEPS, device=torch.device("cpu"))
@@ -179,7 +178,6 @@ def test_tucker_rank_is_tensorlys():
     for shape in [(128, 128, 16, 9), (128, 128, 16, 16, 9), (8, 8, 6, 3), (8, 8, 6, 4, 3), (3, 5, 7)]:
         assert tucker_rank(shape, 1.0) == list(validate_tucker_rank(shape, rank=1.0)), shape
         assert tucker_rank(shape, 0.5) == list(validate_tucker_rank(shape, rank=0.5)), shape
-    assert np.isfinite(tucker_rank((4, 4), 1.0)).all()
 
 
 def fake_hub_cache(cache, repo: str, source_dir) -> None:
@@ -214,7 +212,7 @@ def test_load_the_published_config_from_the_hub_cache_offline(tmp_path, monkeypa
     assert converted.preset == "well-fno-shear_flow" and "**0.4450**" in converted.card
     assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in well.parameters()) == 19_011_716
 
-    stats = yaml.safe_load(open(STATS_DIR / "shear_flow.yaml"))
+    stats = yaml.safe_load((STATS_DIR / "shear_flow.yaml").read_text())
     norm = ZScoreNormalization(stats, ["tracer", "pressure", "velocity"], [])
     mean, std = torch.tensor(norm.flattened_means["variable"]), torch.tensor(norm.flattened_stds["variable"])
     x = (mean + std * torch.randn(1, 4, 32, 64, 4, dtype=torch.float64)).float()  # [B, T, *S, C] physical
