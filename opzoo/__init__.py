@@ -22,7 +22,7 @@ from .errors import (
 from .hookspecs import hookimpl
 from .interfaces import Backbone, Block, FeedForward, IdentityStreams, Mixer, Residual, StreamAdapter
 from .layers.grid import append_grid
-from .models.io_layout import DimMap
+from .models.io_layout import DimMap, time_channel_index
 from .models.pot import PotConfig
 from .models.pot_sizes import POT_SIZES, PotSize, micro_pretrained_cfg, pot_micro_preset_args, pot_preset_args
 from .plugins import get_plugin_host, get_registry, reset_plugins
@@ -42,7 +42,7 @@ def __getattr__(name):
 __all__ = [
     "__version__", "load", "list_models", "create_model", "from_pretrained", "save_pretrained", "push_to_hub",
     "hookimpl", "get_registry", "get_plugin_host", "reset_plugins", "Registry", "PretrainedSource",
-    "ModelConfig", "build_dataclass", "PotConfig", "PotSize", "POT_SIZES", "DimMap", "Backbone", "Mixer", "FeedForward", "Block", "Residual", "StreamAdapter", "IdentityStreams", "Router", "Routing",
+    "ModelConfig", "build_dataclass", "PotConfig", "PotSize", "POT_SIZES", "DimMap", "time_channel_index", "Backbone", "Mixer", "FeedForward", "Block", "Residual", "StreamAdapter", "IdentityStreams", "Router", "Routing",
     "ConvertedCheckpoint", "convert_to_repo", "safe_torch_load", "append_grid", "pot_preset_args", "pot_micro_preset_args", "micro_pretrained_cfg",
     "OpzooError", "UnknownNameError", "RegistryConflictError", "ConfigError", "WeightsError", "HubError",
     "CheckpointError", "OptimizerHook", "StepContext", "SpectralLayer", "SpectralWeight", "find_spectral_weights",
