@@ -35,8 +35,9 @@ def _preset_info(name: str, overrides: dict) -> tuple[dict, object]:
         "aliases": list(preset.aliases),
         "backbone": preset.backbone,
         "plugin": preset.owner,
-        "pretrained": None if src is None else {"repo_id": src.repo_id, "filename": src.filename,
-                                                 "revision": src.revision, "converter": src.converter},
+        "pretrained": None if src is None else {"location": src.location, "repo_id": src.repo_id,
+                                                 "filename": src.filename, "revision": src.revision,
+                                                 "converter": src.converter},
         "pretrained_cfg": dict(preset.pretrained_cfg),
     }, model
 
@@ -83,7 +84,7 @@ def cmd_info(args) -> int:
     elif "source" in src:
         weights = f"loaded from {src['source']}"
     else:
-        weights = src["repo_id"] + (" / " + src["filename"] if src["filename"] else "")
+        weights = src["location"] + (" / " + src["filename"] if src["filename"] else "")
     print(f"  weights:    {weights}")
     print("  config:")
     for k, v in info["config"].items():
