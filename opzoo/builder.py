@@ -31,16 +31,18 @@ LOCAL_DIR_PREFIX = "local-dir:"
 
 # ---- building ----------------------------------------------------------------------------------
 def build_model(backbone: str, args: Mapping[str, Any], source: str, overrides: Mapping[str, Any] | None = None,
-                pretrained_cfg: Mapping[str, Any] | None = None, preset_name: str | None = None) -> "Backbone":
+                pretrained_cfg: Mapping[str, Any] | None = None, preset_name: str | None = None,
+                override_source: str = "override") -> "Backbone":
     """Registered backbone ``backbone`` built from config fields ``args`` (random weights).
 
-    ``overrides`` replace fields afterwards (type-checked the same way); ``source`` names where the
-    args came from in errors. ``pretrained_cfg`` and ``preset_name`` are recorded on the model.
+    ``overrides`` replace fields afterwards (type-checked the same way); ``source`` and
+    ``override_source`` name where each came from in errors. ``pretrained_cfg`` and ``preset_name``
+    are recorded on the model.
     """
     cls = get_registry().get("backbone", backbone)
     config = cls.config_class.from_dict(args, source=source)
     if overrides:
-        config = config.replace(source=f"override of {source}", **overrides)
+        config = config.replace(source=override_source, **overrides)
     model = cls(config)
     model.pretrained_cfg = dict(pretrained_cfg or {})
     model.preset_name = preset_name
@@ -60,7 +62,7 @@ def create_model(backbone: str, **args: Any) -> "Backbone":
 def build_preset(preset: Preset, overrides: Mapping[str, Any] | None = None) -> "Backbone":
     """Preset ``preset`` with config ``overrides`` (random weights)."""
     return build_model(preset.backbone, preset.args, f"preset {preset.name}", overrides,
-                       {"preset": preset.name, **preset.pretrained_cfg}, preset.name)
+                       {"preset": preset.name, **preset.pretrained_cfg}, preset.name, f"override of {preset.name}")
 
 
 # ---- weights of presets and foreign checkpoints ----------------------------------------------------
