@@ -54,7 +54,7 @@ class PluginHost:
         self._owner: dict[int, str] = {}
         self._allowed = allowed
         self._entry_points = entry_points
-        self._register(builtins, CORE_NAME)
+        self._register(builtins, CORE_NAME, name=CORE_NAME)
         self._discover()
         self.registry = Registry()
         self._fill(self.registry)

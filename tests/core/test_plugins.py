@@ -143,7 +143,7 @@ def test_the_core_registers_through_its_own_hook_implementation_first():
     from opzoo.registry import get_registry
 
     host = PluginHost(allowed={"opzoo-fourier"})
-    assert host.pm.is_registered(builtins)
+    assert host.pm.get_plugin("opzoo") is builtins
     for hook in (host.pm.hook.opzoo_register_components, host.pm.hook.opzoo_register_models):
         assert hook.get_hookimpls()[0].plugin is builtins
     assert host.registry.owner("backbone", "pot") == "opzoo"
