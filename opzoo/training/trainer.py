@@ -393,13 +393,11 @@ class Trainer:
         weights = full_state_dict(self.wrapped, self.env, "fsdp")
         if not self.env.is_main:
             return None
-        from ..builder import build_model
-        from ..registry import get_registry
-
         model = self.model
-        copy = build_model(get_registry().backbone_name(type(model)), model.config.to_dict(), "FSDP export",
-                           pretrained_cfg=getattr(model, "pretrained_cfg", {}), preset_name=getattr(model, "preset_name", None))
+        copy = type(model)(model.config)
         copy.load_state_dict(weights)
+        copy.preset_name = getattr(model, "preset_name", None)
+        copy.pretrained_cfg = dict(getattr(model, "pretrained_cfg", {}))
         wrapped, self.wrapped = self.wrapped, copy
         try:
             return self.export(out)
