@@ -23,6 +23,8 @@ from .model_card import render_card
 from .registry import Preset, PretrainedSource, get_registry
 
 if TYPE_CHECKING:
+    import torch
+
     from .interfaces import Backbone
 
 HF_HUB_PREFIX = "hf-hub:"
@@ -142,7 +144,7 @@ def push_to_hub(
 
 
 def from_pretrained(
-    repo_or_dir: str | os.PathLike, revision: str | None = None, *, device: str | Any | None = None,
+    repo_or_dir: str | os.PathLike, revision: str | None = None, *, device: "str | torch.device | None" = None,
     **overrides: Any,
 ) -> "Backbone":
     """Load an opzoo repo from a local directory or the Hub (``revision``: branch, tag or commit).
