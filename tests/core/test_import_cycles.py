@@ -5,6 +5,11 @@ Every ``import``/``from ... import`` counts, at module level or inside a functio
 (they never run). ``from pkg import name`` is an import of
 ``pkg.name`` when that is a module, else of ``pkg``. Importing ``a.b`` also runs ``a/__init__``, but
 that implicit edge is not counted: every module would otherwise "import" its package.
+
+The two synthetic packages below show the check failing; run on the core as it was before issue 24
+(commit 3c6ffcb) it reports the two circles the issue names: twelve modules around
+``plugins -> builtins -> backbones -> plugins`` (with ``interfaces <-> hub`` and
+``interfaces <-> routing``), and ``checkpoints <-> factory``.
 """
 
 from __future__ import annotations
