@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .factory import load
+from .builder import load
 from .training.build import model_resolution
 from .training.data import Adapt, H5Trajectories, split
 from .training.evaluate import DatasetResult, evaluate_dataset

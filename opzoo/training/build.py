@@ -8,7 +8,7 @@ from pathlib import Path
 from torch import nn
 
 from ..errors import ConfigError
-from ..factory import create_model, load
+from ..builder import create_model, load
 from ..plugins import get_registry
 from .adapt import SHAPE_FIELDS
 from .config import RunConfig

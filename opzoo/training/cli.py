@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from ..cli import command_group_main, parse_overrides
+from ..cli_common import command_group_main, parse_overrides
 
 
 def _is_main() -> bool:
@@ -64,7 +64,7 @@ def cmd_finetune(args) -> int:
 
 
 def _load_model(name: str, pretrained: bool):
-    from ..factory import load
+    from ..builder import load
 
     return load(name, pretrained=pretrained).eval()
 

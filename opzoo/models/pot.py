@@ -1,35 +1,38 @@
-"""The POT backbone shared by DPOT, AOT-POT and NESTOR (DESIGN §6.1).
+"""The POT backbone (POT = "PDE operator transformer", DPOT's backbone), shared by DPOT, AOT-POT
+and NESTOR (DESIGN §6.1).
 
 ``[B, *S, T_in, C_in] -> [B, *S, T_out, C_out]`` for ``len(S) == spatial_dims`` (2 or 3):
-grid channels, per-time-step patch embedding, positional embedding, time aggregation, ``depth``
-blocks built from registry components (Mixer, Residual), a classification head and the
-output head. The block layout, mixer, feed-forward and residual are registry components named in
-the config (``block``, ``mixer``, ``feedforward``, ``residual``, each with its ``*_args``). With
-``block="dpot"``, the ``fourier-attention`` mixer and the ``mlp`` feed-forward it is DPOT's network,
-parameter for parameter; ``block="sandwich"`` is AOT-POT's two-sub-layer layout (DESIGN §6.3).
+grid channels (``layers.grid``), per-time-step patch embedding (``layers.patch_embed``), positional
+embedding, time aggregation (``layers.time_agg``), ``depth`` blocks built from registry components,
+a classification head and the output head. The block layout, mixer, feed-forward and residual are
+registry components named in the config (``block``, ``mixer``, ``feedforward``, ``residual``, each
+with its ``*_args``). With ``block="dpot"``, the ``fourier-attention`` mixer and the ``mlp``
+feed-forward it is DPOT's network, parameter for parameter; ``block="sandwich"`` is AOT-POT's
+two-sub-layer layout (DESIGN §6.3), ``block="nestor"`` NESTOR's nested-MoE block (opzoo-moe), and
+``residual="aot"`` AOT's hyper-connections (opzoo-aot). Preset sizes: :mod:`opzoo.models.pot_sizes`.
 
 The latent between blocks is channels-last, ``[B, *S/p, D]``, as every Mixer expects.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-from typing import Any, Literal
+from typing import Any, Literal, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
 from timm.layers import trunc_normal_
 from torch import Tensor, nn
-from torch.autograd.function import once_differentiable
 
 from ..config import ModelConfig
 from ..errors import ConfigError, WeightsError
-from ..grid import append_grid
 from ..interfaces import Backbone, Block, FeedForward, Mixer, Residual
-from ..layers import ACTIVATIONS, ChannelsLastGroupNorm, make_activation
-from ..plugins import get_registry
-from .blocks import DpotBlock, SandwichBlock
+from ..layers.grid import append_grid
+from ..layers.norm_act import ChannelsLastGroupNorm, make_activation
+from ..layers.patch_embed import PatchEmbed, conv_nd, conv_transpose_nd
+from ..layers.time_agg import TimeAggregator, fold_time_weights
+from ..registry import get_registry
+from .io_layout import DimMap, fields_then_grid_index, newest_aligned_index, prefix_index, time_channel_index
 
 
 @dataclasses.dataclass
@@ -101,190 +104,6 @@ class PotConfig(ModelConfig):
         return make_activation(self.act)
 
 
-# DPOT's pretraining setup, shared by every preset on the POT backbone (DESIGN §6.2): 128x128 inputs
-# of 4 channels and 10 steps, patch 8, 32 Fourier modes, 12 dataset classes
-_DPOT_SETUP: dict[str, Any] = dict(
-    in_channels=4, out_channels=4, in_timesteps=10, out_timesteps=1,
-    spatial_dims=2, img_size=[128, 128], patch_size=8, n_cls=12,
-    act="gelu", time_agg="exp_mlp", normalize=False, block="dpot",
-    mixer="fourier-attention", residual="plain", residual_args={},
-)
-
-
-def pot_preset_args(width: int, depth: int, n_blocks: int, mlp_ratio: float, out_layer_dim: int,
-                    **overrides: Any) -> dict[str, Any]:
-    """The config of a POT preset at DPOT's dims (a row of DESIGN §6.2's table) and pretraining
-    setup: DPOT's network by default; ``overrides`` replace fields, e.g. ``block="sandwich",
-    residual="aot"``. ``n_blocks`` is the Fourier-attention head count (``mixer_args``)."""
-    unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(PotConfig)})
-    if unknown:
-        raise ConfigError(f"pot_preset_args: unknown POT config field(s) {', '.join(map(repr, unknown))}")
-    args = copy.deepcopy(_DPOT_SETUP)  # callers may edit the lists and dicts they get
-    args.update(width=width, depth=depth, mlp_ratio=mlp_ratio, out_layer_dim=out_layer_dim,
-                mixer_args={"n_blocks": n_blocks, "modes": 32})
-    args.update(overrides)  # mixer_args too
-    return args
-
-
-# The micro pretraining setup (configs/micro/, docs/micro.md) of every plugin's *-micro preset, so
-# that their weights come from the same data, budget and seed and compare directly: DPOT's network
-# at D128, depth 4, 4 heads, on 32x32 inputs of 2 channels, patch 4, 8 modes, normalized per sample
-_MICRO_SIZE = (128, 4, 4, 1.0, 32)  # D, depth, heads, mlp_ratio, out_layer_dim
-_MICRO_SETUP: dict[str, Any] = dict(in_channels=2, out_channels=2, in_timesteps=10, img_size=[32, 32], patch_size=4,
-                                    mixer_args={"n_blocks": 4, "modes": 8}, normalize=True)
-_MICRO_PRETRAINED_CFG: dict[str, Any] = dict(
-    channels=2, resolution=[32, 32], in_timesteps=10, datasets=["ns-nu1e-3", "ns-nu1e-4", "diffusion-reaction", "swe"],
-    normalization="inside the model (normalize=True: each sample's channels standardized over space and time, the "
-                  "output de-standardized); raw generated fields, 1-field datasets padded with 1.0 and masked",
-)
-
-
-def pot_micro_preset_args(**overrides: Any) -> dict[str, Any]:
-    """The config of a micro preset on the POT backbone (the shared micro setup above); ``overrides``
-    replace fields as in :func:`pot_preset_args`, e.g. ``block="sandwich", residual="aot"``."""
-    return pot_preset_args(*_MICRO_SIZE, **{**copy.deepcopy(_MICRO_SETUP), **overrides})
-
-
-def micro_pretrained_cfg() -> dict[str, Any]:
-    """The ``pretrained_cfg`` of a micro preset: the data its weights were pretrained on."""
-    return copy.deepcopy(_MICRO_PRETRAINED_CFG)
-
-
-def _conv(spatial_dims: int) -> type[nn.Module]:
-    return nn.Conv2d if spatial_dims == 2 else nn.Conv3d
-
-
-def _conv_transpose(spatial_dims: int) -> type[nn.Module]:
-    return nn.ConvTranspose2d if spatial_dims == 2 else nn.ConvTranspose3d
-
-
-class PatchEmbed(nn.Module):
-    """Per-time-step patchify: ``[N, C_in+d+1, *S] -> [N, D, *S/p]``.
-
-    ``proj`` = Conv(k=p, stride p) -> act -> Conv(1x1), hidden width ``C_out*p + 3`` as in DPOT.
-    """
-
-    def __init__(self, cfg: PotConfig):
-        super().__init__()
-        conv = _conv(cfg.spatial_dims)
-        in_chans = cfg.in_channels + cfg.spatial_dims + 1
-        hidden = cfg.out_channels * cfg.patch_size + 3
-        self.proj = nn.Sequential(
-            conv(in_chans, hidden, kernel_size=cfg.patch_size, stride=cfg.patch_size),
-            make_activation(cfg.act),
-            conv(hidden, cfg.width, kernel_size=1, stride=1),
-        )
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.proj(x)
-
-    def hidden_channels_last(self, x: Tensor) -> Tensor:
-        """``act(Conv_p(x))`` on channels-last frames: ``[B, *S, T, C_in+d+1] -> [B, *S/p, T, hidden]``.
-
-        A conv with kernel = stride = p is one GEMM over non-overlapping patches: one layout copy
-        of the input instead of the conv's im2col and its slow weight-gradient kernel.
-        """
-        conv, act = self.proj[0], self.proj[1]
-        p = conv.kernel_size[0]
-        d = x.ndim - 3
-        b, *sizes, t, c = x.shape
-        split = [n for s in sizes for n in (s // p, p)]
-        x = x.reshape(b, *split, t, c)
-        # [B, (n_i, p)..., T, C] -> [B, n_1.., T, C, p..]: the conv weight's (C, p, .., p) order
-        order = [0, *range(1, 2 * d, 2), 2 * d + 1, 2 * d + 2, *range(2, 2 * d + 1, 2)]
-        patches = x.permute(order).flatten(-(d + 1))                            # [B, *S/p, T, C p^d]
-        return act(F.linear(patches, conv.weight.flatten(1), conv.bias))
-
-
-class TimeAggregator(nn.Module):
-    """DPOT's time aggregation: ``[..., T, D] -> [..., D]``.
-
-    ``exp_mlp``: ``out[..., j] = sum_t sum_i w[t, i, j] * x[..., t, i] * cos(t_lin @ gamma)[t, i]``
-    with ``t_lin = linspace(0, 1, T)``; ``mlp``: the same without the cosine factor.
-    """
-
-    def __init__(self, timesteps: int, dim: int, kind: str = "exp_mlp"):
-        super().__init__()
-        self.kind = kind
-        self.w = nn.Parameter(torch.randn(timesteps, dim, dim) / (timesteps * dim**0.5))
-        if kind == "exp_mlp":
-            self.gamma = nn.Parameter(2 ** torch.linspace(-10, 10, dim).unsqueeze(0))
-
-    def time_embedding(self, timesteps: int, device, dtype) -> Tensor:
-        """``cos(t @ gamma)``: ``[T, D]``."""
-        t = torch.linspace(0, 1, timesteps, device=device, dtype=dtype).unsqueeze(-1)
-        return torch.cos(t @ self.gamma.to(dtype))
-
-    def cosine(self) -> Tensor:
-        """The factor on each input (step, channel): ``cos(t_lin @ gamma)`` for ``exp_mlp``, ones for
-        ``mlp``: ``[T, D]``."""
-        t = self.w.shape[0]
-        if self.kind != "exp_mlp":
-            return self.w.new_ones(t, self.w.shape[1])
-        return self.time_embedding(t, self.w.device, self.w.dtype)
-
-    def forward(self, x: Tensor) -> Tensor:
-        t, d = x.shape[-2:]
-        if t != self.w.shape[0]:
-            raise ValueError(f"time aggregation was built for {self.w.shape[0]} input steps, got {t}")
-        if self.kind == "exp_mlp":
-            x = x * self.time_embedding(t, x.device, x.dtype)
-        return x.flatten(-2) @ self.w.reshape(t * d, d)
-
-
-class _FoldTimeWeights(torch.autograd.Function):
-    """:func:`fold_time_weights` with a backward that writes the ``[T, D, D]`` gradient of ``w`` once.
-
-    Autograd of the same expressions makes two ``w``-sized gradients and sums them (and ``w * c``
-    materializes a third ``w``-sized tensor): at D = 1024 each is 40 MiB of fresh pages per step.
-    """
-
-    @staticmethod
-    def forward(ctx, proj: Tensor, cos: Tensor, w: Tensor) -> tuple[Tensor, Tensor]:
-        scaled = proj.unsqueeze(0) * cos.unsqueeze(1)                     # [T, hidden, D]
-        # per row i: cos[:, i] @ w[:, i, :], one strided bmm that reads w once
-        summed = torch.bmm(cos.t().unsqueeze(1), w.transpose(0, 1)).squeeze(1)
-        ctx.save_for_backward(proj, cos, w, scaled)
-        return torch.bmm(scaled, w), summed
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_mixed: Tensor | None, grad_summed: Tensor | None):
-        proj, cos, w, scaled = ctx.saved_tensors
-        # under autocast the forward's products were bf16/fp16; the backward runs in the weights' dtype
-        grad_mixed, grad_summed = (None if g is None else g.to(w.dtype) for g in (grad_mixed, grad_summed))
-        grad_scaled = grad_w = grad_cos = None
-        if grad_summed is not None:
-            # d summed[i, j] / d w[t, i, j] = c[t, i]; d / d c[t, i] = sum_j g[i, j] w[t, i, j]
-            grad_w = cos.unsqueeze(-1) * grad_summed
-            grad_cos = torch.stack([(w_t * grad_summed).sum(-1) for w_t in w])
-        if grad_mixed is not None:
-            grad_scaled = torch.bmm(grad_mixed, w.transpose(1, 2))           # [T, hidden, D]
-            if grad_w is None:
-                grad_w = torch.bmm(scaled.transpose(1, 2), grad_mixed)
-            else:
-                grad_w.baddbmm_(scaled.transpose(1, 2), grad_mixed)
-        grad_proj = None
-        if grad_scaled is not None:
-            grad_proj = (grad_scaled * cos.unsqueeze(1)).sum(0)
-            from_scaled = (grad_scaled * proj.unsqueeze(0)).sum(1)
-            grad_cos = from_scaled if grad_cos is None else grad_cos + from_scaled
-        if grad_cos is None:
-            grad_cos = torch.zeros_like(cos)
-        return grad_proj, grad_cos, grad_w
-
-
-def fold_time_weights(proj: Tensor, cos: Tensor, w: Tensor) -> tuple[Tensor, Tensor]:
-    """The time aggregation folded into the patch embedding's 1x1 conv (``PotBackbone.embed_aggregated``).
-
-    ``proj [hidden, D]`` (``W2^T``), ``cos [T, D]``, ``w [T, D, D]`` -> ``mixed [T, hidden, D]``
-    with ``mixed[t] = proj diag(cos[t]) w[t]``, and ``summed [D, D] = sum_t diag(cos[t]) w[t]``.
-    """
-    if torch.compiler.is_compiling():  # the same expressions, for the compiler to fuse
-        return torch.bmm(proj.unsqueeze(0) * cos.unsqueeze(1), w), (w * cos.unsqueeze(-1)).sum(0)
-    return _FoldTimeWeights.apply(proj, cos, w)
-
-
 class PotBackbone(Backbone):
     """``[B, *S, T_in, C_in] -> [B, *S, T_out, C_out]``; ``S`` any multiple of ``patch_size``.
 
@@ -298,8 +117,9 @@ class PotBackbone(Backbone):
         super().__init__(config)
         c = config
         c.check()
-        conv, conv_t = _conv(c.spatial_dims), _conv_transpose(c.spatial_dims)
-        self.patch_embed = PatchEmbed(c)
+        conv, conv_t = conv_nd(c.spatial_dims), conv_transpose_nd(c.spatial_dims)
+        self.patch_embed = PatchEmbed(c.in_channels + c.spatial_dims + 1, c.out_channels * c.patch_size + 3, c.width,
+                                      c.patch_size, c.spatial_dims, c.act)
         grid = [s // c.patch_size for s in c.img_size]
         self.pos_embed = nn.Parameter(torch.zeros(1, c.width, *grid))
         self.time_agg = TimeAggregator(c.in_timesteps, c.width, c.time_agg)
@@ -409,6 +229,26 @@ class PotBackbone(Backbone):
     def forward(self, x: Tensor) -> Tensor:
         return self.forward_with_class(x)[0]
 
+    # ---- adapting to other data (opzoo.training.adapt_model) ------------------------------
+    @classmethod
+    def io_layout(cls, old: PotConfig, new: PotConfig) -> Mapping[str, Sequence[DimMap] | str]:
+        """The data-shaped tensors: the patch embedding reads the fields then ``d + 1`` grid channels
+        and has hidden width ``C_out*p + 3``; the time weights are per input step; the head writes
+        ``T_out*C_out`` rows (time-major); ``pos_embed`` is resized to a new resolution."""
+        d = new.spatial_dims
+        hidden = prefix_index(new.out_channels * new.patch_size + 3, old.out_channels * old.patch_size + 3)
+        out_rows = time_channel_index(new.out_timesteps, new.out_channels, old.out_timesteps, old.out_channels)
+        return {
+            "patch_embed.proj.0.weight": [DimMap(0, hidden),
+                                          DimMap(1, fields_then_grid_index(new.in_channels, old.in_channels, d + 1), "zero")],
+            "patch_embed.proj.0.bias": [DimMap(0, hidden)],
+            "patch_embed.proj.2.weight": [DimMap(1, hidden, "zero")],
+            "time_agg.w": [DimMap(0, newest_aligned_index(new.in_timesteps, old.in_timesteps))],
+            "pos_embed": "resize",
+            "out_head.4.weight": [DimMap(0, out_rows)],
+            "out_head.4.bias": [DimMap(0, out_rows)],
+        }
+
     # ---- 2D -> 3D ------------------------------------------------------------------------
     def load_inflated_2d(self, state_dict_2d: dict[str, Tensor]) -> None:
         """Start this 3D model from a 2D POT state dict (DPOT App. A.1: same Fourier-attention,
@@ -463,5 +303,4 @@ def _init_linear(module: nn.Module) -> None:
             nn.init.zeros_(module.bias)
 
 
-__all__ = ["PotConfig", "PotBackbone", "pot_preset_args", "DpotBlock", "SandwichBlock", "TimeAggregator", "PatchEmbed",
-           "ChannelsLastGroupNorm", "ACTIVATIONS", "make_activation"]
+__all__ = ["PotConfig", "PotBackbone"]

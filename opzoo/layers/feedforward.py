@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from timm.layers import Mlp
 
-from .interfaces import FeedForward
-from .layers import make_activation
+from ..interfaces import FeedForward
+from .norm_act import make_activation
 
 
 class MlpFeedForward(Mlp, FeedForward):

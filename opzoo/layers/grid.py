@@ -1,4 +1,4 @@
-"""Coordinate channels appended to the input frames, as DPOT and FNO do."""
+"""Coordinate channels appended to the input frames, as DPOT and FNO do (public as ``opzoo.append_grid``)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from timm.layers import Mlp
 from torch import Tensor
 
-from .interfaces import Mixer
+from ..interfaces import Mixer
 
 
 class PointwiseMLPMixer(Mixer):

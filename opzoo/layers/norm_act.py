@@ -1,11 +1,11 @@
-"""Small layers shared by the POT backbone, its blocks and feed-forward sub-layers."""
+"""Activations from DPOT's table and a channels-last GroupNorm, shared by the POT backbone and its sub-layers."""
 
 from __future__ import annotations
 
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 # DPOT's ACTIVATION table (official code), as classes
 ACTIVATIONS: dict[str, type[nn.Module]] = {

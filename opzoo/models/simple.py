@@ -13,9 +13,9 @@ from timm.layers import Mlp
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from ..grid import append_grid
+from ..layers.grid import append_grid
 from ..interfaces import Backbone
-from ..plugins import get_registry
+from ..registry import get_registry
 
 
 @dataclasses.dataclass
