@@ -87,9 +87,10 @@ def pretrained_file(source: PretrainedSource, filename: str | None = None) -> It
         yield Path(path)
 
 
-def convert_file(converter: str, path: str | os.PathLike) -> ConvertedCheckpoint:
-    """Run registered converter ``converter`` on foreign checkpoint ``path``."""
-    return get_registry().get("converter", converter)(Path(path))
+def convert_file(converter: str, path: str | os.PathLike, **options: Any) -> ConvertedCheckpoint:
+    """Run registered converter ``converter`` on foreign checkpoint ``path``; ``options`` are its keyword
+    arguments (a preset's ``PretrainedSource.converter_options``, or ``opzoo convert``'s flags)."""
+    return get_registry().get("converter", converter)(Path(path), **options)
 
 
 def load_preset_weights(model: "Backbone", preset: Preset) -> None:
@@ -104,32 +105,41 @@ def load_preset_weights(model: "Backbone", preset: Preset) -> None:
         if src.converter is None:
             load_weights(model, path)
         else:
-            converted = convert_file(src.converter, path)
+            converted = convert_file(src.converter, path, **src.converter_options)
             load_state_dict_strict(model, converted.state_dict, f"{path} (converted by {src.converter!r})")
 
 
-def convert_to_repo(converter: str, path: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
-    """Convert a foreign checkpoint and write an opzoo repo (config.json, model.safetensors, README.md)."""
-    converted = convert_file(converter, path)
+def convert_to_repo(converter: str, path: str | os.PathLike, out_dir: str | os.PathLike, **options: Any) -> Path:
+    """Convert a foreign checkpoint and write an opzoo repo (config.json, model.safetensors, README.md).
+
+    ``options`` go to the converter. The card is the converter's (``ConvertedCheckpoint.card``), else
+    its preset's.
+    """
+    converted = convert_file(converter, path, **options)
     preset = converted.preset
     model = build_model(converted.architecture, converted.model_args, f"{path} (converted by {converter!r})",
                         pretrained_cfg={**({"preset": preset} if preset else {}), **converted.pretrained_cfg},
                         preset_name=preset)
     load_state_dict_strict(model, converted.state_dict, f"{path} (converted by {converter!r})")
-    return save_pretrained(model, out_dir)
+    return _write_model_repo(model, out_dir, converted.card)
 
 
 # ---- saved repos ---------------------------------------------------------------------------------
 def save_pretrained(model: "Backbone", save_directory: str | os.PathLike) -> Path:
     """Write config.json, model.safetensors and README.md (the preset's model card, filled in) into
     ``save_directory``; a failure leaves any earlier repo there as it was."""
+    return _write_model_repo(model, save_directory)
+
+
+def _write_model_repo(model: "Backbone", save_directory: str | os.PathLike, card: str | None = None) -> Path:
+    """:func:`save_pretrained` with card template ``card`` (default: the model's preset's card, if any)."""
     registry = get_registry()
     architecture = registry.backbone_name(type(model))
     name = getattr(model, "preset_name", None)
-    card = registry.preset(name).card if name and registry.has_preset(name) else None
-    template = card.read_text(encoding="utf-8") if card is not None else None
+    if card is None and name and registry.has_preset(name) and registry.preset(name).card is not None:
+        card = registry.preset(name).card.read_text(encoding="utf-8")
     document = config_document(architecture, model.config, model.pretrained_cfg)
-    return write_repo(model, save_directory, document, render_card(model, architecture, template))
+    return write_repo(model, save_directory, document, render_card(model, architecture, card))
 
 
 def push_to_hub(

@@ -1,8 +1,8 @@
 """Foreign checkpoints: safe unpickling-free loading and what a converter returns.
 
 A converter, registered with ``registry.register_converter(name, fn)``, is a callable
-``fn(path) -> ConvertedCheckpoint`` that reads a foreign checkpoint (e.g. the official DPOT
-``.pth``) and returns opzoo weights with the architecture and config they fit; the builder
+``fn(path, **options) -> ConvertedCheckpoint`` that reads a foreign checkpoint (e.g. the official
+DPOT ``.pth``) and returns opzoo weights with the architecture and config they fit; the builder
 (:func:`opzoo.builder.convert_to_repo`, ``opzoo.load(..., pretrained=True)``) runs it.
 """
 
@@ -27,6 +27,7 @@ class ConvertedCheckpoint:
     state_dict: dict[str, torch.Tensor]
     pretrained_cfg: dict[str, Any] = dataclasses.field(default_factory=dict)
     preset: str | None = None
+    card: str | None = None  # a model card template (opzoo.model_card) for the repo; default: the preset's
 
 
 def safe_torch_load(path: str | os.PathLike, allow: Iterable[type] = ()) -> Any:

@@ -121,7 +121,8 @@ def cmd_export(args) -> int:
 def cmd_convert(args) -> int:
     from .builder import convert_to_repo
 
-    out = convert_to_repo(args.converter, args.file, args.out)
+    options = {"dataset": args.dataset} if args.dataset else {}
+    out = convert_to_repo(args.converter, args.file, args.out, **options)
     print(f"converted {args.file} with {args.converter!r} -> {out}")
     return 0
 
@@ -169,9 +170,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("convert", help="convert a foreign checkpoint into an opzoo repo")
-    p.add_argument("converter", help="registered converter, e.g. 'dpot'")
-    p.add_argument("file")
+    p.add_argument("converter", help="registered converter, e.g. 'dpot' or 'the-well'")
+    p.add_argument("file", help="the foreign checkpoint (a file, or a directory for 'the-well')")
     p.add_argument("out")
+    p.add_argument("--dataset", help="the data set the checkpoint was trained on, for converters that need it "
+                                     "(the-well: e.g. shear_flow)")
     p.set_defaults(func=cmd_convert)
 
     p = sub.add_parser("push", help="upload an opzoo repo directory to the Hugging Face Hub")

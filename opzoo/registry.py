@@ -30,7 +30,8 @@ class PretrainedSource:
     """Where a preset's weights live: a Hub repo (``repo_id``) or a directory (``directory``).
 
     With ``converter=None`` the files are an opzoo repo's (``model.safetensors``, or ``filename``);
-    otherwise ``filename`` is a foreign checkpoint turned into opzoo weights by the named converter.
+    otherwise ``filename`` is a foreign checkpoint turned into opzoo weights by the named converter,
+    called with ``converter_options`` as keyword arguments (e.g. the data set a checkpoint was trained on).
     ``directory`` is a local path or a package resource (``importlib.resources.files(pkg) / "dir"``),
     for weights that ship inside a plugin; :meth:`package` builds one. Both kinds are resolved to
     local files by :func:`opzoo.builder.pretrained_file` and then loaded by the same code.
@@ -41,6 +42,7 @@ class PretrainedSource:
     revision: str | None = None
     converter: str | None = None
     directory: Traversable | Path | None = None
+    converter_options: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         if (self.repo_id is None) == (self.directory is None):
@@ -138,7 +140,7 @@ class Registry:
         return self.register("optimizer_hook", name, obj)
 
     def register_converter(self, name: str, fn: Callable) -> Callable:
-        """``fn(path) -> ConvertedCheckpoint`` turns a foreign checkpoint into opzoo weights."""
+        """``fn(path, **options) -> ConvertedCheckpoint`` turns a foreign checkpoint into opzoo weights."""
         return self.register("converter", name, fn)
 
     def get(self, kind: str, name: str) -> Any:

@@ -74,9 +74,23 @@ def _adapt_for(model, data_paths: Sequence[str], resolution):
     from .data import Adapt, H5Trajectories
 
     sources = [H5Trajectories(p) for p in data_paths]
+    fields = getattr(model, "pretrained_cfg", {}).get("fields")
+    if fields and getattr(model.config, "in_channels", None) == len(fields):  # a model that names its channels
+        for src in sources:
+            src.select_channels(fields)
     res = tuple(resolution) if resolution else (model_resolution(model) or sources[0].spatial)
     c = model.config
     return Adapt(res, c.in_channels, c.in_timesteps, c.out_timesteps), sources
+
+
+def _vrmse_fields(model, src) -> dict[str, int] | None:
+    """The channels VRMSE is reported for, by name: a model that names its time-varying fields gets
+    those; otherwise every channel of the file (padded channels have none)."""
+    names = src.channel_names
+    wanted = model.pretrained_cfg.get("time_varying_fields") or names
+    if len(set(names)) != len(names):
+        return None  # unnamed or ambiguous channels: evaluate_dataset numbers them
+    return {n: names.index(n) for n in wanted}
 
 
 def cmd_eval(args) -> int:
@@ -90,8 +104,11 @@ def cmd_eval(args) -> int:
     for path, src in zip(args.data, sources):
         name = Path(path).stem
         r, (truth, pred) = evaluate_dataset(model, name, src, adapt, args.horizon, batch_size=args.batch_size,
-                                            max_trajectories=args.max_trajectories, keep_first=True)
+                                            max_trajectories=args.max_trajectories, keep_first=True,
+                                            vrmse_fields=_vrmse_fields(model, src))
         results.append(r)
+        for fname, v in r.vrmse.items():
+            print(f"{name}: VRMSE {fname}: " + ", ".join(f"{k} {x:.4g}" for k, x in v.items()))
         plot_rollout_panels(truth, pred, args.plot_steps, out / f"{name}-panels.png", channel=args.channel,
                             title=f"{name}, trajectory 0")
         print(f"{name}: l2 full {r.l2_full:.4g} over {r.n_trajectories} trajectories, horizon {r.horizon}")

@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 
 from .data import Adapt, H5Trajectories
 from .losses import l2_full, l2_per_step
+from .vrmse import vrmse, vrmse_summary
 
 
 @dataclass
@@ -26,6 +27,7 @@ class DatasetResult:
     horizon: int
     l2_full_per_trajectory: list[float] = field(default_factory=list)
     expert_load: dict[str, list[float]] = field(default_factory=dict)  # router name -> share per expert (models with routers)
+    vrmse: dict[str, dict[str, float]] = field(default_factory=dict)  # field -> one_step/all/windows (The Well's metric)
 
 
 @torch.no_grad()
@@ -53,26 +55,33 @@ def rollout_trajectories(model: nn.Module, source: H5Trajectories, adapt: Adapt,
 
 def evaluate_dataset(model: nn.Module, name: str, source: H5Trajectories, adapt: Adapt, horizon: int | None = None,
                      batch_size: int = 8, device="cpu", max_trajectories: int | None = None, autocast: bool = False,
-                     keep_first: bool = False):
-    """``DatasetResult`` of one dataset; with ``keep_first`` also ``(truth, pred)`` of its first trajectory."""
+                     keep_first: bool = False, vrmse_fields: dict[str, int] | None = None):
+    """``DatasetResult`` of one dataset; with ``keep_first`` also ``(truth, pred)`` of its first trajectory.
+
+    ``vrmse_fields`` (name -> channel) adds The Well's VRMSE of those channels (default: every valid one).
+    """
     from ..routing import ExpertLoadRecorder
 
     was_training = model.training
     model.eval()
-    fulls, curves, first = [], [], None
+    fulls, curves, vrmses, first = [], [], [], None
     try:
         with ExpertLoadRecorder(model) as recorder:  # which experts this dataset's inputs go to
             for truth, pred, mask in rollout_trajectories(model, source, adapt, horizon, batch_size, device,
                                                           max_trajectories, autocast):
                 fulls.append(l2_full(pred, truth, mask).cpu())
                 curves.append(l2_per_step(pred, truth, mask).cpu())
+                vrmses.append(vrmse(pred, truth).cpu())
                 if keep_first and first is None:
                     first = (truth[0].cpu(), pred[0].cpu())
     finally:
         model.train(was_training)
     full, curve = torch.cat(fulls), torch.cat(curves)
+    if vrmse_fields is None:
+        vrmse_fields = {f"channel {c}": c for c in range(len(mask)) if mask[c]}
+    per_step = torch.cat(vrmses).mean(0)[:, list(vrmse_fields.values())]  # [H, fields]
     result = DatasetResult(name, float(full.mean()), curve.mean(0).tolist(), len(full), curve.shape[1], full.tolist(),
-                           recorder.loads())
+                           recorder.loads(), vrmse_summary(per_step, list(vrmse_fields)))
     return (result, first) if keep_first else result
 
 
@@ -84,7 +93,8 @@ def write_results(results: Sequence[DatasetResult], out_dir: str | os.PathLike, 
     summary = {"l2_full_mean": sum(r.l2_full for r in results) / len(results),
                "datasets": {r.name: {"l2_full": r.l2_full, "per_step": r.per_step, "n_trajectories": r.n_trajectories,
                                      "horizon": r.horizon, "l2_full_per_trajectory": r.l2_full_per_trajectory,
-                                     **({"expert_load": r.expert_load} if r.expert_load else {})}
+                                     **({"expert_load": r.expert_load} if r.expert_load else {}),
+                                     **({"vrmse": r.vrmse} if r.vrmse else {})}
                             for r in results}}
     paths["json"].write_text(json.dumps(summary, indent=2))
     with open(paths["csv"], "w", newline="") as f:
