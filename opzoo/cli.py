@@ -8,7 +8,7 @@ import sys
 from typing import Sequence
 
 from ._version import __version__
-from .cli_common import parse_overrides, run_parser
+from .cli_common import Parser, parse_overrides, run_parser
 
 
 def cmd_list(args) -> int:
@@ -23,7 +23,7 @@ def _preset_info(name: str, overrides: dict) -> tuple[dict, object]:
     """A registered preset (or alias), built on the meta device: no memory, no weights."""
     import torch
 
-    from .builder import build_preset
+    from .builder import build_preset, source_description
     from .plugins import get_registry
 
     preset = get_registry().preset(name)
@@ -37,7 +37,8 @@ def _preset_info(name: str, overrides: dict) -> tuple[dict, object]:
         "plugin": preset.owner,
         "pretrained": None if src is None else {"location": src.location, "repo_id": src.repo_id,
                                                  "filename": src.filename, "revision": src.revision,
-                                                 "converter": src.converter},
+                                                 "converter": src.converter,
+                                                 "description": source_description(src, preset.owner)},
         "pretrained_cfg": dict(preset.pretrained_cfg),
     }, model
 
@@ -80,12 +81,16 @@ def cmd_info(args) -> int:
     print(f"  parameters: {n_params:,}")
     src = info["pretrained"]
     if src is None:
-        weights = "none published"
+        weights = "none published (random init; train it with `opzoo pretrain` or `opzoo finetune --no-pretrained`)"
     elif "source" in src:
         weights = f"loaded from {src['source']}"
     else:
-        weights = src["location"] + (" / " + src["filename"] if src["filename"] else "")
+        weights = src["description"]
     print(f"  weights:    {weights}")
+    lr = info["pretrained_cfg"].get("finetune_lr")
+    if lr is not None:
+        why = info["pretrained_cfg"].get("finetune_lr_source")
+        print(f"  finetune lr: {lr:g} (`opzoo finetune`'s default{'; ' + why if why else ''})")
     print("  config:")
     for k, v in info["config"].items():
         print(f"    {k}: {json.dumps(v)}")
@@ -143,9 +148,9 @@ def cmd_demo(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="opzoo", description="A zoo of neural operators for time-dependent PDEs.")
+    parser = Parser(prog="opzoo", description="A zoo of neural operators for time-dependent PDEs.")
     parser.add_argument("--version", action="version", version=f"opzoo {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
 
     p = sub.add_parser("list", help="list registered models")
     p.add_argument("pattern", nargs="?", default="*", help="fnmatch pattern, e.g. 'dpot-*'")

@@ -7,6 +7,7 @@ its own (also under ``torchrun --nproc_per_node=N -m opzoo.training.cli pretrain
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -52,20 +53,42 @@ def cmd_pretrain(args) -> int:
     return 0
 
 
+def _command_line() -> str:
+    """The command as typed (``opzoo ...``), for the model card."""
+    import shlex
+
+    return shlex.join(["opzoo", *sys.argv[1:]])
+
+
+def _header(line: str) -> None:
+    if _is_main():
+        print(line, flush=True)
+
+
 def cmd_finetune(args) -> int:
-    from .finetune import finetune_config
+    from ..builder import resolve_weights
+    from .finetune import finetune_config, recommended_lr
     from .trainer import Trainer
 
-    cfg = finetune_config(args.model, args.data, args.out, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
+    pretrained, header = resolve_weights(args.model, args.pretrained)
+    _header(header)
+    lr, why = (args.lr, "--lr") if args.lr is not None else recommended_lr(args.model, pretrained)
+    _header(f"lr: {lr:g} ({why})")
+    cfg = finetune_config(args.model, args.data, args.out, steps=args.steps, batch_size=args.batch_size, lr=lr,
                           resolution=args.resolution, in_timesteps=args.in_timesteps, test_fraction=args.test_fraction,
-                          pretrained=not args.no_pretrained, overrides=parse_overrides(args.set))
-    _report(Trainer(cfg).fit(), finetune=True)
+                          pretrained=pretrained, overrides=parse_overrides(args.set))
+    trainer = Trainer(cfg)
+    trainer.command = _command_line()
+    _report(trainer.fit(), finetune=pretrained)
     return 0
 
 
-def _load_model(name: str, pretrained: bool):
-    from ..builder import load
+def _load_model(name: str, pretrained: bool | None):
+    """The model a command runs, and print the header line saying which weights those are."""
+    from ..builder import load, resolve_weights
 
+    pretrained, header = resolve_weights(name, pretrained)
+    _header(header)
     return load(name, pretrained=pretrained).eval()
 
 
@@ -93,9 +116,26 @@ def _vrmse_fields(model, src) -> dict[str, int] | None:
     return {n: names.index(n) for n in wanted}
 
 
+def _split_of(src, split: str, test_fraction: float):
+    """The ``split`` (test, train or all) of a file, by training's rule (:func:`opzoo.training.data.split`:
+    the last ``test_fraction`` of the trajectories are the test split)."""
+    from .data import split as split_file
+
+    if split == "all":
+        return src, f"all {len(src)} trajectories"
+    train, test = split_file(src.path, src.layout, None, test_fraction)
+    for part in (train, test):
+        part.channel_index = src.channel_index
+        part.shape = src.shape
+    chosen = test if split == "test" else train
+    idx = chosen.indices
+    return chosen, (f"{split} split: trajectories {idx[0]}-{idx[-1]} of {src.shape[0]} "
+                    f"(test = the last {test_fraction:g} of the file, as in training)")
+
+
 def cmd_eval(args) -> int:
-    from .evaluate import evaluate_dataset, write_results
-    from .plots import plot_error_curves, plot_rollout_panels
+    from .evaluate import evaluate_dataset, with_persistence, write_results
+    from .plots import plot_error_curves, plot_rollout_panels, rollout_title
 
     model = _load_model(args.model, args.pretrained)
     adapt, sources = _adapt_for(model, args.data, args.resolution)
@@ -103,17 +143,23 @@ def cmd_eval(args) -> int:
     results = []
     for path, src in zip(args.data, sources):
         name = Path(path).stem
+        src, which = _split_of(src, args.split, args.test_fraction)
         r, (truth, pred) = evaluate_dataset(model, name, src, adapt, args.horizon, batch_size=args.batch_size,
                                             max_trajectories=args.max_trajectories, keep_first=True,
                                             vrmse_fields=_vrmse_fields(model, src))
+        with_persistence(r, src, adapt, args.horizon, batch_size=args.batch_size, max_trajectories=args.max_trajectories)
         results.append(r)
         for fname, v in r.vrmse.items():
             print(f"{name}: VRMSE {fname}: " + ", ".join(f"{k} {x:.4g}" for k, x in v.items()))
         plot_rollout_panels(truth, pred, args.plot_steps, out / f"{name}-panels.png", channel=args.channel,
-                            title=f"{name}, trajectory 0")
-        print(f"{name}: l2 full {r.l2_full:.4g} over {r.n_trajectories} trajectories, horizon {r.horizon}")
+                            title=rollout_title(args.model, src, 0, args.channel))
+        print(f"{name}: l2 full {r.l2_full:.4g} (persistence {r.persistence.l2_full:.4g}) over {r.n_trajectories} "
+              f"trajectories ({which}{'' if args.max_trajectories is None else f', first {r.n_trajectories}'}), "
+              f"horizon {r.horizon}")
     paths = write_results(results, out, stem="eval")
-    plot_error_curves({r.name: r.per_step for r in results}, out / "error-vs-step.png")
+    plot_error_curves({r.name: r.per_step for r in results}, out / "error-vs-step.png",
+                      persistence={r.name: r.persistence.per_step for r in results},
+                      title=f"{args.model}: rollout error per step ({args.split})")
     if any(r.expert_load for r in results):  # a model with routers: which PDE goes to which expert
         from .plots import plot_expert_load
 
@@ -148,8 +194,10 @@ def cmd_rollout(args) -> int:
         curve = l2_per_step(p[None], truth[None], mask)[0]
         print(f"  l2 full over the {avail} steps with ground truth: {full:.4g}; last step: {float(curve[-1]):.4g}")
         if args.plot:
+            from .plots import rollout_title
+
             plot_rollout_panels(truth, p, args.plot_steps, args.plot, channel=args.channel,
-                                title=f"{Path(args.data).stem}, trajectory {args.index}")
+                                title=rollout_title(args.model, src, args.index, args.channel))
             print(f"  plot: {args.plot}")
     if args.save:
         from safetensors.torch import save_file
@@ -176,12 +224,15 @@ def add_training_commands(subparsers) -> None:
     p.add_argument("--out", required=True, help="run directory")
     p.add_argument("--steps", type=int, default=500)
     p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--lr", type=float, default=1e-4, help="max learning rate of the one-cycle schedule")
+    p.add_argument("--lr", type=float, help="max learning rate of the one-cycle schedule (default: the model's "
+                                            "recommended finetune_lr in its pretrained_cfg; 1e-3 from random init)")
     p.add_argument("--resolution", type=int, nargs="+",
                    help="train at this resolution, adapting the model's positional embedding (default: the model's)")
     p.add_argument("--in-timesteps", type=int, help="input window T_in, adapting the model's time aggregation")
     p.add_argument("--test-fraction", type=float, default=0.1)
-    p.add_argument("--no-pretrained", action="store_true", help="start a preset from random weights")
+    p.add_argument("--pretrained", action=argparse.BooleanOptionalAction, default=None,
+                   help="start from the preset's published weights; --no-pretrained: random init "
+                        "(default: published weights when the preset has some)")
     p.add_argument("--set", nargs="*", default=[], metavar="SECTION.KEY=VALUE")
     p.set_defaults(func=cmd_finetune)
 
@@ -189,7 +240,9 @@ def add_training_commands(subparsers) -> None:
                            ("rollout", "roll out one trajectory and plot ground truth / prediction / error")):
         p = subparsers.add_parser(name, help=helptext)
         p.add_argument("model", help="preset or alias, hf-hub:org/repo[@rev], local-dir:PATH or a saved repo dir (e.g. RUN/model)")
-        p.add_argument("--pretrained", action="store_true", help="load a preset's published weights")
+        p.add_argument("--pretrained", action=argparse.BooleanOptionalAction, default=None,
+                       help="the preset's published weights; --no-pretrained: random init "
+                            "(default: published weights when the preset has some)")
         p.add_argument("--resolution", type=int, nargs="+", help="resize data to this (default: the model's)")
         p.add_argument("--plot-steps", type=int, nargs="+", default=[1, 5, 10], help="rollout steps in the panels")
         p.add_argument("--channel", type=int, default=0, help="channel shown in the panels")
@@ -198,7 +251,11 @@ def add_training_commands(subparsers) -> None:
             p.add_argument("--out", default="eval_out")
             p.add_argument("--horizon", type=int, help="rollout steps (default: whole trajectories)")
             p.add_argument("--batch-size", type=int, default=8)
-            p.add_argument("--max-trajectories", type=int)
+            p.add_argument("--split", choices=("test", "train", "all"), default="all",
+                           help="which trajectories of each file: the test split of training (the last "
+                                "--test-fraction of the file), the rest, or all")
+            p.add_argument("--test-fraction", type=float, default=0.1, help="as finetune's --test-fraction")
+            p.add_argument("--max-trajectories", type=int, help="score only the first N trajectories of the split")
             p.set_defaults(func=cmd_eval)
         else:
             p.add_argument("--data", required=True)

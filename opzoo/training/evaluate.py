@@ -28,6 +28,29 @@ class DatasetResult:
     l2_full_per_trajectory: list[float] = field(default_factory=list)
     expert_load: dict[str, list[float]] = field(default_factory=dict)  # router name -> share per expert (models with routers)
     vrmse: dict[str, dict[str, float]] = field(default_factory=dict)  # field -> one_step/all/windows (The Well's metric)
+    persistence: "DatasetResult | None" = None  # the same trajectories scored by the persistence baseline
+
+
+class Persistence(nn.Module):
+    """The persistence baseline: every future frame is the last input frame.
+
+    ``rollout(x [B, *S, T_in, C], steps) -> [B, *S, steps, C]``.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[..., -1:, :]
+
+    def rollout(self, x: torch.Tensor, steps: int) -> torch.Tensor:
+        last = x[..., -1:, :]
+        return last.expand(*last.shape[:-2], steps, last.shape[-1]).clone()
+
+
+def with_persistence(result: DatasetResult, source: H5Trajectories, adapt: Adapt, horizon: int | None = None,
+                     batch_size: int = 8, device="cpu", max_trajectories: int | None = None) -> DatasetResult:
+    """``result`` with ``persistence`` set: the same trajectories and horizon scored by :class:`Persistence`."""
+    result.persistence = evaluate_dataset(Persistence(), result.name, source, adapt, horizon, batch_size, device,
+                                          max_trajectories)
+    return result
 
 
 @torch.no_grad()
@@ -94,18 +117,23 @@ def write_results(results: Sequence[DatasetResult], out_dir: str | os.PathLike, 
                "datasets": {r.name: {"l2_full": r.l2_full, "per_step": r.per_step, "n_trajectories": r.n_trajectories,
                                      "horizon": r.horizon, "l2_full_per_trajectory": r.l2_full_per_trajectory,
                                      **({"expert_load": r.expert_load} if r.expert_load else {}),
-                                     **({"vrmse": r.vrmse} if r.vrmse else {})}
+                                     **({"vrmse": r.vrmse} if r.vrmse else {}),
+                                     **({"persistence": {"l2_full": r.persistence.l2_full,
+                                                         "per_step": r.persistence.per_step}}
+                                        if r.persistence else {})}
                             for r in results}}
     paths["json"].write_text(json.dumps(summary, indent=2))
     with open(paths["csv"], "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["dataset", "l2_full", "n_trajectories", "horizon"])
+        w.writerow(["dataset", "l2_full", "persistence_l2_full", "n_trajectories", "horizon"])
         for r in results:
-            w.writerow([r.name, f"{r.l2_full:.8g}", r.n_trajectories, r.horizon])
+            base = f"{r.persistence.l2_full:.8g}" if r.persistence else ""
+            w.writerow([r.name, f"{r.l2_full:.8g}", base, r.n_trajectories, r.horizon])
     with open(paths["per_step_csv"], "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["dataset", "step", "l2"])
+        w.writerow(["dataset", "step", "l2", "persistence_l2"])
         for r in results:
-            for s, v in enumerate(r.per_step, 1):
-                w.writerow([r.name, s, f"{v:.8g}"])
+            base = r.persistence.per_step if r.persistence else [None] * len(r.per_step)
+            for s, (v, b) in enumerate(zip(r.per_step, base), 1):
+                w.writerow([r.name, s, f"{v:.8g}", "" if b is None else f"{b:.8g}"])
     return paths
