@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping
 from .adapt import SHAPE_FIELDS, adapt_model
 from .checkpoints import ConvertedCheckpoint
 from .config import config_document, read_config
-from .errors import ConfigError, HubError, UnknownNameError
+from .errors import ConfigError, HubError, UnknownNameError, WeightsError
 from .hub import WEIGHTS_NAME, hub_download, load_state_dict_strict, load_weights, repo_files, upload_folder, write_repo
 from .model_card import render_card
 from .registry import Preset, PretrainedSource, get_registry
@@ -226,7 +226,14 @@ def load(name: str | os.PathLike, pretrained: bool = False, **overrides: Any) ->
         return build_preset(preset, overrides)
     shape = {k: overrides.pop(k) for k in SHAPE_FIELDS if k in overrides}
     model = build_preset(preset, overrides)
-    load_preset_weights(model, preset)
+    try:
+        load_preset_weights(model, preset)
+    except WeightsError as e:
+        if not overrides:
+            raise
+        raise WeightsError(f"{e}\nThe overrides {sorted(overrides)} change tensors the published weights fix. "
+                           f"With pretrained=True only {', '.join(SHAPE_FIELDS)} adapt the weights at load time; "
+                           f"drop the other overrides, or load with pretrained=False") from None
     return adapt_loaded(model, preset.name, shape)
 
 

@@ -48,7 +48,7 @@ def plot_rollout_panels(truth: torch.Tensor, pred: torch.Tensor, steps: Sequence
     ndim = truth.ndim - 2
     t, p = truth[..., channel], pred[..., channel]
     if ndim == 1:
-        fig, axes = plt.subplots(2, len(steps), figsize=(3.2 * len(steps), 5), squeeze=False)
+        fig, axes = plt.subplots(2, len(steps), figsize=(max(3.2 * len(steps), 6.0), 5), squeeze=False)
         for j, s in enumerate(steps):
             axes[0, j].plot(t[:, s - 1].cpu(), label="ground truth")
             axes[0, j].plot(p[:, s - 1].cpu(), "--", label="prediction")
@@ -57,7 +57,7 @@ def plot_rollout_panels(truth: torch.Tensor, pred: torch.Tensor, steps: Sequence
             axes[1, j].set_title("|error|")
         axes[0, 0].legend(fontsize=7)
     else:
-        fig, axes = plt.subplots(3, len(steps), figsize=(3.0 * len(steps), 8.4), squeeze=False)
+        fig, axes = plt.subplots(3, len(steps), figsize=(max(3.0 * len(steps), 6.0), 8.4), squeeze=False)
         lo, hi = float(t.min()), float(t.max())
         for j, s in enumerate(steps):
             gt, pr = _field2d(t[..., s - 1]), _field2d(p[..., s - 1])
@@ -69,7 +69,7 @@ def plot_rollout_panels(truth: torch.Tensor, pred: torch.Tensor, steps: Sequence
                 axes[row, j].set_xticks([]), axes[row, j].set_yticks([])
                 fig.colorbar(im, ax=axes[row, j], fraction=0.046)
     if title:
-        fig.suptitle(title)
+        fig.suptitle(title, fontsize=10)
     return _save(plt, fig, path)
 
 
@@ -100,6 +100,7 @@ def plot_error_curves(curves: Mapping[str, Sequence[float]], path: str | os.Path
             base = persistence[name]
             ax.plot(np.arange(1, len(base) + 1), base, ":", color=color, alpha=0.8, label=f"{name}: persistence")
     ax.set_xlabel("rollout step")
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_ylabel("relative L2 error")
     ax.set_yscale("log")
     ax.grid(True, which="both", alpha=0.3)
