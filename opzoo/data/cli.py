@@ -102,7 +102,9 @@ def add_data_commands(subparsers: argparse._SubParsersAction) -> argparse.Argume
 
     ins = commands.add_parser("inspect", help="print layout, shapes, fields, time steps and statistics of a file")
     ins.add_argument("file")
-    ins.add_argument("--layout", choices=sorted(LAYOUTS), default=None, help="force a layout (default: detect)")
+    ins.add_argument("--layout", default=None, help=f"force a layout: {', '.join(sorted(LAYOUTS))}, or array:<axes> "
+                                                     f"for a .npy/.npz/.pt in another order, e.g. array:NTXYC "
+                                                     f"(default: detected)")
     ins.add_argument("--max-samples", type=int, default=None, help="statistics over at most this many samples")
     ins.set_defaults(func=run_inspect)
     return data

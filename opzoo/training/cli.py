@@ -76,7 +76,7 @@ def cmd_finetune(args) -> int:
     _header(f"lr: {lr:g} ({why})")
     cfg = finetune_config(args.model, args.data, args.out, steps=args.steps, batch_size=args.batch_size, lr=lr,
                           resolution=args.resolution, in_timesteps=args.in_timesteps, test_fraction=args.test_fraction,
-                          pretrained=pretrained, overrides=parse_overrides(args.set))
+                          pretrained=pretrained, layout=args.layout, overrides=parse_overrides(args.set))
     trainer = Trainer(cfg)
     trainer.command = _command_line()
     _report(trainer.fit(), finetune=pretrained)
@@ -92,11 +92,11 @@ def _load_model(name: str, pretrained: bool | None):
     return load(name, pretrained=pretrained).eval()
 
 
-def _adapt_for(model, data_paths: Sequence[str], resolution):
+def _adapt_for(model, data_paths: Sequence[str], resolution, layout: str | None = None):
     from .build import model_resolution
     from .data import Adapt, H5Trajectories
 
-    sources = [H5Trajectories(p) for p in data_paths]
+    sources = [H5Trajectories(p, layout) for p in data_paths]
     fields = getattr(model, "pretrained_cfg", {}).get("fields")
     if fields and getattr(model.config, "in_channels", None) == len(fields):  # a model that names its channels
         for src in sources:
@@ -138,7 +138,7 @@ def cmd_eval(args) -> int:
     from .plots import plot_error_curves, plot_rollout_panels, rollout_title
 
     model = _load_model(args.model, args.pretrained)
-    adapt, sources = _adapt_for(model, args.data, args.resolution)
+    adapt, sources = _adapt_for(model, args.data, args.resolution, args.layout)
     out = Path(args.out)
     results = []
     for path, src in zip(args.data, sources):
@@ -175,7 +175,7 @@ def cmd_rollout(args) -> int:
     from .plots import plot_rollout_panels
 
     model = _load_model(args.model, args.pretrained)
-    adapt, (src,) = _adapt_for(model, [args.data], args.resolution)
+    adapt, (src,) = _adapt_for(model, [args.data], args.resolution, args.layout)
     t_in = adapt.in_timesteps
     if not 0 <= args.index < len(src):
         from ..errors import OpzooError
@@ -207,6 +207,11 @@ def cmd_rollout(args) -> int:
     return 0
 
 
+LAYOUT_HELP = ("the data files' layout when detection cannot tell (see `opzoo data inspect`): canonical, "
+               "pdebench-groups, pdebench-cfd, pdebench-tensor, fno-mat, the-well, array (.npy/.npz/.pt as "
+               "[N, *S, T, C]) or array:<axes>, e.g. array:NTXYC (default: detected)")
+
+
 def add_training_commands(subparsers) -> None:
     """Add ``pretrain``, ``finetune``, ``eval`` and ``rollout`` to an argparse sub-parser group."""
     p = subparsers.add_parser("pretrain", help="train a model from a run config (YAML or JSON)")
@@ -220,7 +225,8 @@ def add_training_commands(subparsers) -> None:
         "finetune", help="fine-tune a pretrained model on your HDF5 data (more channels, another resolution or "
                          "T_in adapt its input/output layers); reports zero-shot and fine-tuned errors")
     p.add_argument("model", help="preset or alias (with --no-pretrained for random init), hf-hub:org/repo[@rev], local-dir:PATH or a saved repo dir")
-    p.add_argument("--data", nargs="+", required=True, help="canonical HDF5 file(s) with 'data' [N, *S, T, C]")
+    p.add_argument("--data", nargs="+", required=True, help="your data file(s): HDF5 in any layout opzoo reads, or "
+                                                               ".npy/.npz/.pt arrays [N, *S, T, C]")
     p.add_argument("--out", required=True, help="run directory")
     p.add_argument("--steps", type=int, default=500)
     p.add_argument("--batch-size", type=int, default=8)
@@ -229,7 +235,9 @@ def add_training_commands(subparsers) -> None:
     p.add_argument("--resolution", type=int, nargs="+",
                    help="train at this resolution, adapting the model's positional embedding (default: the model's)")
     p.add_argument("--in-timesteps", type=int, help="input window T_in, adapting the model's time aggregation")
-    p.add_argument("--test-fraction", type=float, default=0.1)
+    p.add_argument("--test-fraction", type=float, default=0.1, help="the last fraction of each file's trajectories "
+                                                                   "held out for testing")
+    p.add_argument("--layout", help=LAYOUT_HELP)
     p.add_argument("--pretrained", action=argparse.BooleanOptionalAction, default=None,
                    help="start from the preset's published weights; --no-pretrained: random init "
                         "(default: published weights when the preset has some)")
@@ -246,6 +254,7 @@ def add_training_commands(subparsers) -> None:
         p.add_argument("--resolution", type=int, nargs="+", help="resize data to this (default: the model's)")
         p.add_argument("--plot-steps", type=int, nargs="+", default=[1, 5, 10], help="rollout steps in the panels")
         p.add_argument("--channel", type=int, default=0, help="channel shown in the panels")
+        p.add_argument("--layout", help=LAYOUT_HELP)
         if name == "eval":
             p.add_argument("--data", nargs="+", required=True)
             p.add_argument("--out", default="eval_out")
