@@ -147,7 +147,10 @@ def cmd_demo(args) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(plugin_commands: bool = True) -> argparse.ArgumentParser:
+    """The ``opzoo`` parser; ``plugin_commands=False`` leaves out the commands plugins add, which would
+    import every plugin (and torch): ``opzoo --help`` then names the plugins from their entry-point
+    metadata instead, and a core command never needs them."""
     parser = Parser(prog="opzoo", description="A zoo of neural operators for time-dependent PDEs.")
     parser.add_argument("--version", action="version", version=f"opzoo {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
@@ -197,10 +200,29 @@ def build_parser() -> argparse.ArgumentParser:
 
     for add_commands in _command_providers():
         add_commands(sub)
-    from .plugins import get_plugin_host
+    if plugin_commands:
+        from .plugins import get_plugin_host
 
-    get_plugin_host().add_commands(sub)
+        get_plugin_host().add_commands(sub)
+    else:
+        names = _plugin_distributions()
+        if names:
+            parser.epilog = (f"Installed plugins ({', '.join(names)}) may add commands; they are not imported for "
+                             f"--help: `opzoo plugins` lists them, `opzoo COMMAND --help` shows one.")
     return parser
+
+
+def _plugin_distributions() -> list[str]:
+    """Distributions with an ``opzoo`` entry point, from metadata only (nothing is imported)."""
+    from importlib.metadata import entry_points
+
+    from .hookspecs import PROJECT_NAME  # the entry-point group opzoo.plugins discovers
+
+    return sorted({ep.dist.name if ep.dist is not None else ep.name for ep in entry_points(group=PROJECT_NAME)})
+
+
+CORE_COMMANDS = frozenset({"list", "info", "plugins", "export", "convert", "push", "demo", "data", "pretrain",
+                           "finetune", "eval", "rollout"})
 
 
 def _command_providers():
@@ -212,8 +234,14 @@ def _command_providers():
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args == ["--version"]:  # before any parser is built: no plugin, no torch
+        print(f"opzoo {__version__}")
+        return 0
+    # a core command (or the top-level --help) needs no plugin imported; anything else may be a plugin's
+    core = not args or args[0] in ("-h", "--help") or args[0] in CORE_COMMANDS
     try:
-        return run_parser(build_parser(), argv)
+        return run_parser(build_parser(plugin_commands=not core), args)
     except BrokenPipeError:  # e.g. `opzoo list | head`: the reader left, which is not an error
         import os
 

@@ -33,8 +33,8 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
         default = action.default
-        if ("default" in text or default in (None, False, argparse.SUPPRESS) or default == []
-                or not action.option_strings):
+        if ("default" in text or default is None or default is False or default is argparse.SUPPRESS
+                or default == [] or not action.option_strings):
             return text
         return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
 

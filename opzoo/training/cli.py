@@ -228,8 +228,8 @@ def add_training_commands(subparsers) -> None:
     p.add_argument("--data", nargs="+", required=True, help="your data file(s): HDF5 in any layout opzoo reads, or "
                                                                ".npy/.npz/.pt arrays [N, *S, T, C]")
     p.add_argument("--out", required=True, help="run directory")
-    p.add_argument("--steps", type=int, default=500)
-    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--steps", type=int, default=500, help="optimizer steps")
+    p.add_argument("--batch-size", type=int, default=8, help="trajectory windows per step")
     p.add_argument("--lr", type=float, help="max learning rate of the one-cycle schedule (default: the model's "
                                             "recommended finetune_lr in its pretrained_cfg; 1e-3 from random init)")
     p.add_argument("--resolution", type=int, nargs="+",
@@ -257,9 +257,9 @@ def add_training_commands(subparsers) -> None:
         p.add_argument("--layout", help=LAYOUT_HELP)
         if name == "eval":
             p.add_argument("--data", nargs="+", required=True)
-            p.add_argument("--out", default="eval_out")
+            p.add_argument("--out", default="eval_out", help="directory of the CSV/JSON results and PNG plots")
             p.add_argument("--horizon", type=int, help="rollout steps (default: whole trajectories)")
-            p.add_argument("--batch-size", type=int, default=8)
+            p.add_argument("--batch-size", type=int, default=8, help="trajectories rolled out at once")
             p.add_argument("--split", choices=("test", "train", "all"), default="all",
                            help="which trajectories of each file: the test split of training (the last "
                                 "--test-fraction of the file), the rest, or all")
