@@ -1,0 +1,65 @@
+"""The AOT residual's equations (DESIGN §6.3) as functions of tensors, read top to bottom::
+
+    z      = RMSNorm(flatten(mean_S(X)))                              # [B, nD], no affine weight
+    h_pre  = σ(α_pre · z φ_pre + b_pre) / Σ_i σ(...)_i                 # [B, n], on the simplex
+    h_post = 2 σ(α_post · z φ_post + b_post)                           # [B, n]
+    H_res  = SinkhornKnopp(exp(α_res · mat(z φ_res) + b_res), iters)   # [B, n, n], rows sum to 1
+    u      = Σ_i h_pre[i] · X[:, i]                                    # the branch input [B, *S, D]
+    X'[:, i] = Σ_j H_res[i, j] · X[:, j] + h_post[i] · branch(u)
+
+``X`` is the stream state ``[B, n, *S, D]``. The coefficients are float32 at least (the callers
+turn autocast off); the stream maps run in the streams' dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = ["sinkhorn_knopp", "pool", "coefficients", "aggregate", "update"]
+
+
+def sinkhorn_knopp(logits: Tensor, iters: int) -> Tensor:
+    """``[..., n, n] -> [..., n, n]``: normalize the columns, then the rows of ``exp(logits)``,
+    ``iters`` times; rows sum to 1 (up to rounding), columns approximately.
+
+    Iterated in log space: each half-step is ``L - logsumexp(L)`` (one ``log_softmax``), which
+    never overflows or divides by an underflowed zero for finite logits. float32 at least."""
+    log_m = logits if logits.dtype == torch.float64 else logits.float()
+    for _ in range(iters):
+        log_m = log_m.log_softmax(dim=-2)  # columns sum to 1
+        log_m = log_m.log_softmax(dim=-1)  # rows sum to 1
+    return log_m.exp()
+
+
+def pool(X: Tensor) -> Tensor:
+    """``X [B, n, *S, D] -> [B, n, D]``: the mean over the positions, float32 at least."""
+    dtype = torch.promote_types(X.dtype, torch.float32)
+    return X.flatten(2, -2).mean(dim=2, dtype=dtype)
+
+
+def coefficients(pooled: Tensor, phi_pre: Tensor, phi_post: Tensor, phi_res: Tensor, b_pre: Tensor,
+                 b_post: Tensor, b_res: Tensor, alpha_pre: Tensor, alpha_post: Tensor, alpha_res: Tensor,
+                 eps: float, iters: int) -> tuple[Tensor, Tensor, Tensor]:
+    """``pooled [B, n, D]`` and one sub-layer's parameters -> ``h_pre [B, n], h_post [B, n], H_res [B, n, n]``."""
+    n = pooled.shape[1]
+    z = F.rms_norm(pooled.flatten(1), (pooled.shape[1] * pooled.shape[2],), eps=eps)  # [B, nD]
+    gate = torch.sigmoid(alpha_pre * (z @ phi_pre) + b_pre)
+    h_pre = gate / gate.sum(dim=1, keepdim=True)
+    h_post = 2.0 * torch.sigmoid(alpha_post * (z @ phi_post) + b_post)
+    H_res = sinkhorn_knopp(alpha_res * (z @ phi_res).unflatten(1, (n, n)) + b_res, iters)
+    return h_pre, h_post, H_res
+
+
+def aggregate(weights: Tensor, X: Tensor) -> Tensor:
+    """``weights [B, n], X [B, n, *S, D] -> Σ_i weights[:, i] · X[:, i]``, ``[B, *S, D]``."""
+    return torch.bmm(weights.unsqueeze(1), X.flatten(2)).view(X.shape[:1] + X.shape[2:])
+
+
+def update(X: Tensor, H_res: Tensor, h_post: Tensor, y: Tensor) -> Tensor:
+    """``X [B, n, *S, D], H_res [B, n, n], h_post [B, n], y [B, *S, D] -> X'``:
+    ``X'[:, i] = Σ_j H_res[:, i, j] X[:, j] + h_post[:, i] · y``, as one product ``[H_res | h_post] [X; y]``."""
+    mixing = torch.cat([H_res, h_post.unsqueeze(2)], dim=2)  # [B, n, n + 1]
+    operand = torch.cat([X.flatten(2), y.flatten(1).unsqueeze(1)], dim=1)  # [B, n + 1, F]
+    return torch.bmm(mixing, operand).view(X.shape)
