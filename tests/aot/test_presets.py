@@ -102,7 +102,7 @@ def test_aot_pot_t_equals_the_plain_residual_network_at_init(aot_pot_t):
 
 def final_streams(model, x):
     seen = {}
-    handle = model.blocks[-1].register_forward_hook(lambda m, a, out: seen.update(state=out.materialize().detach()))
+    handle = model.blocks[-1].register_forward_hook(lambda m, a, out: seen.update(state=out.streams.detach()))
     with torch.no_grad():
         model(x)
     handle.remove()

@@ -2,7 +2,7 @@
 
 Public API::
 
-    AOTResidual, AOTStreams          # the residual and its stream adapter (DESIGN §6.3)
+    AOTResidual, AOTStreams, AOTState   # the residual, its stream adapter and state (DESIGN §6.3)
     equations                        # the equations as functions of tensors (sinkhorn_knopp, coefficients, ...)
     collect_diagnostics, AOTDiagnostics, amax_gains, composite_products, plot_amax_gains
 """
@@ -19,10 +19,10 @@ from .diagnostics import (
     plot_amax_gains,
 )
 from .equations import sinkhorn_knopp
-from .residual import AOT_ARGS, AOTResidual, AOTStreams, check_aot_args
+from .residual import AOT_ARGS, AOTResidual, AOTState, AOTStreams, check_aot_args
 
 __all__ = [
-    "AOTResidual", "AOTStreams", "AOT_ARGS", "check_aot_args", "equations", "sinkhorn_knopp",
+    "AOTResidual", "AOTStreams", "AOTState", "AOT_ARGS", "check_aot_args", "equations", "sinkhorn_knopp",
     "AOTDiagnostics", "Gains", "SubLayerCoefficients", "amax_gains", "aot_residuals", "collect_diagnostics",
     "composite_products", "plot_amax_gains",
 ]

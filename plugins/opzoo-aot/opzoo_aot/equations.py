@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["sinkhorn_knopp", "pool", "coefficients", "aggregate", "update"]
+__all__ = ["sinkhorn_knopp", "pool", "coefficients", "aggregate", "update", "mix", "feature_dots"]
 
 
 def sinkhorn_knopp(logits: Tensor, iters: int) -> Tensor:
@@ -34,7 +34,8 @@ def sinkhorn_knopp(logits: Tensor, iters: int) -> Tensor:
 
 
 def pool(X: Tensor) -> Tensor:
-    """``X [B, n, *S, D] -> [B, n, D]``: the mean over the positions, float32 at least."""
+    """``X [B, *, *S, D] -> [B, *, D]``: the mean over the positions ``S`` (streams ``[B, n, *S, D]``
+    or a branch output ``[B, 1, *S, D]``), float32 at least."""
     dtype = torch.promote_types(X.dtype, torch.float32)
     return X.flatten(2, -2).mean(dim=2, dtype=dtype)
 
@@ -54,7 +55,7 @@ def coefficients(pooled: Tensor, phi_pre: Tensor, phi_post: Tensor, phi_res: Ten
 
 def aggregate(weights: Tensor, X: Tensor) -> Tensor:
     """``weights [B, n], X [B, n, *S, D] -> Σ_i weights[:, i] · X[:, i]``, ``[B, *S, D]``."""
-    return torch.bmm(weights.unsqueeze(1), X.flatten(2)).view(X.shape[:1] + X.shape[2:])
+    return mix(weights.unsqueeze(1), X.flatten(2)).view(X.shape[:1] + X.shape[2:])
 
 
 def update(X: Tensor, H_res: Tensor, h_post: Tensor, y: Tensor) -> Tensor:
@@ -62,4 +63,54 @@ def update(X: Tensor, H_res: Tensor, h_post: Tensor, y: Tensor) -> Tensor:
     ``X'[:, i] = Σ_j H_res[:, i, j] X[:, j] + h_post[:, i] · y``, as one product ``[H_res | h_post] [X; y]``."""
     mixing = torch.cat([H_res, h_post.unsqueeze(2)], dim=2)  # [B, n, n + 1]
     operand = torch.cat([X.flatten(2), y.flatten(1).unsqueeze(1)], dim=1)  # [B, n + 1, F]
-    return torch.bmm(mixing, operand).view(X.shape)
+    return mix(mixing, operand).view(X.shape)
+
+
+def mix(M: Tensor, Z: Tensor) -> Tensor:
+    """``M [B, r, k], Z [B, k, F] -> M Z [B, r, F]``: the stream maps, with an accurate gradient of ``M``."""
+    return _Mix.apply(M, Z)
+
+
+class _Mix(torch.autograd.Function):
+    """``M Z`` (one ``bmm``) whose backward reduces ``g_M = G Z^T`` over the ``F`` features with
+    float64 accumulation (:func:`feature_dots`).
+
+    Why not autograd's float32 ``bmm``: the streams stay close to one another, so each row of
+    ``g_M`` holds nearly equal large dot products, and the Sinkhorn / simplex / softmax backward
+    (rows of ``H_res``, ``h_pre`` and the readout weights sum to 1) subtracts their common part,
+    leaving a gradient 100-1000x smaller than the entries. A float32 GEMM over F = 65536 features
+    gets the entries to ~3e-6 and these gradients to ~4e-4 (``benchmarks/aot_accuracy.py``,
+    docs/accuracy.md); with the float64 accumulation, ~1e-5."""
+
+    @staticmethod
+    def forward(ctx, M: Tensor, Z: Tensor) -> Tensor:
+        ctx.save_for_backward(M, Z)
+        return torch.bmm(M, Z)
+
+    @staticmethod
+    def backward(ctx, G: Tensor) -> tuple[Tensor, Tensor]:
+        M, Z = ctx.saved_tensors
+        g_M = feature_dots(G, Z).to(M.dtype) if ctx.needs_input_grad[0] else None
+        g_Z = torch.bmm(M.transpose(1, 2), G) if ctx.needs_input_grad[1] else None
+        return g_M, g_Z
+
+
+FEATURE_CHUNK = 1024  # features per float32 partial dot product
+
+
+def feature_dots(a: Tensor, b: Tensor) -> Tensor:
+    """``a [B, p, F], b [B, q, F] -> [B, p, q]`` float64: ``Σ_f a[:, i, f] b[:, j, f]``.
+
+    Eager: float32 (or the inputs' dtype) products summed over chunks of :data:`FEATURE_CHUNK`
+    features by one batched GEMM per sample (strided views, no copies), the chunks summed in
+    float64. Compiled: the products in float64, which inductor fuses into one reduction."""
+    if torch.compiler.is_compiling() or a.shape[-1] < 2 * FEATURE_CHUNK:
+        return (a.double().unsqueeze(2) * b.double().unsqueeze(1)).sum(-1)
+    a, b = a.contiguous(), b.contiguous()
+    main = a.shape[-1] - a.shape[-1] % FEATURE_CHUNK
+    out = torch.bmm(a[..., main:], b[..., main:].transpose(1, 2)).double()
+    for s in range(a.shape[0]):
+        chunks_a = a[s, :, :main].unflatten(-1, (-1, FEATURE_CHUNK)).transpose(0, 1)  # [C, p, K]
+        chunks_b = b[s, :, :main].unflatten(-1, (-1, FEATURE_CHUNK)).permute(1, 2, 0)  # [C, K, q]
+        out[s] += torch.bmm(chunks_a, chunks_b).sum(0, dtype=torch.float64)
+    return out

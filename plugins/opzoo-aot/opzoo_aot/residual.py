@@ -1,10 +1,13 @@
 """The AOT residual (registered as residual ``aot``) and its stream adapter, DESIGN §6.3.
 
-The residual state is the stream tensor ``X [B, n, *S, D]``: :class:`AOTStreams` makes it (``n``
-copies of the latent) and reads it out; each sub-layer's :class:`AOTResidual` computes its
-coefficients from ``X`` and applies ``X' = H_res X + h_post ⊗ branch(Σ_i h_pre[i] X[:, i])``
-(:mod:`opzoo_aot.equations`). The coefficients and the stream maps run outside autocast: the
-coefficients (and Sinkhorn) in float32, the maps in the streams' dtype.
+The residual state is an :class:`AOTState`: the streams ``X [B, n, *S, D]`` and their mean over
+the positions. :class:`AOTStreams` makes it (``n`` copies of the latent) and reads it out; each
+sub-layer's :class:`AOTResidual` computes its coefficients from the mean and applies
+``X' = H_res X + h_post ⊗ branch(Σ_i h_pre[i] X[:, i])`` (:mod:`opzoo_aot.equations`). The mean of
+``X'`` follows from the same update applied to the means (``mean_S`` is linear), so no sub-layer
+reads the streams just to pool them (a pass forward and two backward: ~20 % of the residual's time
+on CPU). The coefficients and the stream maps run outside autocast: the coefficients (and
+Sinkhorn) in float32, the maps in the streams' dtype.
 
 ``compile`` (a residual argument): ``True`` runs the equations through ``torch.compile``
 (``fullgraph``), ``"auto"`` (the default) does so on CUDA only, ``False`` never; the compiled and
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Any, Callable, Literal, Union
+from typing import Any, Callable, Literal, NamedTuple, Union
 
 import opzoo
 import torch
@@ -23,7 +26,7 @@ from torch import Tensor, nn
 
 from . import equations
 
-__all__ = ["AOTResidual", "AOTStreams", "AOT_ARGS", "check_aot_args"]
+__all__ = ["AOTResidual", "AOTStreams", "AOTState", "AOT_ARGS", "check_aot_args"]
 
 CompileMode = Union[bool, Literal["auto"]]
 
@@ -61,12 +64,26 @@ def _check_dim(dim: Any) -> int:
     return dim
 
 
-def _check_streams(X: Any, n: int, dim: int, where: str) -> Tensor:
-    if not isinstance(X, Tensor) or X.ndim < 4 or X.shape[1] != n or X.shape[-1] != dim:
+class AOTState(NamedTuple):
+    """The residual state between sub-layers: ``streams [B, n, *S, D]`` and ``pooled [B, n, D]``,
+    their mean over the positions (float32 at least). A tuple, so FSDP and torch.compile see its tensors."""
+
+    streams: Tensor
+    pooled: Tensor
+
+    @classmethod
+    def of(cls, streams: Tensor) -> "AOTState":
+        """The state of given streams ``[B, n, *S, D]`` (their mean computed)."""
+        return cls(streams, equations.pool(streams))
+
+
+def _check_state(state: Any, n: int, dim: int, where: str) -> AOTState:
+    X = state.streams if isinstance(state, AOTState) else state
+    if not isinstance(state, AOTState) or X.ndim < 4 or X.shape[1] != n or X.shape[-1] != dim:
         got = list(X.shape) if isinstance(X, Tensor) else type(X).__name__
-        raise ValueError(f"{where} expects the stream state [B, {n}, *S, {dim}] (made by the 'aot' stream "
-                         f"adapter's expand), got {got}")
-    return X
+        raise ValueError(f"{where} expects an AOTState with streams [B, {n}, *S, {dim}] (made by the 'aot' "
+                         f"stream adapter's expand, or AOTState.of(streams)), got {type(state).__name__} {got}")
+    return state
 
 
 def autocast_off(device: torch.device):
@@ -85,7 +102,7 @@ def use_compile(mode: CompileMode, device: torch.device) -> bool:
 
 
 class AOTStreams(opzoo.StreamAdapter):
-    """``expand(x [B, *S, D]) -> X [B, n, *S, D]`` (n copies); ``collapse(X) -> Σ_i softmax(g)_i X[:, i]``."""
+    """``expand(x [B, *S, D]) -> AOTState`` (n copies of x); ``collapse(state) -> Σ_i softmax(g)_i X[:, i]``."""
 
     def __init__(self, dim: int, n: int = 4):
         super().__init__()
@@ -95,10 +112,11 @@ class AOTStreams(opzoo.StreamAdapter):
     def expand(self, x: Tensor) -> Tensor:
         if x.ndim < 3 or x.shape[-1] != self.dim:
             raise ValueError(f"AOTStreams.expand expects [B, *S, {self.dim}], got {list(x.shape)}")
-        return x.unsqueeze(1).expand(x.shape[0], self.n, *x.shape[1:])
+        pooled = equations.pool(x.unsqueeze(1)).expand(x.shape[0], self.n, self.dim)
+        return AOTState(x.unsqueeze(1).expand(x.shape[0], self.n, *x.shape[1:]), pooled)
 
-    def collapse(self, X: Tensor) -> Tensor:
-        X = _check_streams(X, self.n, self.dim, "AOTStreams.collapse")
+    def collapse(self, state: AOTState) -> Tensor:
+        X = _check_state(state, self.n, self.dim, "AOTStreams.collapse").streams
         with autocast_off(X.device):
             weights = torch.softmax(self.g.float(), dim=0).to(X.dtype).expand(X.shape[0], self.n)
             return equations.aggregate(weights, X)
@@ -107,14 +125,20 @@ class AOTStreams(opzoo.StreamAdapter):
         return f"dim={self.dim}, n={self.n}"
 
 
-def _before_branch(X: Tensor, *params_eps_iters) -> tuple[Tensor, Tensor, Tensor]:
-    """``X -> (u [B, *S, D], h_post [B, n], H_res [B, n, n])``: what a sub-layer computes before its branch."""
-    h_pre, h_post, H_res = equations.coefficients(equations.pool(X), *params_eps_iters)
+def _before_branch(state: AOTState, *params_eps_iters) -> tuple[Tensor, Tensor, Tensor]:
+    """``state -> (u [B, *S, D], h_post [B, n], H_res [B, n, n])``: a sub-layer's work before its branch."""
+    X, pooled = state
+    h_pre, h_post, H_res = equations.coefficients(pooled, *params_eps_iters)
     return equations.aggregate(h_pre.to(X.dtype), X), h_post, H_res
 
 
-def _after_branch(X: Tensor, H_res: Tensor, h_post: Tensor, y: Tensor) -> Tensor:
-    return equations.update(X, H_res.to(X.dtype), h_post.to(X.dtype), y.to(X.dtype))
+def _after_branch(state: AOTState, H_res: Tensor, h_post: Tensor, y: Tensor) -> AOTState:
+    """The updated streams, and their mean by the same update of the means."""
+    X, pooled = state
+    streams = equations.update(X, H_res.to(X.dtype), h_post.to(X.dtype), y.to(X.dtype))
+    pooled = equations.update(pooled, H_res.to(pooled.dtype), h_post.to(pooled.dtype),
+                              equations.pool(y.unsqueeze(1)).squeeze(1))
+    return AOTState(streams, pooled)
 
 
 @functools.lru_cache(maxsize=None)
@@ -123,8 +147,7 @@ def _compiled(fn: Callable) -> Callable:
 
 
 class AOTResidual(opzoo.Residual):
-    """One sub-layer's AOT connection: ``forward(X [B, n, *S, D], branch) -> X' [B, n, *S, D]``.
-
+    """One sub-layer's AOT connection: ``forward(state, branch) -> state`` (:class:`AOTState`), with
     ``X'[:, i] = Σ_j H_res[i, j] X[:, j] + h_post[i] · branch(Σ_i h_pre[i] X[:, i])``.
     Constructed as ``AOTResidual(dim, index=k, **residual_args)`` (keys in :data:`AOT_ARGS`).
     """
@@ -161,24 +184,25 @@ class AOTResidual(opzoo.Residual):
         dtype = torch.promote_types(self.phi_pre.dtype, torch.float32)
         return (*(p.to(dtype) for p in params), self.eps, self.sinkhorn_iters)
 
-    def coefficients(self, X: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """``X [B, n, *S, D] -> h_pre [B, n], h_post [B, n], H_res [B, n, n]``, float32 (at least)."""
-        X = _check_streams(X, self.n, self.dim, f"AOTResidual (sub-layer {self.index})")
-        with autocast_off(X.device):
-            return equations.coefficients(equations.pool(X), *self._params_eps_iters())
+    def coefficients(self, state: AOTState) -> tuple[Tensor, Tensor, Tensor]:
+        """``state -> h_pre [B, n], h_post [B, n], H_res [B, n, n]``, float32 (at least)."""
+        state = _check_state(state, self.n, self.dim, f"AOTResidual (sub-layer {self.index})")
+        with autocast_off(state.pooled.device):
+            return equations.coefficients(state.pooled, *self._params_eps_iters())
 
-    def forward(self, X: Tensor, branch: Callable[[Tensor], Tensor]) -> Tensor:
-        X = _check_streams(X, self.n, self.dim, f"AOTResidual (sub-layer {self.index})")
+    def forward(self, state: AOTState, branch: Callable[[Tensor], Tensor]) -> AOTState:
+        state = _check_state(state, self.n, self.dim, f"AOTResidual (sub-layer {self.index})")
+        X = state.streams
         compiled = use_compile(self.compile, X.device)
         before, after = (_compiled(_before_branch), _compiled(_after_branch)) if compiled else (_before_branch, _after_branch)
         with autocast_off(X.device):
-            u, h_post, H_res = before(X, *self._params_eps_iters())
+            u, h_post, H_res = before(state, *self._params_eps_iters())
         y = branch(u)
         if y.shape != u.shape:
             raise ValueError(f"AOTResidual (sub-layer {self.index}): the branch must map {list(u.shape)} to the "
                              f"same shape, got {list(y.shape)}")
         with autocast_off(X.device):
-            return after(X, H_res, h_post, y)
+            return after(state, H_res, h_post, y)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, index={self.index}, n={self.n}, sinkhorn_iters={self.sinkhorn_iters}"
