@@ -60,39 +60,43 @@ def aggregate(weights: Tensor, X: Tensor) -> Tensor:
 
 def update(X: Tensor, H_res: Tensor, h_post: Tensor, y: Tensor) -> Tensor:
     """``X [B, n, *S, D], H_res [B, n, n], h_post [B, n], y [B, *S, D] -> X'``:
-    ``X'[:, i] = Σ_j H_res[:, i, j] X[:, j] + h_post[:, i] · y``, as one product ``[H_res | h_post] [X; y]``."""
-    mixing = torch.cat([H_res, h_post.unsqueeze(2)], dim=2)  # [B, n, n + 1]
-    operand = torch.cat([X.flatten(2), y.flatten(1).unsqueeze(1)], dim=1)  # [B, n + 1, F]
-    return mix(mixing, operand).view(X.shape)
+    ``X'[:, i] = Σ_j H_res[:, i, j] X[:, j] + h_post[:, i] · y``."""
+    return mix(H_res, X.flatten(2), h_post, y.flatten(1)).view(X.shape)
 
 
-def mix(M: Tensor, Z: Tensor) -> Tensor:
-    """``M [B, r, k], Z [B, k, F] -> M Z [B, r, F]``: the stream maps, with an accurate gradient of ``M``."""
-    return _Mix.apply(M, Z)
+def mix(A: Tensor, X: Tensor, b: Tensor | None = None, y: Tensor | None = None) -> Tensor:
+    """``A [B, r, n], X [B, n, F] (, b [B, r], y [B, F]) -> A X (+ b ⊗ y)``, ``[B, r, F]``: the
+    stream maps, with accurate gradients of the coefficients ``A`` and ``b``."""
+    return _Mix.apply(A, X, b, y)
 
 
 class _Mix(torch.autograd.Function):
-    """``M Z`` (one ``bmm``) whose backward reduces ``g_M = G Z^T`` over the ``F`` features with
-    float64 accumulation (:func:`feature_dots`).
+    """``A X + b ⊗ y`` (a ``bmm``, then ``b ⊗ y`` added in place) whose backward reduces
+    ``g_A = G X^T`` and ``g_b = G y`` over the ``F`` features with float64 accumulation
+    (:func:`feature_dots`).
 
     Why not autograd's float32 ``bmm``: the streams stay close to one another, so each row of
-    ``g_M`` holds nearly equal large dot products, and the Sinkhorn / simplex / softmax backward
+    ``g_A`` holds nearly equal large dot products, and the Sinkhorn / simplex / softmax backward
     (rows of ``H_res``, ``h_pre`` and the readout weights sum to 1) subtracts their common part,
     leaving a gradient 100-1000x smaller than the entries. A float32 GEMM over F = 65536 features
     gets the entries to ~3e-6 and these gradients to ~4e-4 (``benchmarks/aot_accuracy.py``,
     docs/accuracy.md); with the float64 accumulation, ~1e-5."""
 
     @staticmethod
-    def forward(ctx, M: Tensor, Z: Tensor) -> Tensor:
-        ctx.save_for_backward(M, Z)
-        return torch.bmm(M, Z)
+    def forward(ctx, A: Tensor, X: Tensor, b: Tensor | None, y: Tensor | None) -> Tensor:
+        ctx.save_for_backward(A, X, b, y)
+        out = torch.bmm(A, X)
+        return out if y is None else out.addcmul_(b.unsqueeze(2), y.unsqueeze(1))
 
     @staticmethod
-    def backward(ctx, G: Tensor) -> tuple[Tensor, Tensor]:
-        M, Z = ctx.saved_tensors
-        g_M = feature_dots(G, Z).to(M.dtype) if ctx.needs_input_grad[0] else None
-        g_Z = torch.bmm(M.transpose(1, 2), G) if ctx.needs_input_grad[1] else None
-        return g_M, g_Z
+    def backward(ctx, G: Tensor):
+        A, X, b, y = ctx.saved_tensors
+        need_A, need_X, need_b, need_y = ctx.needs_input_grad
+        g_A = feature_dots(G, X).to(A.dtype) if need_A else None
+        g_X = torch.bmm(A.transpose(1, 2), G) if need_X else None
+        g_b = feature_dots(G, y.unsqueeze(1)).squeeze(2).to(b.dtype) if need_b else None
+        g_y = torch.bmm(b.unsqueeze(1), G).squeeze(1) if need_y else None
+        return g_A, g_X, g_b, g_y
 
 
 FEATURE_CHUNK = 1024  # features per float32 partial dot product
