@@ -55,24 +55,24 @@ def coefficients(pooled: Tensor, phi_pre: Tensor, phi_post: Tensor, phi_res: Ten
 
 def aggregate(weights: Tensor, X: Tensor) -> Tensor:
     """``weights [B, n], X [B, n, *S, D] -> Σ_i weights[:, i] · X[:, i]``, ``[B, *S, D]``."""
-    return mix(weights.unsqueeze(1), X.flatten(2)).view(X.shape[:1] + X.shape[2:])
+    return mix(weights.unsqueeze(1), X).squeeze(1)
 
 
 def update(X: Tensor, H_res: Tensor, h_post: Tensor, y: Tensor) -> Tensor:
     """``X [B, n, *S, D], H_res [B, n, n], h_post [B, n], y [B, *S, D] -> X'``:
     ``X'[:, i] = Σ_j H_res[:, i, j] X[:, j] + h_post[:, i] · y``."""
-    return mix(H_res, X.flatten(2), h_post, y.flatten(1)).view(X.shape)
+    return mix(H_res, X, h_post, y)
 
 
 def mix(A: Tensor, X: Tensor, b: Tensor | None = None, y: Tensor | None = None) -> Tensor:
-    """``A [B, r, n], X [B, n, F] (, b [B, r], y [B, F]) -> A X (+ b ⊗ y)``, ``[B, r, F]``: the
-    stream maps, with accurate gradients of the coefficients ``A`` and ``b``."""
+    """``A [B, r, n], X [B, n, *S, D] (, b [B, r], y [B, *S, D]) -> A X (+ b ⊗ y)``, ``[B, r, *S, D]``:
+    the stream maps, with accurate gradients of the coefficients ``A`` and ``b``."""
     return _Mix.apply(A, X, b, y)
 
 
 class _Mix(torch.autograd.Function):
     """``A X + b ⊗ y`` (a ``bmm``, then ``b ⊗ y`` added in place) whose backward reduces
-    ``g_A = G X^T`` and ``g_b = G y`` over the ``F`` features with float64 accumulation
+    ``g_A = G X^T`` and ``g_b = G y`` over the features with float64 accumulation
     (:func:`feature_dots`).
 
     Why not autograd's float32 ``bmm``: the streams stay close to one another, so each row of
@@ -80,22 +80,31 @@ class _Mix(torch.autograd.Function):
     (rows of ``H_res``, ``h_pre`` and the readout weights sum to 1) subtracts their common part,
     leaving a gradient 100-1000x smaller than the entries. A float32 GEMM over F = 65536 features
     gets the entries to ~3e-6 and these gradients to ~4e-4 (``benchmarks/aot_accuracy.py``,
-    docs/accuracy.md); with the float64 accumulation, ~1e-5."""
+    docs/accuracy.md); with the float64 accumulation, ~1e-5. The stream gradients are allocated
+    whole (not views of a flat result), so autograd adds the two a stream receives in place."""
 
     @staticmethod
     def forward(ctx, A: Tensor, X: Tensor, b: Tensor | None, y: Tensor | None) -> Tensor:
         ctx.save_for_backward(A, X, b, y)
-        out = torch.bmm(A, X)
-        return out if y is None else out.addcmul_(b.unsqueeze(2), y.unsqueeze(1))
+        out = torch.bmm(A, X.flatten(2))
+        if y is not None:
+            out.addcmul_(b.unsqueeze(2), y.flatten(1).unsqueeze(1))
+        return out.view(A.shape[:2] + X.shape[2:])
 
     @staticmethod
     def backward(ctx, G: Tensor):
         A, X, b, y = ctx.saved_tensors
         need_A, need_X, need_b, need_y = ctx.needs_input_grad
-        g_A = feature_dots(G, X).to(A.dtype) if need_A else None
-        g_X = torch.bmm(A.transpose(1, 2), G) if need_X else None
-        g_b = feature_dots(G, y.unsqueeze(1)).squeeze(2).to(b.dtype) if need_b else None
-        g_y = torch.bmm(b.unsqueeze(1), G).squeeze(1) if need_y else None
+        G = G.flatten(2)
+        g_A = feature_dots(G, X.flatten(2)).to(A.dtype) if need_A else None
+        g_b = feature_dots(G, y.flatten(1).unsqueeze(1)).squeeze(2).to(b.dtype) if need_b else None
+        g_X = g_y = None
+        if need_X:
+            g_X = G.new_empty(X.shape)
+            torch.bmm(A.transpose(1, 2), G, out=g_X.view(G.shape[0], X.shape[1], -1))
+        if need_y:
+            g_y = G.new_empty(y.shape)
+            torch.bmm(b.unsqueeze(1), G, out=g_y.view(G.shape[0], 1, -1))
         return g_A, g_X, g_b, g_y
 
 
