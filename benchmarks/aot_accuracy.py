@@ -6,6 +6,7 @@ error of each kind of AOT parameter gradient, relative to that gradient's scale 
 float64 run), and of the output, eager and (``--compiled``) with the residual's compile switch on.
 
     OMP_NUM_THREADS=1 python benchmarks/aot_accuracy.py
+    python benchmarks/aot_accuracy.py --device cuda --compiled    # float64 reference on the same device, TF32 off
 """
 
 from __future__ import annotations
@@ -58,8 +59,11 @@ def errors(result, reference) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--compiled", action="store_true", help="also with the residual's compile switch on")
+    parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     model, x = aot_network(seed=3, width=64, depth=2), torch.randn(2, 32, 32, 3, 2)
+    model, x = model.to(args.device), x.to(args.device)
     reference = forward_backward(copy.deepcopy(model).double(), x.double())
     table = {"eager": errors(forward_backward(model, x), reference)}
     if args.compiled:
@@ -67,7 +71,8 @@ def main() -> None:
             if isinstance(module, AOTResidual):
                 module.compile = True
         table["compiled"] = errors(forward_backward(model, x), reference)
-    print(f"torch {torch.__version__}, {platform.machine()}, threads {torch.get_num_threads()}")
+    device = torch.cuda.get_device_name() if x.is_cuda else f"{platform.machine()}, threads {torch.get_num_threads()}"
+    print(f"torch {torch.__version__}, {device}")
     print("| quantity | " + " | ".join(table) + " |")
     print("|---|" + "---|" * len(table))
     for kind in ("output", *KINDS):
