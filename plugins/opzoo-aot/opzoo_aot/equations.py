@@ -7,8 +7,9 @@
     u      = Σ_i h_pre[i] · X[:, i]                                    # the branch input [B, *S, D]
     X'[:, i] = Σ_j H_res[i, j] · X[:, j] + h_post[i] · branch(u)
 
-``X`` is the stream state ``[B, n, *S, D]``. The coefficients are float32 at least (the callers
-turn autocast off); the stream maps run in the streams' dtype.
+``X`` is the stream state ``[B, n, *S, D]``. The coefficients are computed in the parameters'
+dtype (the residual passes float64 where the device has it, else float32, outside autocast); the
+stream maps run in the streams' dtype.
 """
 
 from __future__ import annotations
@@ -43,9 +44,10 @@ def pool(X: Tensor) -> Tensor:
 def coefficients(pooled: Tensor, phi_pre: Tensor, phi_post: Tensor, phi_res: Tensor, b_pre: Tensor,
                  b_post: Tensor, b_res: Tensor, alpha_pre: Tensor, alpha_post: Tensor, alpha_res: Tensor,
                  eps: float, iters: int) -> tuple[Tensor, Tensor, Tensor]:
-    """``pooled [B, n, D]`` and one sub-layer's parameters -> ``h_pre [B, n], h_post [B, n], H_res [B, n, n]``."""
+    """``pooled [B, n, D]`` and one sub-layer's parameters -> ``h_pre [B, n], h_post [B, n], H_res [B, n, n]``,
+    in the parameters' dtype."""
     n = pooled.shape[1]
-    z = F.rms_norm(pooled.flatten(1), (pooled.shape[1] * pooled.shape[2],), eps=eps)  # [B, nD]
+    z = F.rms_norm(pooled.to(phi_pre.dtype).flatten(1), (pooled.shape[1] * pooled.shape[2],), eps=eps)  # [B, nD]
     gate = torch.sigmoid(alpha_pre * (z @ phi_pre) + b_pre)
     h_pre = gate / gate.sum(dim=1, keepdim=True)
     h_post = 2.0 * torch.sigmoid(alpha_post * (z @ phi_post) + b_post)

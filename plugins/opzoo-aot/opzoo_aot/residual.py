@@ -7,7 +7,9 @@ sub-layer's :class:`AOTResidual` computes its coefficients from the mean and app
 ``X'`` follows from the same update applied to the means (``mean_S`` is linear), so no sub-layer
 reads the streams just to pool them (a pass forward and two backward: ~20 % of the residual's time
 on CPU). The coefficients and the stream maps run outside autocast: the coefficients (and
-Sinkhorn) in float32, the maps in the streams' dtype.
+Sinkhorn) in float64 where the device has it (CPU, CUDA; float32 elsewhere: they are a few numbers
+per sample, and float64 halves to tenths the gradients' errors, docs/accuracy.md), the maps in the
+streams' dtype.
 
 ``compile`` (a residual argument): ``True`` runs the equations through ``torch.compile``
 (``fullgraph``), ``"auto"`` (the default) does so on CUDA only, ``False`` never; the compiled and
@@ -178,14 +180,14 @@ class AOTResidual(opzoo.Residual):
         return AOTStreams(dim, n=check_aot_args(residual_args)["n"])
 
     def _params_eps_iters(self) -> tuple:
-        """The coefficient parameters in float32 (at least), then eps and the Sinkhorn iterations."""
+        """The coefficient parameters in the coefficients' dtype, then eps and the Sinkhorn iterations."""
         params = (self.phi_pre, self.phi_post, self.phi_res, self.b_pre, self.b_post, self.b_res,
                   self.alpha_pre, self.alpha_post, self.alpha_res)
-        dtype = torch.promote_types(self.phi_pre.dtype, torch.float32)
+        dtype = torch.float64 if self.phi_pre.device.type in ("cpu", "cuda", "meta") else torch.float32
         return (*(p.to(dtype) for p in params), self.eps, self.sinkhorn_iters)
 
     def coefficients(self, state: AOTState) -> tuple[Tensor, Tensor, Tensor]:
-        """``state -> h_pre [B, n], h_post [B, n], H_res [B, n, n]``, float32 (at least)."""
+        """``state -> h_pre [B, n], h_post [B, n], H_res [B, n, n]`` (float64 on CPU and CUDA)."""
         state = _check_state(state, self.n, self.dim, f"AOTResidual (sub-layer {self.index})")
         with autocast_off(state.pooled.device):
             return equations.coefficients(state.pooled, *self._params_eps_iters())
