@@ -1,7 +1,8 @@
 """Accuracy of the AOT residual in float32 against the same network in float64 (docs/accuracy.md).
 
-The network of issue 11 (simple backbone with AOT residuals whose parameters are perturbed, seed
-3, width 64, depth 2, input [2, 32, 32, 3, 2], so S·D = 65536 features per stream): the largest
+The network of issue 11 (``aot_network`` of tests/aot/test_residual.py: simple backbone with AOT
+residuals whose parameters are perturbed, seed 3, width 64, depth 2, input [2, 32, 32, 3, 2], so
+S·D = 65536 features per stream): the largest
 error of each kind of AOT parameter gradient, relative to that gradient's scale (max |g| of the
 float64 run), and of the output, eager and (``--compiled``) with the residual's compile switch on.
 
@@ -14,33 +15,16 @@ from __future__ import annotations
 import argparse
 import copy
 import platform
+import sys
+from pathlib import Path
 
-import opzoo
 import torch
 from opzoo_aot import AOTResidual
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.aot.test_residual import aot_network, forward_backward  # noqa: E402
+
 KINDS = ("phi_pre", "phi_post", "phi_res", "b_pre", "b_post", "b_res", "alpha_pre", "alpha_post", "alpha_res", "g")
-
-
-def aot_network(seed: int = 0, width: int = 16, depth: int = 3) -> torch.nn.Module:
-    """A simple-backbone AOT network whose residual parameters are perturbed, so the streams differ."""
-    torch.manual_seed(seed)
-    model = opzoo.create_model("simple", residual="aot", in_channels=2, out_channels=2, in_timesteps=3,
-                               width=width, depth=depth)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "residual" in name or name == "streams.g":
-                p.add_(torch.randn(p.shape, generator=g) * 0.2)
-    return model
-
-
-def forward_backward(model: torch.nn.Module, x: torch.Tensor):
-    """``(output, {name: gradient})`` of a fixed linear functional of the output."""
-    model.zero_grad(set_to_none=True)
-    out = model(x)
-    (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum().backward()
-    return out.detach(), {name: p.grad.clone() for name, p in model.named_parameters()}
 
 
 def errors(result, reference) -> dict[str, float]:
