@@ -111,7 +111,7 @@ class AOTStreams(opzoo.StreamAdapter):
         self.dim, self.n = _check_dim(dim), n
         self.g = nn.Parameter(torch.zeros(n))  # zero init: uniform readout
 
-    def expand(self, x: Tensor) -> Tensor:
+    def expand(self, x: Tensor) -> AOTState:
         if x.ndim < 3 or x.shape[-1] != self.dim:
             raise ValueError(f"AOTStreams.expand expects [B, *S, {self.dim}], got {list(x.shape)}")
         pooled = equations.pool(x.unsqueeze(1)).expand(x.shape[0], self.n, self.dim)
