@@ -121,7 +121,7 @@ def test_equals_plain_residual_network_at_init(scale):
     """At init the AOT network is the plain-residual network with the same sub-layers, for any
     input: the float32 AOT network against the plain network in float64. Tolerance: at init
     H_res X = X exactly only in exact arithmetic (rows sum to 1 within a few u), and the float32
-    layers round at u = 6e-8 relative: 1e-5 of the output's scale (measured ~1e-6)."""
+    layers round at u = 6e-8 relative: 1e-5 of the output's scale (measured 2-4e-7)."""
     aot, plain = simple_pair()
     x = torch.randn(3, 8, 8, 3, 2) * scale
     reference = plain.double()(x.double())
@@ -206,9 +206,10 @@ def test_bf16_autocast_is_finite_and_close_to_float64():
     """Under bf16 autocast the coefficients stay float64 on CPU (H_res doubly stochastic to float32
     accuracy) and the network output is close to the float64 network. Tolerances: the branches'
     matmuls and convolutions take bf16 operands (u = 2^-8 = 3.9e-3 relative), and a few such
-    roundings accumulate over the two blocks: 3e-2 of the output's scale (measured ~8e-3); H_res
-    moves only through the bf16 rounding of its input (the streams' mean, float32 of bf16 branch
-    outputs) times φ's small weights: 2e-3 (measured ~2e-4)."""
+    roundings accumulate over the two blocks: 3e-2 of the output's scale (measured 8.7e-3); H_res
+    moves only through the bf16 rounding of its input (the streams' mean, of bf16 branch outputs,
+    3.9e-3 relative) times the small logit weights α·φ (logit deviations ~0.03): 1e-4 (measured
+    5.4e-6)."""
     aot = perturbed_aot_model()
     x = torch.randn(4, 8, 8, 3, 2)
     reference = copy.deepcopy(aot).double()(x.double())
@@ -217,7 +218,7 @@ def test_bf16_autocast_is_finite_and_close_to_float64():
         out = aot(x)
     assert torch.isfinite(out.float()).all()
     assert_doubly_stochastic(diag.H_res)
-    torch.testing.assert_close(diag.H_res, collect_diagnostics(aot, x).H_res, rtol=0, atol=2e-3)
+    torch.testing.assert_close(diag.H_res, collect_diagnostics(aot, x).H_res, rtol=0, atol=1e-4)
     assert (out.double() - reference).abs().max() <= 3e-2 * reference.abs().max()
 
 
