@@ -195,8 +195,9 @@ class AOTResidual(opzoo.Residual):
     def forward(self, state: AOTState, branch: Callable[[Tensor], Tensor]) -> AOTState:
         state = _check_state(state, self.n, self.dim, f"AOTResidual (sub-layer {self.index})")
         X = state.streams
-        compiled = use_compile(self.compile, X.device)
-        before, after = (_compiled(_before_branch), _compiled(_after_branch)) if compiled else (_before_branch, _after_branch)
+        before, after = _before_branch, _after_branch
+        if use_compile(self.compile, X.device):
+            before, after = _compiled(_before_branch), _compiled(_after_branch)
         with autocast_off(X.device):
             u, h_post, H_res = before(state, *self._params_eps_iters())
         y = branch(u)
