@@ -166,7 +166,9 @@ def test_elementwise_gradient_clipping_of_spectral_weights_only():
     for p in model.parameters():
         p.grad = torch.randn_like(p) * 0.05
     raw = {n: p.grad.clone() for n, p in model.named_parameters()}
-    hook.before_optimizer_step(None)
+    ctx = opzoo.StepContext(step=0, model=model, optimizer=torch.optim.Adam(model.parameters()), batch={}, loss=0.0,
+                            base_lr=1e-3, fresh_batch=None, loss_fn=None, forward=model, all_reduce_mean=None)
+    hook.before_optimizer_step(ctx)
     for n, p in model.named_parameters():
         g = raw[n]
         if n in hook.factors:  # real and imaginary parts clipped separately, element by element
