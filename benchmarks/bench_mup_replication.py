@@ -35,15 +35,15 @@ from torch import nn
 import opzoo
 from opzoo_mup import MuPFNO
 
-DATA = dict(res=128, solver_res=128, nu=1e-3, t_end=0.1, steps=1, alpha=1.0, tau=5.0, sigma=5.0)
+DATA = dict(res=128, solver_res=128, nu=1e-3, t_end=0.1, steps=1, alpha=1.0, tau=5.0, sigma=5.0)  # --sigma overrides
 
 
-def make_data(path: Path, n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def make_data(path: Path, n: int, seed: int = 0, sigma: float = DATA["sigma"]) -> tuple[torch.Tensor, torch.Tensor]:
     """``(u0, u_T)`` each ``[n, 128, 1, 1]`` (float32), generated once into ``path``."""
     from opzoo.data import generate
 
     if not path.is_file():
-        generate("burgers", path, n, seed=seed, batch_size=64, progress=False, **DATA)
+        generate("burgers", path, n, seed=seed, batch_size=64, progress=False, **{**DATA, "sigma": sigma})
     with h5py.File(path, "r") as f:
         arr = torch.as_tensor(f["data"][...])
     arr = arr.float()  # [n, res, T=2, 1]
@@ -107,7 +107,7 @@ def lr_grid(lo_exp: float, n: int) -> list[float]:
 def sweep(args) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    x, y = make_data(out / "burgers-rough.h5", args.train + args.test)
+    x, y = make_data(out / f"burgers-rough-sigma{args.sigma:g}.h5", args.train + args.test, sigma=args.sigma)
     data = ((x[:args.train], y[:args.train]), (x[args.train:], y[args.train:]))
     log = out / "runs.jsonl"
     done = set()
@@ -119,7 +119,8 @@ def sweep(args) -> None:
              for p in ("standard", "mup") if not (p == "mup" and K == args.base_modes)]
     todo = [s for s in specs if s not in done]
     print(f"{len(specs)} runs, {len(todo)} to do; target energy above K: "
-          + ", ".join(f"K={k}: {v:.3f}" for k, v in spectrum_share(y).items()), flush=True)
+          + ", ".join(f"K={k}: {v:.3f}" for k, v in spectrum_share(y).items())
+          + f"; identity map's test error {float(rel_l2(x[args.train:], y[args.train:]).mean()):.3f}", flush=True)
     t_start = time.perf_counter()
     for j, (p, K, lr, s) in enumerate(todo):
         r = train_one(p, K, lr, s, data, args.steps, base_modes=args.base_modes)
@@ -231,6 +232,7 @@ def main() -> None:
     ap.add_argument("--lr-exp", type=float, default=-2.4, help="log10 of the smallest lr")
     ap.add_argument("--n-lr", type=int, default=15, help="grid points, x10^0.1 apart")
     ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--sigma", type=float, default=DATA["sigma"], help="GRF amplitude of u0 (nonlinearity)")
     ap.add_argument("--train", type=int, default=512)
     ap.add_argument("--test", type=int, default=128)
     ap.add_argument("--report", action="store_true")
