@@ -150,7 +150,7 @@ def report(args) -> None:
     import matplotlib.pyplot as plt
 
     out = Path(args.out)
-    rows = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+    rows = [r for r in (json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()) if r["K"] in args.modes]
     docs = Path(args.docs)
     docs.mkdir(parents=True, exist_ok=True)
     with open(docs / "runs.csv", "w", newline="") as f:

@@ -6,7 +6,7 @@ re-reads its results and redraws the plot) and prints, as a markdown table, the 
 per K under each parametrization (seed-mean test l2), how far it moves (max / min of the best lrs,
 in decades and in grid steps), and the target's loss when the proxy's best lr is transferred.
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_mutransfer.py [--out DIR] [--device cuda] [--png docs/mutransfer-burgers.png]
+    OMP_NUM_THREADS=1 python benchmarks/bench_mutransfer.py [--out DIR] [--device cuda] [--png landscape.png]
         [--lr 1e-3 3e-3 ...] [--seeds 0 1 2] [--landscape-modes 32]   # another grid on the same config
 """
 
