@@ -1,4 +1,6 @@
-"""μTransfer-FNO replication (docs/mup.md): does the best learning rate stay put across K under μP?
+"""``opzoo mutransfer`` on configs/mutransfer-burgers.yaml: does the best learning rate stay put across K under μP?
+
+(The replication in docs/mup.md is benchmarks/bench_mup_replication.py; this config's smooth target barely uses K.)
 
 Runs ``opzoo mutransfer`` on configs/mutransfer-burgers.yaml (FNO-1D, generated Burgers u0 -> u(., 1),
 7 learning rates x K in {4, 8, 16, 32} x {standard, μP} x 2 seeds; resumable: a finished sweep only
