@@ -14,9 +14,9 @@ first update, ``warmup`` (40) probes on fresh batches ``0 … warmup−1`` of th
 probes after every ``every``-th update (``i % every == 0``). One measurement is the mean of its probes'
 statistics; measurements enter an EMA ``EMA <- (1 − β)·EMA + β·new`` (Algorithm 1, ``beta`` the weight
 of the newest measurement). The warm-up measurement is used at step 1 only: the averages restart at
-the first periodic measurement, because Adam's first update (sign-like, about 20x larger in function
-space than later ones) would otherwise dominate every later estimate (docs/flerm.md: measured against
-finite differences). Each probe uses the "lr = 1" update ``ΔW / lr_ℓ`` of the step (Alg. 1).
+the first periodic measurement, because Adam's first update (sign-like, several times larger in
+function space than later ones: x2-16 on the tracking MLP) would otherwise dominate every later
+estimate (docs/flerm.md: measured against finite differences). Each probe uses the "lr = 1" update ``ΔW / lr_ℓ`` of the step (Alg. 1).
 
 Matching reproduces the base's *actual* function-space lr ``base_ℓ · lr_ℓ^base`` per tensor: the
 record stores, per measurement, the base lr ``η0 · schedule`` and each tensor's lr scale (its lr over
