@@ -133,7 +133,8 @@ def load_config(path: str | os.PathLike, output_dir: str | None = None, device: 
             opzoo.get_registry().get("optimizer_hook", HOOK_NAME)(base_modes=s.proxy_modes, **s.mup)  # validates args
         except TypeError as e:
             fail(f"sweep.mup: {e}")
-        optimizer = str(cfg.run.get("optimizer", {}).get("name", "adamw")) if isinstance(cfg.run.get("optimizer"), dict) else "adamw"
+        section = cfg.run.get("optimizer")
+        optimizer = str(section.get("name", "adamw")) if isinstance(section, dict) else "adamw"
         if optimizer not in ADAM_OPTIMIZERS and not s.mup.get("allow_non_adam", False):
             fail(f"run.optimizer.name: {str(non_adam_error(optimizer)).replace('allow_non_adam', 'sweep.mup.allow_non_adam')}")
         if s.proxy_modes < 2:

@@ -11,6 +11,6 @@ def register_components(registry) -> None:
     registry.register_optimizer_hook("flerm", FlermHook)
 
 
-__all__ = ["FlermHook", "FslrRecord", "KroneckerEMA", "MonteCarloEstimate", "exact_function_space_lr", "finite_difference_fslr",
-           "fslr_from_statistics", "z_sample", "z_statistics", "map_base_values", "plot_record",
-           "register_components", "add_commands"]
+__all__ = ["FlermHook", "FslrRecord", "KroneckerEMA", "MonteCarloEstimate", "exact_function_space_lr",
+           "finite_difference_fslr", "fslr_from_statistics", "z_sample", "z_statistics", "map_base_values",
+           "plot_record", "register_components", "add_commands"]

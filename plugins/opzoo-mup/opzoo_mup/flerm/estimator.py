@@ -5,8 +5,8 @@ For a probe ``φ = Σ_nk ω_nk f_nk / sqrt(NK)`` with ``ω ~ N(0, 1)`` and the "
 
 - :class:`KroneckerEMA`: Kronecker-factored covariance over the ``D`` dims of ``Z`` (App. B, Eq. 28):
   ``‖Δf‖² ≈ Π_d E[Z.sum(d).square().sum()] / E[Z.square().sum()]^(D−1)``, expectations as EMAs
-  (Algorithm 1: ``EMA <- (1 − β) EMA + β new``, bias-corrected), the quotient in log space. Complex tensors are viewed as real with the
-  real/imaginary pair as one more dim (``Δφ = Σ Re ΔW·Re g + Im ΔW·Im g``); that dim is either summed
+  (Algorithm 1: ``EMA <- (1 − β) EMA + β new``, bias-corrected), the quotient in log space.
+  Complex tensors are viewed as real with the real/imaginary pair as one more dim (``Δφ = Σ Re ΔW·Re g + Im ΔW·Im g``); that dim is either summed
   exactly (``complex_dim="sum"``, default: ``Z = Re(conj(ΔW)·g)`` per entry, Kronecker over the D
   tensor dims) or factored like the others (``"factor"``, D + 1 dims). A Kronecker covariance over
   D + 1 dims implies one over D dims after the sum, so "sum" assumes strictly less; on the small FNO

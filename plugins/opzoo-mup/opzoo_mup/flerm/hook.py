@@ -16,7 +16,8 @@ statistics; measurements enter an EMA ``EMA <- (1 − β)·EMA + β·new`` (Algo
 of the newest measurement). The warm-up measurement is used at step 1 only: the averages restart at
 the first periodic measurement, because Adam's first update (sign-like, several times larger in
 function space than later ones: x2-16 on the tracking MLP) would otherwise dominate every later
-estimate (docs/flerm.md: measured against finite differences). Each probe uses the "lr = 1" update ``ΔW / lr_ℓ`` of the step (Alg. 1).
+estimate (docs/flerm.md: measured against finite differences). Each probe uses the "lr = 1" update
+``ΔW / lr_ℓ`` of the step (Alg. 1).
 
 Matching reproduces the base's *actual* function-space lr ``base_ℓ · lr_ℓ^base`` per tensor: the
 record stores, per measurement, the base lr ``η0 · schedule`` and each tensor's lr scale (its lr over
@@ -78,7 +79,8 @@ class FlermHook(OptimizerHook):
         if not 0 < min_multiplier <= 1 <= max_multiplier:
             raise opzoo.ConfigError("optimizer.hooks: flerm: need 0 < min_multiplier <= 1 <= max_multiplier")
         if not isinstance(allow_other_base_lr, bool):
-            raise opzoo.ConfigError(f"optimizer.hooks: flerm: allow_other_base_lr must be true or false, got {allow_other_base_lr!r}")
+            raise opzoo.ConfigError("optimizer.hooks: flerm: allow_other_base_lr must be true or false, "
+                                    f"got {allow_other_base_lr!r}")
         self.mode, self.warmup, self.every, self.beta, self.match = mode, warmup, every, float(beta), match
         self.probes, self.allow_other_base_lr = probes, allow_other_base_lr
         self.readout_arg, self.out, self.seed, self.complex_dim = readout, out, seed, complex_dim
@@ -220,7 +222,8 @@ class FlermHook(OptimizerHook):
         if ctx.rank == 0 and (self.out or ctx.run_dir is not None):
             self._write(Path(self.out) if self.out else Path(ctx.run_dir) / "flerm" / f"{self.mode}.json")
 
-    def _new_multipliers(self, step: int, current: Mapping[str, float], lr_scale: Mapping[str, float]) -> dict[str, float]:
+    def _new_multipliers(self, step: int, current: Mapping[str, float],
+                         lr_scale: Mapping[str, float]) -> dict[str, float]:
         """``(base_ℓ · scale_ℓ^base) / (current_ℓ · scale_ℓ)``, clamped (and reported) to the configured range."""
         base = map_base_values(self.names, self.lists, self.base, step)
         base_scale = map_base_values(self.names, self.lists, self.base, step, "lr_scale")
