@@ -140,7 +140,7 @@ class MuPFNO(OptimizerHook):
 
     def before_optimizer_step(self, ctx: StepContext) -> None:
         if not self._optimizer_checked:  # the first step, before any update: the hook sees no optimizer earlier
-            if not self.allow_non_adam and type(ctx.optimizer) not in (torch.optim.Adam, torch.optim.AdamW):
+            if not self.allow_non_adam and not isinstance(ctx.optimizer, (torch.optim.Adam, torch.optim.AdamW)):
                 raise non_adam_error(type(ctx.optimizer).__name__)
             self._optimizer_checked = True
         if self.grad_clip is None:
