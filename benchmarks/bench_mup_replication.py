@@ -38,24 +38,26 @@ from opzoo_mup import MuPFNO
 DATA = dict(res=128, solver_res=128, nu=1e-3, t_end=0.1, steps=1, alpha=1.0, tau=5.0, sigma=5.0)  # --sigma overrides
 
 
-def make_data(path: Path, n: int, seed: int = 0, sigma: float = DATA["sigma"]) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(u0, u_T)`` each ``[n, 128, 1, 1]`` (float32), generated once into ``path``."""
+def make_data(path: Path, n: int, seed: int = 0, sigma: float = DATA["sigma"],
+              res: int = DATA["res"]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(u0, u_T)`` each ``[n, res, 1, 1]`` (float32), generated once into ``path``."""
     from opzoo.data import generate
 
     if not path.is_file():
-        generate("burgers", path, n, seed=seed, batch_size=64, progress=False, **{**DATA, "sigma": sigma})
+        generate("burgers", path, n, seed=seed, batch_size=64, progress=False,
+                 **{**DATA, "sigma": sigma, "res": res, "solver_res": res})
     with h5py.File(path, "r") as f:
         arr = torch.as_tensor(f["data"][...])
     arr = arr.float()  # [n, res, T=2, 1]
     return arr[:, :, :1], arr[:, :, 1:]
 
 
-def spectrum_share(u: torch.Tensor, ks=(4, 8, 16, 32, 64)) -> dict[int, float]:
+def spectrum_share(u: torch.Tensor, ks=(4, 8, 16, 32, 64, 128)) -> dict[int, float]:
     """Fraction of the target's (mean-free) energy in rfft modes above ``K``."""
     e = torch.fft.rfft(u[..., 0, 0].double(), dim=-1).abs().square().mean(0)
     e[0] = 0
     total = float(e.sum())
-    return {k: float(e[k:].sum()) / total for k in ks}
+    return {k: float(e[k:].sum()) / total for k in ks if k < e.numel()}
 
 
 def rel_l2(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -107,7 +109,8 @@ def lr_grid(lo_exp: float, n: int) -> list[float]:
 def sweep(args) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    x, y = make_data(out / f"burgers-rough-sigma{args.sigma:g}.h5", args.train + args.test, sigma=args.sigma)
+    name = f"burgers-rough-sigma{args.sigma:g}" + ("" if args.res == DATA["res"] else f"-res{args.res}")
+    x, y = make_data(out / f"{name}.h5", args.train + args.test, sigma=args.sigma, res=args.res)
     data = ((x[:args.train], y[:args.train]), (x[args.train:], y[args.train:]))
     log = out / "runs.jsonl"
     done = set()
@@ -233,6 +236,7 @@ def main() -> None:
     ap.add_argument("--n-lr", type=int, default=15, help="grid points, x10^0.1 apart")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--sigma", type=float, default=DATA["sigma"], help="GRF amplitude of u0 (nonlinearity)")
+    ap.add_argument("--res", type=int, default=DATA["res"], help="resolution (solved at the same resolution)")
     ap.add_argument("--train", type=int, default=512)
     ap.add_argument("--test", type=int, default=128)
     ap.add_argument("--report", action="store_true")
