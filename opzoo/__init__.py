@@ -25,6 +25,7 @@ from .hookspecs import hookimpl
 from .hub import from_pretrained, push_to_hub, save_pretrained
 from .interfaces import Backbone, Block, FeedForward, IdentityStreams, Mixer, Residual, Router, Routing, StreamAdapter
 from .plugins import get_plugin_host, get_registry, reset_plugins
+from .pretrained_cfg import PretrainedCfg
 from .registry import PretrainedSource, Registry
 from .spectral import SpectralLayer, SpectralWeight, find_spectral_weights
 
@@ -47,4 +48,5 @@ __all__ = [
     "ConvertedCheckpoint", "convert_to_repo", "safe_torch_load", "append_grid", "pot_preset_args", "pot_micro_preset_args", "micro_pretrained_cfg",
     "OpzooError", "UnknownNameError", "RegistryConflictError", "ConfigError", "WeightsError", "HubError",
     "CheckpointError", "OptimizerHook", "StepContext", "SpectralLayer", "SpectralWeight", "find_spectral_weights",
+    "PretrainedCfg",
 ]

@@ -92,7 +92,7 @@ def finetune_unseen(train_file: Path, out_dir: Path, steps: int, lr: float, batc
                                          "training.log_every": 10})
         print(f"  {'fine-tuning the pretrained' if pretrained else 'training from scratch the'} aot-pot-micro, "
               f"{steps} steps -> {run_dir}")
-        runs[label] = (Trainer(cfg).fit(), run_dir)
+        runs[label] = (Trainer(cfg).fit(new=True), run_dir)  # a demo re-run trains again; old runs move aside
     ft, scratch = runs["finetuned"][0], runs["scratch"][0]
     return FinetuneResult(ft.evals[0][0], ft.evals[steps][0], scratch.evals[steps][0],
                           (runs["finetuned"][1], runs["scratch"][1]))

@@ -28,11 +28,14 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from ._version import __version__
+from .checksums import ChecksumError, sha256_file, verify_file
 from .config import CONFIG_NAME, config_document, read_config, write_config
+from .disk_full import disk_full_as_error
 from .errors import HubError, WeightsError
 from .interfaces import Backbone
 from .model_card import render_card
 from .plugins import get_registry
+from .pretrained_cfg import schema_of, validate_pretrained_cfg
 from .registry import PretrainedSource
 
 WEIGHTS_NAME = "model.safetensors"
@@ -95,24 +98,35 @@ def save_pretrained(model: Backbone, save_directory: str | os.PathLike) -> Path:
     """Write config.json, model.safetensors and README.md into ``save_directory``.
 
     Files are written to temporary names first and renamed at the end, so a failure leaves any
-    earlier repo in that directory as it was.
+    earlier repo in that directory as it was. ``config.json`` records the weights' sha256
+    (``checksums``), verified by :func:`from_pretrained`.
     """
     directory = Path(save_directory)
-    directory.mkdir(parents=True, exist_ok=True)
     architecture = get_registry().backbone_name(type(model))
+    validate_pretrained_cfg(model.pretrained_cfg or {}, f"{type(model).__name__}.pretrained_cfg", schema_of(type(model)))
     document = config_document(architecture, model.config, model.pretrained_cfg)
     card = render_card(model, architecture)
     staged: list[tuple[Path, Path]] = []
     try:
-        for name in (WEIGHTS_NAME, CONFIG_NAME, CARD_NAME):
-            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
-            os.close(fd)
-            staged.append((Path(tmp), directory / name))
-        save_file(_unshared_state_dict(model), str(staged[0][0]), metadata={"format": "pt", "opzoo_version": __version__})
-        write_config(staged[1][0], document)
-        staged[2][0].write_text(card)
-        for tmp, final in staged:
-            os.replace(tmp, final)
+        with disk_full_as_error("saving the model", f"any earlier repo in {directory} is unchanged; free space and "
+                                                     "save again") as writing:
+            writing.path = directory
+            directory.mkdir(parents=True, exist_ok=True)
+            for name in (WEIGHTS_NAME, CONFIG_NAME, CARD_NAME):
+                fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
+                os.close(fd)
+                staged.append((Path(tmp), directory / name))
+            writing.path = directory / WEIGHTS_NAME
+            save_file(_unshared_state_dict(model), str(staged[0][0]),
+                      metadata={"format": "pt", "opzoo_version": __version__})
+            document["checksums"] = {WEIGHTS_NAME: sha256_file(staged[0][0])}
+            writing.path = directory / CONFIG_NAME
+            write_config(staged[1][0], document)
+            writing.path = directory / CARD_NAME
+            staged[2][0].write_text(card)
+            for tmp, final in staged:
+                writing.path = final
+                os.replace(tmp, final)
     finally:
         for tmp, _ in staged:
             tmp.unlink(missing_ok=True)
@@ -199,9 +213,16 @@ def from_pretrained(
     config = backbone_cls.config_class.from_dict(document["model_args"], source=f"{config_path}: model_args")
     if overrides:
         config = config.replace(source="override", **overrides)
+    pretrained_cfg = validate_pretrained_cfg(document["pretrained_cfg"], f"{config_path}: pretrained_cfg",
+                                             schema_of(backbone_cls))
+    if WEIGHTS_NAME in document.get("checksums", {}):  # repos saved before checksums were recorded load too
+        try:
+            verify_file(weights_path, document["checksums"][WEIGHTS_NAME])
+        except ChecksumError as e:
+            raise WeightsError(f"{e}; re-download or re-save the repo") from None
     model = backbone_cls(config)
     load_weights(model, weights_path)
-    model.pretrained_cfg = dict(document["pretrained_cfg"])
+    model.pretrained_cfg = pretrained_cfg
     model.preset_name = document["pretrained_cfg"].get("preset")
     if device is not None:
         model.to(device)

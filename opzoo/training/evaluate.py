@@ -14,6 +14,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from .data import Adapt, H5Trajectories
+from .logger import strict_json
 from .losses import l2_full, l2_per_step
 
 
@@ -25,26 +26,32 @@ class DatasetResult:
     n_trajectories: int
     horizon: int
     l2_full_per_trajectory: list[float] = field(default_factory=list)
+    skipped: list[int] = field(default_factory=list)  # trajectories (indices in the file) left out: NaN/Inf
     expert_load: dict[str, list[float]] = field(default_factory=dict)  # router name -> share per expert (models with routers)
 
 
 @torch.no_grad()
 def rollout_trajectories(model: nn.Module, source: H5Trajectories, adapt: Adapt, horizon: int | None,
                          batch_size: int = 8, device: torch.device | str = "cpu", max_trajectories: int | None = None,
-                         autocast: bool = False):
-    """Roll out from the first ``T_in`` frames of each trajectory.
+                         autocast: bool = False, exclude: Sequence[int] = ()):
+    """Roll out from the first ``T_in`` frames of each trajectory (but the positions in ``exclude``).
 
     Yields ``(truth [B, *R, H, C], pred [B, *R, H, C], mask [C])`` batches where ``H`` is ``horizon``
     (default: every remaining frame of the trajectory).
     """
+    from ..errors import ConfigError
+
     t_in = adapt.in_timesteps
     h = source.n_steps - t_in if horizon is None else min(horizon, source.n_steps - t_in)
     if h < 1:
-        raise ValueError(f"{source.path}: trajectories of {source.n_steps} frames leave nothing to roll out after T_in={t_in}")
+        raise ConfigError(f"{source.path}: trajectories of {source.n_steps} frames leave nothing to roll out after "
+                          f"T_in={t_in} (need at least {t_in + 1} frames)")
     n = len(source) if max_trajectories is None else min(len(source), max_trajectories)
-    for start in tqdm(range(0, n, batch_size), desc=f"rollout {os.path.basename(source.path)}", unit="batch",
+    skip = set(exclude)
+    order = [i for i in range(n) if i not in skip]
+    for start in tqdm(range(0, len(order), batch_size), desc=f"rollout {os.path.basename(source.path)}", unit="batch",
                       disable=None, leave=False):
-        frames, mask = zip(*(adapt.frames(source.read(i, 0, t_in + h)) for i in range(start, min(n, start + batch_size))))
+        frames, mask = zip(*(adapt.frames(source.read(i, 0, t_in + h)) for i in order[start:start + batch_size]))
         frames = torch.stack(frames).to(device)
         with torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16, enabled=autocast):
             pred = model.rollout(frames[..., :t_in, :], h)
@@ -53,8 +60,12 @@ def rollout_trajectories(model: nn.Module, source: H5Trajectories, adapt: Adapt,
 
 def evaluate_dataset(model: nn.Module, name: str, source: H5Trajectories, adapt: Adapt, horizon: int | None = None,
                      batch_size: int = 8, device="cpu", max_trajectories: int | None = None, autocast: bool = False,
-                     keep_first: bool = False):
-    """``DatasetResult`` of one dataset; with ``keep_first`` also ``(truth, pred)`` of its first trajectory."""
+                     keep_first: bool = False, exclude: Sequence[int] = ()):
+    """``DatasetResult`` of one dataset; with ``keep_first`` also ``(truth, pred)`` of its first trajectory.
+
+    ``exclude``: positions in ``source`` left out (see :func:`opzoo.training.bad_data.scan_trajectories`);
+    recorded by their index in the file in ``DatasetResult.skipped``.
+    """
     from ..routing import ExpertLoadRecorder
 
     was_training = model.training
@@ -63,7 +74,7 @@ def evaluate_dataset(model: nn.Module, name: str, source: H5Trajectories, adapt:
     try:
         with ExpertLoadRecorder(model) as recorder:  # which experts this dataset's inputs go to
             for truth, pred, mask in rollout_trajectories(model, source, adapt, horizon, batch_size, device,
-                                                          max_trajectories, autocast):
+                                                          max_trajectories, autocast, exclude):
                 fulls.append(l2_full(pred, truth, mask).cpu())
                 curves.append(l2_per_step(pred, truth, mask).cpu())
                 if keep_first and first is None:
@@ -72,7 +83,7 @@ def evaluate_dataset(model: nn.Module, name: str, source: H5Trajectories, adapt:
         model.train(was_training)
     full, curve = torch.cat(fulls), torch.cat(curves)
     result = DatasetResult(name, float(full.mean()), curve.mean(0).tolist(), len(full), curve.shape[1], full.tolist(),
-                           recorder.loads())
+                           recorder.loads(), [source.indices[i] for i in sorted(exclude)])
     return (result, first) if keep_first else result
 
 
@@ -84,9 +95,10 @@ def write_results(results: Sequence[DatasetResult], out_dir: str | os.PathLike, 
     summary = {"l2_full_mean": sum(r.l2_full for r in results) / len(results),
                "datasets": {r.name: {"l2_full": r.l2_full, "per_step": r.per_step, "n_trajectories": r.n_trajectories,
                                      "horizon": r.horizon, "l2_full_per_trajectory": r.l2_full_per_trajectory,
-                                     **({"expert_load": r.expert_load} if r.expert_load else {})}
+                                     **({"expert_load": r.expert_load} if r.expert_load else {}),
+                                     **({"skipped_trajectories": r.skipped} if r.skipped else {})}
                             for r in results}}
-    paths["json"].write_text(json.dumps(summary, indent=2))
+    paths["json"].write_text(json.dumps(strict_json(summary), indent=2, allow_nan=False))
     with open(paths["csv"], "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["dataset", "l2_full", "n_trajectories", "horizon"])
