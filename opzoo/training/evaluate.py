@@ -26,8 +26,8 @@ class DatasetResult:
     n_trajectories: int
     horizon: int
     l2_full_per_trajectory: list[float] = field(default_factory=list)
-    skipped: list[int] = field(default_factory=list)  # trajectories (indices in the file) left out: NaN/Inf
     expert_load: dict[str, list[float]] = field(default_factory=dict)  # router name -> share per expert (models with routers)
+    skipped: list[int] = field(default_factory=list)  # trajectories (indices in the file) left out: NaN/Inf
 
 
 @torch.no_grad()
