@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..errors import ConfigError, OpzooError
-from .checkpoint import CHECKSUMS, checkpoint_name, list_checkpoints, resumable_checkpoint
+from ..errors import ConfigError
+from .checkpoint import checkpoint_name, list_checkpoints, resumable_checkpoint
 
 LOCK_NAME = ".lock"
 CONFIG_NAME = "run_config.json"
@@ -56,7 +56,7 @@ HARMLESS_KEYS = (
 )
 
 
-class RunDirError(OpzooError):
+class RunDirError(ConfigError):
     """A run directory that cannot be used as asked (busy, another config, no usable checkpoint)."""
 
 
@@ -304,4 +304,4 @@ def clear_finished(run_dir: Path) -> None:
 
 
 __all__ = ["RunDirLock", "RunDirError", "RunDirBusyError", "RunPlan", "plan_run", "move_aside", "HARMLESS_KEYS",
-           "config_changes", "CHECKSUMS"]
+           "config_changes"]
