@@ -348,3 +348,19 @@ def test_data_inspect_lists_trajectories_with_non_finite_values(tmp_path, datase
     assert "trajectories with NaN/Inf values: 2 of the 24 read" in out
     assert "  trajectory 3: 1 NaN/Inf value(s), first in frame 6" in out
     assert "  trajectory 17: 4 NaN/Inf value(s), first in frame 9" in out
+
+
+def test_finetune_out_follows_the_same_rules(tmp_path, datasets, capsys):
+    out = str(tmp_path / "ft")
+    args = ["finetune", "simple-op", "--no-pretrained", "--data", str(datasets["heat"]), "--out", out,
+            "--steps", "2", "--batch-size", "2"]
+    code, first, err = _cli(capsys, *args, "--lr", "1e-3")
+    assert code == 0, err
+    assert "zero-shot" in first
+    code, _, err = _cli(capsys, *args, "--lr", "2e-3")
+    assert code == 2 and "Changed: optimizer.lr: 0.001 -> 0.002." in err and len(err.strip().splitlines()) == 1
+    code, again, _ = _cli(capsys, *args, "--lr", "1e-3")
+    assert code == 0 and f"{out} holds this run, finished: 2 of 2 steps done" in again and "zero-shot" not in again
+    code, fresh, err = _cli(capsys, *args, "--lr", "2e-3", "--new")
+    assert code == 0, err
+    assert f"moved the previous contents of {out} to {out}.replaced-" in fresh and "zero-shot" in fresh
