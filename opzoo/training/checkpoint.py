@@ -236,7 +236,8 @@ def temp_owner(name: str) -> tuple[int, str | None] | None:
     return (int(pid), host) if pid.isdigit() else None
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -259,7 +260,7 @@ def clean_temporaries(directory: str | os.PathLike) -> list[Path]:
         if owner is None:
             continue
         pid, where = owner
-        if (where is None or where == host) and pid != os.getpid() and not _alive(pid):
+        if (where is None or where == host) and pid != os.getpid() and not process_alive(pid):
             shutil.rmtree(p, ignore_errors=True)
         else:
             left.append(p)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import ConfigError
-from .checkpoint import checkpoint_name, list_checkpoints, resumable_checkpoint
+from .checkpoint import checkpoint_name, list_checkpoints, process_alive, resumable_checkpoint
 
 LOCK_NAME = ".lock"
 CONFIG_NAME = "run_config.json"
@@ -127,6 +127,8 @@ def _read_holder(fd: int) -> dict[str, Any]:
 def describe_holder(holder: Mapping[str, Any]) -> str:
     if not holder.get("pid"):
         return "a process that is starting (PID not yet recorded)"
+    if holder.get("host") == socket.gethostname() and not process_alive(int(holder["pid"])):
+        return f"a process that is starting (the lock file still names PID {holder['pid']}, which has ended)"
     text = f"PID {holder['pid']} on host {holder.get('host', '?')}"
     if holder.get("started"):
         text += f", started {holder['started']}"

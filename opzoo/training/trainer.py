@@ -8,9 +8,9 @@ hooks -> lr = lr · schedule(i) · lr_scale · hook multipliers -> optimizer ste
 
 from __future__ import annotations
 
-import json
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping
@@ -27,7 +27,7 @@ from . import run_dir as rundir
 from .bad_data import bad_windows_message, check_test_sets
 from .build import RunData, build_data, build_model
 from .finetune import adapt_to_data
-from .config import RunConfig, parse_run_config
+from .config import RunConfig
 from .data import StepBatchSampler, collate, step_generator
 from .distributed import (DistEnv, all_reduce_max, all_reduce_mean, barrier, full_state_dict, init_distributed,
                           shutdown, unwrap, wrap_model)
@@ -215,6 +215,8 @@ class Trainer:
         if lock is not None:
             lock.acquire()
         try:
+            if lock is not None and (new or not rundir.is_finished(self.run_dir, self.cfg.training.steps)):
+                lock.record_holder()  # at once, so a contender names this process (a finished run is left as it is)
             if lock is not None and new:
                 moved = rundir.move_aside(self.run_dir)
             barrier(self.env)
@@ -224,12 +226,9 @@ class Trainer:
             if plan.action == "finished":
                 return plan, lock
             if lock is not None:
-                lock.record_holder()
                 if moved is not None:
                     self._say(f"moved the previous contents of {self.run_dir} to {moved}")
                 for left in ckpt.clean_temporaries(self.ckpt_dir):
-                    import warnings
-
                     warnings.warn(f"{left}: a temporary directory of another process (PID@host in its name); "
                                   "left in place", stacklevel=2)
                 rundir.clear_finished(self.run_dir)
@@ -284,7 +283,7 @@ class Trainer:
     def fit(self, new: bool = False) -> TrainResult:
         """Run (or resume) the job in ``output_dir``. ``new``: move what the directory holds aside
         first (to ``<dir>.replaced-<time>``) and start fresh. See :mod:`opzoo.training.run_dir`."""
-        cfg, t = self.cfg, self.cfg.training
+        t = self.cfg.training
         lock = None
         try:
             plan, lock = self._take_run_dir(new)
