@@ -215,8 +215,6 @@ class Trainer:
         if lock is not None:
             lock.acquire()
         try:
-            if lock is not None and (new or not rundir.is_finished(self.run_dir, self.cfg.training.steps)):
-                lock.record_holder()  # at once, so a contender names this process (a finished run is left as it is)
             if lock is not None and new:
                 moved = rundir.move_aside(self.run_dir)
             barrier(self.env)
@@ -226,6 +224,9 @@ class Trainer:
             if plan.action == "finished":
                 return plan, lock
             if lock is not None:
+                # only now: a refused or finished run leaves the directory as it was, .lock included
+                # (meanwhile a contender is told the recorded PID has ended, see describe_holder)
+                lock.record_holder()
                 if moved is not None:
                     self._say(f"moved the previous contents of {self.run_dir} to {moved}")
                 for left in ckpt.clean_temporaries(self.ckpt_dir):

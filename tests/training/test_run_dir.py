@@ -144,6 +144,22 @@ def test_a_directory_with_other_files_or_resume_false_is_refused(tmp_path, datas
     assert len(aside) == 1 and (aside[0] / "checkpoints" / "step-00000002").is_dir()
 
 
+def test_zeroed_bytes_in_the_newest_checkpoint_resume_from_the_previous(tmp_path, datasets, finished, capsys):
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished, run_dir)
+    (run_dir / "finished.json").unlink()  # as if killed during the final evaluation
+    weights = run_dir / "checkpoints" / "step-00000004" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-300:-100] = bytes(200)
+    weights.write_bytes(bytes(data))
+    previous = run_dir / "checkpoints" / "step-00000002"
+    with pytest.warns(UserWarning, match=f"skipping checkpoint: {weights}: sha256 .*; using the previous good one, "
+                                         f"{previous}"):
+        assert _fit(_doc(run_dir, datasets)).resumed_from == 2
+    assert f"resuming from step 2 of 4 (checkpoint {previous})" in capsys.readouterr().out
+    assert train_losses(run_dir) == train_losses(finished)
+
+
 def test_no_verifiable_checkpoint_refuses_naming_each_file(tmp_path, datasets, finished):
     run_dir = _unfinished_copy(finished, tmp_path / "run")
     (run_dir / "checkpoints" / "step-00000002" / "state.json").write_text("{}")

@@ -3,9 +3,10 @@ finished runs, checksums, NaN data named, a full disk, SIGTERM. Each message is 
 words that matter: the file, trajectory, key, PID.
 
 A CLI start costs ~7 s here (importing torch, timm and the plugins), so the runs are tiny (a
-16-wide POT, 6 steps) and shared where a test does not change them; the tests with two or more
-runs of their own are marked slow (``make test-slow``). test_run_dir.py covers the same paths
-in-process, fast.
+16-wide POT, 6 steps) and shared where a test does not change them. Only the reference run and
+the changed-key / finished-run test run by default; the others are marked slow (``make
+test-slow``, ~2 min here). test_run_dir.py and test_divergence.py cover the same paths in-process,
+fast.
 """
 
 import json
@@ -147,6 +148,7 @@ def test_new_moves_the_old_run_aside(tmp_path, heat, reference):
     assert train_losses(run_dir) != train_losses(ref_dir)
 
 
+@pytest.mark.slow
 def test_zeroed_bytes_in_the_newest_checkpoint_fall_back_to_the_previous(tmp_path, reference):
     cfg, ref_dir = reference
     run_dir = tmp_path / "run"
@@ -195,6 +197,7 @@ def poisoned(tmp_path_factory, heat):
     return write_canonical(tmp_path_factory.mktemp("bad") / "poisoned.h5", data, ["u"], "heat")
 
 
+@pytest.mark.slow
 def test_nan_in_test_data_stops_pretrain_before_training(tmp_path, poisoned):
     run_dir = tmp_path / "run"
     doc = _doc(run_dir, poisoned)
