@@ -171,16 +171,17 @@ def test_no_verifiable_checkpoint_refuses_naming_each_file(tmp_path, datasets, f
 
 # ---- SIGTERM ------------------------------------------------------------------------------------
 class SignalAt(OptimizerHook):
-    """Sends this process SIGTERM after optimizer step ``fire_at`` (0-based; -1: never)."""
+    """Sends this process ``signum`` after optimizer step ``fire_at`` (0-based; -1: never)."""
 
-    fire_at = -1
+    fire_at, signum = -1, signal.SIGTERM
 
     def after_optimizer_step(self, ctx):
         if ctx.step == SignalAt.fire_at:
-            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), SignalAt.signum)
 
 
-def test_sigterm_checkpoints_the_step_reached_and_resume_is_exact(tmp_path, datasets):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_checkpoints_the_step_reached_and_resume_is_exact(tmp_path, datasets, signum):
     registry = opzoo.get_registry()
     with registry.owned_by("tests"):
         registry.register_optimizer_hook("test-signal", SignalAt)
@@ -192,7 +193,7 @@ def test_sigterm_checkpoints_the_step_reached_and_resume_is_exact(tmp_path, data
             return d
 
         _fit(doc(tmp_path / "ref"))
-        SignalAt.fire_at = 2
+        SignalAt.fire_at, SignalAt.signum = 2, signum
         with pytest.raises(RunStopped) as info:
             _fit(doc(tmp_path / "run"))
         SignalAt.fire_at = -1
@@ -200,9 +201,11 @@ def test_sigterm_checkpoints_the_step_reached_and_resume_is_exact(tmp_path, data
         SignalAt.fire_at = -1
         registry.forget("tests")
     ckpt = tmp_path / "run" / "checkpoints" / "step-00000003"
-    assert str(info.value) == f"SIGTERM: stopped at step 3; last checkpoint {ckpt}; re-run the same command to resume"
-    assert info.value.exit_code == 143 and ckpt.is_dir()
+    name = signal.Signals(signum).name
+    assert str(info.value) == f"{name}: stopped at step 3; last checkpoint {ckpt}; re-run the same command to resume"
+    assert info.value.exit_code == 128 + signum and ckpt.is_dir()
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     with registry.owned_by("tests"):
         registry.register_optimizer_hook("test-signal", SignalAt)
     try:
@@ -270,7 +273,29 @@ def test_short_files_are_one_line_errors_in_eval_and_rollout(tmp_path, datasets,
     code, _, err = _cli(capsys, "eval", repo, "--data", str(datasets["heat"]), "--horizon", "20", "--out", str(tmp_path / "e"))
     assert code == 2 and f"{datasets['heat']}: --horizon=20 needs T_in + 20 = 24 frames per trajectory; the file " \
                          f"has 14 (at most --horizon=10)" in err
+    empty = str(write_canonical(tmp_path / "empty.h5", np.zeros((0, 16, 16, 14, 1), np.float32), ["u"], "heat"))
+    code, _, err = _cli(capsys, "eval", repo, "--data", empty, "--out", str(tmp_path / "e"))
+    assert code == 2 and err.strip() == f"opzoo eval: error: {empty}: holds 0 trajectories; nothing to evaluate"
     assert not (tmp_path / "e").exists()
+
+
+def test_nan_in_eval_and_rollout_data_is_named_or_skipped(tmp_path, datasets, capsys):
+    repo = str(opzoo.create_model("pot", **tiny_pot_args(channels=1)).save_pretrained(tmp_path / "repo"))
+    data = h5py.File(datasets["heat"], "r")["data"][:6]
+    data[4, 0, :3, 12, 0] = np.nan
+    bad = str(write_canonical(tmp_path / "bad.h5", data, ["u"], "heat"))
+    code, _, err = _cli(capsys, "eval", repo, "--data", bad, "--out", str(tmp_path / "e"))
+    assert code == 2 and f"{bad}: trajectory 4 holds 3 NaN/Inf value(s) (first in frame 12 of the 14 checked)" in err
+    assert not (tmp_path / "e").exists()
+    code, out, err = _cli(capsys, "eval", repo, "--data", bad, "--out", str(tmp_path / "e"), "--horizon", "7")
+    assert code == 0, err  # frames 0..10 only: trajectory 4 is finite there
+    code, out, err = _cli(capsys, "eval", repo, "--data", bad, "--out", str(tmp_path / "e"), "--skip-bad-trajectories")
+    assert code == 0 and "bad: skipped 1 trajectory(ies) with NaN/Inf values: 4 (3 values)" in out
+    assert "bad: l2 full" in out and "over 5 trajectories" in out
+    code, _, err = _cli(capsys, "rollout", repo, "--data", bad, "--index", "4")
+    assert code == 2 and f"{bad}: trajectory 4 holds 3 NaN/Inf value(s) (first in frame 12); choose another --index" in err
+    code, out, _ = _cli(capsys, "rollout", repo, "--data", bad, "--index", "3")
+    assert code == 0 and "rolled out 10 steps from trajectory 3" in out
 
 
 # ---- pretrained_cfg and saved repos -------------------------------------------------------------
