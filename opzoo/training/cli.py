@@ -36,8 +36,9 @@ def _one_line_errors(command):
                 print(str(e), file=sys.stderr)
             return e.exit_code
         except KeyboardInterrupt:
-            print(f"opzoo {args.command}: interrupted (a second signal); re-run the same command to resume from the "
-                  f"last checkpoint", file=sys.stderr)
+            resume = "; re-run the same command to resume from the last checkpoint" \
+                if args.command in ("pretrain", "finetune") else ""
+            print(f"opzoo {args.command}: interrupted{resume}", file=sys.stderr)
             return 130
         except OSError as e:
             if isinstance(e, OpzooError) or not is_disk_full(e):
