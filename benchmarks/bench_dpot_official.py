@@ -61,9 +61,9 @@ def full_float32():
 
 def official_weights(name: str, device: torch.device, seed: int = 0, size: int = 128) -> dict[str, torch.Tensor]:
     """Random official-layout weights of DPOT preset ``name`` for ``size``^2 inputs (leaves that require grad)."""
-    width, depth, n_blocks, mlp_ratio, out_layer_dim = DPOT_SIZES[name]
-    sd = official_state_dict(width=width, depth=depth, n_blocks=n_blocks, mlp_ratio=mlp_ratio,
-                             out_layer_dim=out_layer_dim, patch=8, img=size, c_in=4, c_out=4, t_in=10,
+    dims = opzoo.POT_SIZES[DPOT_SIZES[name]]
+    sd = official_state_dict(width=dims.width, depth=dims.depth, n_blocks=dims.heads, mlp_ratio=dims.mlp_ratio,
+                             out_layer_dim=dims.out_layer_dim, patch=8, img=size, c_in=4, c_out=4, t_in=10,
                              t_out=1, n_cls=12, generator=torch.Generator().manual_seed(seed))
     return {k: v.to(device).requires_grad_() for k, v in sd.items()}
 

@@ -1,8 +1,9 @@
-"""Foreign checkpoints: safe unpickling-free loading and registered converters.
+"""Foreign checkpoints: safe unpickling-free loading and what a converter returns.
 
 A converter, registered with ``registry.register_converter(name, fn)``, is a callable
-``fn(path) -> ConvertedCheckpoint`` that reads a foreign checkpoint (e.g. the official DPOT
-``.pth``) and returns opzoo weights with the architecture and config they fit.
+``fn(path, **options) -> ConvertedCheckpoint`` that reads a foreign checkpoint (e.g. the official
+DPOT ``.pth``) and returns opzoo weights with the architecture and config they fit; the builder
+(:func:`opzoo.builder.convert_to_repo`, ``opzoo.load(..., pretrained=True)``) runs it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 import pickle
 import zipfile
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable
 
 import torch
 
@@ -26,6 +27,7 @@ class ConvertedCheckpoint:
     state_dict: dict[str, torch.Tensor]
     pretrained_cfg: dict[str, Any] = dataclasses.field(default_factory=dict)
     preset: str | None = None
+    card: str | None = None  # a model card template (opzoo.model_card) for the repo; default: the preset's
 
 
 def safe_torch_load(path: str | os.PathLike, allow: Iterable[type] = ()) -> Any:
@@ -44,28 +46,4 @@ def safe_torch_load(path: str | os.PathLike, allow: Iterable[type] = ()) -> Any:
         raise CheckpointError(f"{path}: refused or unreadable as a weights-only checkpoint: {e}") from None
 
 
-def convert_file(converter: str, path: str | os.PathLike) -> ConvertedCheckpoint:
-    from .plugins import get_registry
-
-    return get_registry().get("converter", converter)(Path(path))
-
-
-def convert_to_repo(converter: str, path: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
-    """Convert a foreign checkpoint and write an opzoo repo (config.json, model.safetensors, README.md)."""
-    from .factory import create_model
-    from .hub import load_state_dict_strict, save_pretrained
-
-    converted = convert_file(converter, path)
-    model = create_model(converted.architecture, **converted.model_args)
-    load_state_dict_strict(model, converted.state_dict, f"{path} (converted by {converter!r})")
-    model.preset_name = converted.preset
-    model.pretrained_cfg = {**({"preset": converted.preset} if converted.preset else {}), **converted.pretrained_cfg}
-    return save_pretrained(model, out_dir)
-
-
-def strip_prefix(state_dict: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
-    """Remove ``prefix`` (e.g. DDP's ``module.``) from every key that has it."""
-    return {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in state_dict.items()}
-
-
-__all__ = ["ConvertedCheckpoint", "safe_torch_load", "convert_file", "convert_to_repo", "strip_prefix"]
+__all__ = ["ConvertedCheckpoint", "safe_torch_load"]

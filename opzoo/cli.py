@@ -8,26 +8,11 @@ import sys
 from typing import Sequence
 
 from ._version import __version__
-from .errors import OpzooError
-
-
-def parse_overrides(pairs: Sequence[str] | None) -> dict:
-    """``["key=value", ...]`` -> dict; values are JSON when they parse as JSON (numbers, true,
-    lists, objects), else strings. Shared by every command's ``--set``."""
-    out = {}
-    for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise OpzooError(f"override {pair!r} is not of the form key=value")
-        try:
-            out[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key.strip()] = value
-    return out
+from .cli_common import parse_overrides, run_parser
 
 
 def cmd_list(args) -> int:
-    from .factory import list_models
+    from .builder import list_models
 
     names = list_models(args.pattern, include_aliases=args.aliases)
     print("\n".join(names) if names else f"no models match {args.pattern!r}")
@@ -38,7 +23,7 @@ def _preset_info(name: str, overrides: dict) -> tuple[dict, object]:
     """A registered preset (or alias), built on the meta device: no memory, no weights."""
     import torch
 
-    from .factory import build_preset
+    from .builder import build_preset
     from .plugins import get_registry
 
     preset = get_registry().preset(name)
@@ -50,15 +35,16 @@ def _preset_info(name: str, overrides: dict) -> tuple[dict, object]:
         "aliases": list(preset.aliases),
         "backbone": preset.backbone,
         "plugin": preset.owner,
-        "pretrained": None if src is None else {"repo_id": src.repo_id, "filename": src.filename,
-                                                 "revision": src.revision, "converter": src.converter},
+        "pretrained": None if src is None else {"location": src.location, "repo_id": src.repo_id,
+                                                 "filename": src.filename, "revision": src.revision,
+                                                 "converter": src.converter},
         "pretrained_cfg": dict(preset.pretrained_cfg),
     }, model
 
 
 def _saved_model_info(name: str, overrides: dict) -> tuple[dict, object]:
     """A saved model (``hf-hub:...``, ``local-dir:...`` or a directory), loaded as ``opzoo.load`` does."""
-    from .factory import load
+    from .builder import load
     from .plugins import get_registry
 
     model = load(name, **overrides)
@@ -76,7 +62,7 @@ def _saved_model_info(name: str, overrides: dict) -> tuple[dict, object]:
 def cmd_info(args) -> int:
     """Config, parameter count and weights of anything ``opzoo.load`` takes: a preset name or alias,
     ``hf-hub:org/repo[@rev]``, ``local-dir:PATH`` or an existing directory."""
-    from .factory import is_saved_model_reference
+    from .builder import is_saved_model_reference
 
     overrides = parse_overrides(args.set)
     if is_saved_model_reference(args.name):
@@ -98,7 +84,7 @@ def cmd_info(args) -> int:
     elif "source" in src:
         weights = f"loaded from {src['source']}"
     else:
-        weights = src["repo_id"] + (" / " + src["filename"] if src["filename"] else "")
+        weights = src["location"] + (" / " + src["filename"] if src["filename"] else "")
     print(f"  weights:    {weights}")
     print("  config:")
     for k, v in info["config"].items():
@@ -124,7 +110,7 @@ def cmd_plugins(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from .factory import load
+    from .builder import load
 
     model = load(args.name, pretrained=args.pretrained, **parse_overrides(args.set))
     out = model.save_pretrained(args.out)
@@ -133,9 +119,10 @@ def cmd_export(args) -> int:
 
 
 def cmd_convert(args) -> int:
-    from .checkpoints import convert_to_repo
+    from .builder import convert_to_repo
 
-    out = convert_to_repo(args.converter, args.file, args.out)
+    options = {"dataset": args.dataset} if args.dataset else {}
+    out = convert_to_repo(args.converter, args.file, args.out, **options)
     print(f"converted {args.file} with {args.converter!r} -> {out}")
     return 0
 
@@ -183,9 +170,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("convert", help="convert a foreign checkpoint into an opzoo repo")
-    p.add_argument("converter", help="registered converter, e.g. 'dpot'")
-    p.add_argument("file")
+    p.add_argument("converter", help="registered converter, e.g. 'dpot' or 'the-well'")
+    p.add_argument("file", help="the foreign checkpoint (a file, or a directory for 'the-well')")
     p.add_argument("out")
+    p.add_argument("--dataset", help="the data set the checkpoint was trained on, for converters that need it "
+                                     "(the-well: e.g. shear_flow)")
     p.set_defaults(func=cmd_convert)
 
     p = sub.add_parser("push", help="upload an opzoo repo directory to the Hugging Face Hub")
@@ -209,32 +198,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMAND_GROUPS = (("opzoo.data.cli", "add_data_commands"), ("opzoo.training.cli", "add_training_commands"))
-
-
 def _command_providers():
-    """Sub-command groups that live in their own modules (data, training)."""
-    import importlib
+    """Sub-command groups that live in their own modules (data, training), imported when needed."""
+    from .data.cli import add_data_commands
+    from .training.cli import add_training_commands
 
-    for module_name, function in COMMAND_GROUPS:
-        yield getattr(importlib.import_module(module_name), function)
-
-
-def run_parser(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv`` and run the chosen command; an opzoo error is one line on stderr and exit code 2."""
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except OpzooError as e:
-        print(f"{parser.prog} {args.command}: error: {e}", file=sys.stderr)
-        return 2
-
-
-def command_group_main(add_commands, prog: str, argv: Sequence[str] | None = None) -> int:
-    """``python -m opzoo.<group>.cli ...``: one command group on its own."""
-    parser = argparse.ArgumentParser(prog=prog)
-    add_commands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
-    return run_parser(parser, argv)
+    return (add_data_commands, add_training_commands)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -49,7 +49,3 @@ class HubError(OpzooError, OSError):
 
 class CheckpointError(OpzooError, ValueError):
     """A foreign checkpoint that cannot be converted (unsafe, malformed or of another layout)."""
-
-
-def suggest(kind: str, name: str, known: Iterable[str]) -> UnknownNameError:
-    return UnknownNameError(kind, name, known)

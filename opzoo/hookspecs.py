@@ -20,7 +20,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 @hookspec
 def opzoo_register_components(registry):
-    """Register mixers, residuals, routers, backbones, optimizer hooks and checkpoint converters.
+    """Register mixers, feed-forwards, residuals, block layouts, backbones, optimizer hooks and checkpoint converters.
 
     Called for every plugin before any ``opzoo_register_models``, so presets may use components
     of other plugins. ``registry`` is a :class:`opzoo.registry.Registry`.

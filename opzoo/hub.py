@@ -1,18 +1,18 @@
-"""Saving and loading opzoo repos: local directories and the Hugging Face Hub (DESIGN §5).
+"""The files of an opzoo repo, on disk and on the Hugging Face Hub (DESIGN §5).
 
 A repo is ``config.json`` + ``model.safetensors`` + ``README.md`` (the model card). Weights are
-safetensors only; loads are strict and checked completely before any parameter changes.
+safetensors only; loads are strict and checked completely before any parameter changes. Functions
+here take the model as an argument and know no registry: :mod:`opzoo.builder` names the
+architecture, finds the card and builds the model (``opzoo.save_pretrained``, ``opzoo.from_pretrained``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import tempfile
-from importlib.resources import as_file
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import torch
 from huggingface_hub import HfApi, constants, hf_hub_download
@@ -29,14 +29,9 @@ from safetensors.torch import load_file, save_file
 
 from ._version import __version__
 from .checksums import ChecksumError, sha256_file, verify_file
-from .config import CONFIG_NAME, config_document, read_config, write_config
+from .config import CONFIG_NAME, read_config, write_config
 from .disk_full import disk_full_as_error
 from .errors import HubError, WeightsError
-from .interfaces import Backbone
-from .model_card import render_card
-from .plugins import get_registry
-from .pretrained_cfg import schema_of, validate_pretrained_cfg
-from .registry import PretrainedSource
 
 WEIGHTS_NAME = "model.safetensors"
 CARD_NAME = "README.md"
@@ -94,18 +89,16 @@ def _unshared_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 # ---- save ------------------------------------------------------------------------------------
-def save_pretrained(model: Backbone, save_directory: str | os.PathLike) -> Path:
-    """Write config.json, model.safetensors and README.md into ``save_directory``.
+def write_repo(model: torch.nn.Module, save_directory: str | os.PathLike, document: Mapping[str, Any], card: str) -> Path:
+    """Write ``model``'s weights, the config ``document`` and the ``card`` text into ``save_directory``.
 
     Files are written to temporary names first and renamed at the end, so a failure leaves any
-    earlier repo in that directory as it was. ``config.json`` records the weights' sha256
-    (``checksums``), verified by :func:`from_pretrained`.
+    earlier repo in that directory as it was. ``config.json`` also records the weights' sha256
+    (``checksums``), verified on load by :func:`verify_weights`. A full disk is a one-line
+    :class:`~opzoo.disk_full.DiskFullError` naming the file.
     """
     directory = Path(save_directory)
-    architecture = get_registry().backbone_name(type(model))
-    validate_pretrained_cfg(model.pretrained_cfg or {}, f"{type(model).__name__}.pretrained_cfg", schema_of(type(model)))
-    document = config_document(architecture, model.config, model.pretrained_cfg)
-    card = render_card(model, architecture)
+    document = dict(document)
     staged: list[tuple[Path, Path]] = []
     try:
         with disk_full_as_error("saving the model", f"any earlier repo in {directory} is unchanged; free space and "
@@ -131,6 +124,18 @@ def save_pretrained(model: Backbone, save_directory: str | os.PathLike) -> Path:
         for tmp, _ in staged:
             tmp.unlink(missing_ok=True)
     return directory
+
+
+def verify_weights(document: Mapping[str, Any], weights_path: str | os.PathLike) -> None:
+    """Check ``weights_path`` against the sha256 that config ``document`` records for it (WeightsError
+    naming the file); a repo saved before checksums were recorded has none and passes."""
+    expected = document.get("checksums", {}).get(WEIGHTS_NAME)
+    if expected is None:
+        return
+    try:
+        verify_file(weights_path, expected)
+    except ChecksumError as e:
+        raise WeightsError(f"{e}; re-download or re-save the repo") from None
 
 
 # ---- load ------------------------------------------------------------------------------------
@@ -163,26 +168,9 @@ def hub_download(repo_id: str, filename: str, revision: str | None = None, **kwa
         raise HubError(f"{repo_id!r} is not a valid Hub repo id ({e})") from None
 
 
-@contextlib.contextmanager
-def pretrained_file(source: PretrainedSource, filename: str | None = None) -> Iterator[Path]:
-    """A local path to file ``filename`` (default ``source.filename`` or model.safetensors) of ``source``.
-
-    A Hub source is fetched with :func:`hub_download` (cache, offline mode and errors as usual); a
-    directory source (a local path or a package resource, possibly inside a zip) is used in place.
-    """
-    filename = filename or source.filename or WEIGHTS_NAME
-    if source.repo_id is not None:
-        yield hub_download(source.repo_id, filename, source.revision)
-        return
-    resource = source.directory.joinpath(filename)
-    if not resource.is_file():
-        raise HubError(f"pretrained weights {filename!r} are missing from {source.directory} "
-                       f"(the package was installed without its weights, or the directory moved)")
-    with as_file(resource) as path:
-        yield Path(path)
-
-
-def _repo_files(repo_or_dir: str | os.PathLike, revision: str | None, **kwargs: Any) -> tuple[Path, Path]:
+def repo_files(repo_or_dir: str | os.PathLike, revision: str | None = None, **kwargs: Any) -> tuple[Path, Path]:
+    """Local paths of ``(config.json, model.safetensors)`` of a repo directory or Hub repo ``org/name``
+    (downloaded into the Hugging Face cache; ``kwargs`` go to ``hf_hub_download``)."""
     path = Path(repo_or_dir)
     if path.is_dir():
         for name in (CONFIG_NAME, WEIGHTS_NAME):
@@ -196,51 +184,13 @@ def _repo_files(repo_or_dir: str | os.PathLike, revision: str | None, **kwargs: 
     return config_path, hub_download(repo_id, WEIGHTS_NAME, revision, **kwargs)
 
 
-def from_pretrained(
-    repo_or_dir: str | os.PathLike, revision: str | None = None, *, device: str | torch.device | None = None,
-    **overrides: Any,
-) -> Backbone:
-    """Load an opzoo repo from a local directory or the Hub (``revision``: branch, tag or commit).
-
-    ``overrides`` replace config fields (the weights must still fit). Extra keyword arguments of
-    ``hf_hub_download`` (``cache_dir``, ``token``, ``force_download``) may be given as overrides
-    named ``hub_<arg>``.
-    """
-    hub_kwargs = {k[4:]: overrides.pop(k) for k in list(overrides) if k.startswith("hub_")}
-    config_path, weights_path = _repo_files(repo_or_dir, revision, **hub_kwargs)
-    document = read_config(config_path)
-    backbone_cls = get_registry().get("backbone", document["architecture"])
-    config = backbone_cls.config_class.from_dict(document["model_args"], source=f"{config_path}: model_args")
-    if overrides:
-        config = config.replace(source="override", **overrides)
-    pretrained_cfg = validate_pretrained_cfg(document["pretrained_cfg"], f"{config_path}: pretrained_cfg",
-                                             schema_of(backbone_cls))
-    if WEIGHTS_NAME in document.get("checksums", {}):  # repos saved before checksums were recorded load too
-        try:
-            verify_file(weights_path, document["checksums"][WEIGHTS_NAME])
-        except ChecksumError as e:
-            raise WeightsError(f"{e}; re-download or re-save the repo") from None
-    model = backbone_cls(config)
-    load_weights(model, weights_path)
-    model.pretrained_cfg = pretrained_cfg
-    model.preset_name = document["pretrained_cfg"].get("preset")
-    if device is not None:
-        model.to(device)
-    return model.eval()
-
-
-def push_to_hub(
-    model: Backbone, repo_id: str, *, token: str | None = None, private: bool | None = None,
-    revision: str | None = None, commit_message: str = "Upload opzoo model", create_pr: bool = False,
-):
-    """Save ``model`` to a temporary directory and upload it as one commit with huggingface_hub."""
+def upload_folder(folder: str | os.PathLike, repo_id: str, *, token: str | None = None, private: bool | None = None,
+                  **kwargs: Any):
+    """Create Hub repo ``repo_id`` if needed and upload ``folder`` as one commit (``kwargs``: ``revision``,
+    ``commit_message``, ``create_pr``...)."""
     api = HfApi(token=token)
-    with tempfile.TemporaryDirectory() as tmp:
-        save_pretrained(model, tmp)
-        api.create_repo(repo_id, private=private, exist_ok=True)
-        return api.upload_folder(
-            repo_id=repo_id, folder_path=tmp, revision=revision, commit_message=commit_message, create_pr=create_pr
-        )
+    api.create_repo(repo_id, private=private, exist_ok=True)
+    return api.upload_folder(repo_id=repo_id, folder_path=str(folder), **kwargs)
 
 
 def push_folder_to_hub(folder: str | os.PathLike, repo_id: str, **kwargs: Any):
@@ -249,12 +199,10 @@ def push_folder_to_hub(folder: str | os.PathLike, repo_id: str, **kwargs: Any):
     read_config(folder / CONFIG_NAME)  # refuse to upload what opzoo could not load back
     if not (folder / WEIGHTS_NAME).is_file():
         raise HubError(f"{folder} has no {WEIGHTS_NAME}")
-    api = HfApi(token=kwargs.pop("token", None))
-    api.create_repo(repo_id, private=kwargs.pop("private", None), exist_ok=True)
-    return api.upload_folder(repo_id=repo_id, folder_path=str(folder), **kwargs)
+    return upload_folder(folder, repo_id, **kwargs)
 
 
 __all__ = [
-    "save_pretrained", "from_pretrained", "push_to_hub", "push_folder_to_hub", "load_weights",
-    "load_state_dict_strict", "check_state_dict", "hub_download", "pretrained_file",
+    "write_repo", "verify_weights", "repo_files", "push_folder_to_hub", "upload_folder", "load_weights", "load_state_dict_strict",
+    "check_state_dict", "hub_download", "WEIGHTS_NAME", "CARD_NAME",
 ]

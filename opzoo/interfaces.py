@@ -1,4 +1,6 @@
-"""The four interfaces every opzoo component implements (DESIGN §3).
+"""The interfaces opzoo's components implement (DESIGN §3), seven in all: here Mixer, FeedForward,
+Residual, StreamAdapter (a Residual's per-network adapter), Block and Backbone; Router (with the
+Routing it returns) lives in :mod:`opzoo.routing`, next to the code that reads routers.
 
 Tensors are channels-last; ``S`` stands for the 1, 2 or 3 spatial dims.
 """
@@ -6,16 +8,18 @@ Tensors are channels-last; ``S`` stands for the 1, 2 or 3 spatial dims.
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
 
+from .routing import weighted_aux_loss
+
 if TYPE_CHECKING:
     from .config import ModelConfig
+    from .models.io_layout import DimMap
 
-__all__ = ["Mixer", "FeedForward", "Residual", "StreamAdapter", "Block", "Router", "Routing", "Backbone"]
+__all__ = ["Mixer", "FeedForward", "Residual", "StreamAdapter", "IdentityStreams", "Block", "Backbone"]
 
 
 class Mixer(nn.Module, metaclass=abc.ABCMeta):
@@ -34,8 +38,8 @@ class FeedForward(nn.Module, metaclass=abc.ABCMeta):
 
     ``forward(x: [B, *S, D]) -> [B, *S, D]``. Constructed as
     ``FeedForwardClass(dim, hidden_dim=int(dim * mlp_ratio), act=act, **feedforward_args)`` where
-    ``act`` names an activation of ``opzoo.layers.ACTIVATIONS``. A feed-forward that routes keeps
-    its :class:`Router` modules as submodules, so the backbone's ``aux_loss()`` finds them.
+    ``act`` names an activation of ``opzoo.layers.norm_act.ACTIVATIONS``. A feed-forward that routes keeps
+    its :class:`opzoo.Router` modules as submodules, so the backbone's ``aux_loss()`` finds them.
     """
 
     @abc.abstractmethod
@@ -106,60 +110,13 @@ class Block(nn.Module, metaclass=abc.ABCMeta):
     def forward(self, state: Any) -> Any: ...
 
 
-@dataclass
-class Routing:
-    """A router's choice for ``G`` groups (samples or tokens): ``weights [G, k]``, ``indices [G, k]``."""
-
-    weights: Tensor
-    indices: Tensor
-    aux_loss: Tensor
-
-
-class Router(nn.Module, metaclass=abc.ABCMeta):
-    """Chooses experts: ``forward(x) -> Routing``.
-
-    A router remembers its last forward so that the backbone and the trainer find it
-    (``opzoo.routing``): ``last_aux_loss`` (its balance loss, unweighted) and ``last_counts``
-    (``[num_experts]``, how many of the ``G * k`` assignments went to each expert). ``aux_group``
-    names the loss it belongs to (e.g. ``"image"``, ``"token"``) and ``aux_weight`` that loss's
-    coefficient in the total loss: ``Backbone.aux_loss()`` is the sum over groups of the weighted
-    mean over the group's routers that ran (one that ran on zero groups, as an idle expert's does under
-    ``torch.compile``, counts as not run). A block whose routers may not run in a forward (those of
-    an idle expert) calls ``reset()`` on them first, so no stale loss is summed.
-    """
-
-    num_experts: int = 0
-    aux_group: str = "aux"
-    aux_weight: float = 1.0
-    last_aux_loss: Tensor | None = None
-    last_counts: Tensor | None = None
-
-    @property
-    def last_load(self) -> Tensor | None:
-        """Fraction of the last forward's assignments per expert, ``[num_experts]`` (sums to 1)."""
-        if self.last_counts is None:
-            return None
-        return self.last_counts / self.last_counts.sum().clamp_min(1)
-
-    def reset(self) -> None:
-        """Forget the last forward (a router that did not run contributes nothing)."""
-        self.last_aux_loss = None
-        self.last_counts = None
-
-    def __getstate__(self):
-        # copies and pickles of a router do not carry its last forward (a tensor inside a graph)
-        return {**super().__getstate__(), "last_aux_loss": None, "last_counts": None}
-
-    @abc.abstractmethod
-    def forward(self, x: Tensor) -> Routing: ...
-
-
 class Backbone(nn.Module, metaclass=abc.ABCMeta):
     """A whole operator: ``forward(x: [B, *S, T_in, C_in]) -> [B, *S, T_out, C_out]``.
 
     Subclasses set ``config_class`` (a ModelConfig dataclass) and take their config as the only
-    constructor argument. Saving and loading (``save_pretrained``, ``from_pretrained``,
-    ``push_to_hub``) come from :class:`opzoo.hub.HubMixin`, mixed in by :func:`opzoo.load`.
+    constructor argument. ``save_pretrained``, ``from_pretrained`` and ``push_to_hub`` call the
+    functions of the same names in :mod:`opzoo.builder`; a backbone that can be adapted to data of
+    another shape (:func:`opzoo.training.adapt_model`) overrides :meth:`io_layout`.
     """
 
     config_class: type["ModelConfig"]
@@ -173,21 +130,21 @@ class Backbone(nn.Module, metaclass=abc.ABCMeta):
     # ---- hub I/O (DESIGN §5) ----
     def save_pretrained(self, save_directory):
         """Write ``config.json``, ``model.safetensors`` and ``README.md`` into a directory."""
-        from .hub import save_pretrained
+        from .builder import save_pretrained
 
         return save_pretrained(self, save_directory)
 
     def push_to_hub(self, repo_id: str, **kwargs):
-        """Upload this model to the Hugging Face Hub (see :func:`opzoo.hub.push_to_hub`)."""
-        from .hub import push_to_hub
+        """Upload this model to the Hugging Face Hub (see :func:`opzoo.builder.push_to_hub`)."""
+        from .builder import push_to_hub
 
         return push_to_hub(self, repo_id, **kwargs)
 
     @classmethod
     def from_pretrained(cls, repo_or_dir, revision: str | None = None, **overrides):
         """Load an opzoo repo (local dir or Hub id); it must hold this class's architecture."""
+        from .builder import from_pretrained
         from .errors import ConfigError
-        from .hub import from_pretrained
 
         model = from_pretrained(repo_or_dir, revision=revision, **overrides)
         if not isinstance(model, cls):
@@ -196,6 +153,14 @@ class Backbone(nn.Module, metaclass=abc.ABCMeta):
 
     @abc.abstractmethod
     def forward(self, x: Tensor) -> Tensor: ...
+
+    @classmethod
+    def io_layout(cls, old: "ModelConfig", new: "ModelConfig") -> Mapping[str, Sequence["DimMap"] | str] | None:
+        """How this backbone's data-shaped tensors map from config ``old`` to ``new`` (which differ in
+        ``in_channels``, ``out_channels``, ``in_timesteps`` or ``img_size``): ``{tensor name:
+        [DimMap, ...] or "resize"}`` (see :mod:`opzoo.models.io_layout`). A tensor not named keeps its
+        weights when its shape did not change. None (the default): the backbone cannot be adapted."""
+        return None
 
     @property
     def in_timesteps(self) -> int:
@@ -220,8 +185,6 @@ class Backbone(nn.Module, metaclass=abc.ABCMeta):
     def aux_loss(self) -> Tensor:
         """The routers' loss term of the last forward, ``sum_g w_g * mean_{r in g} L_r`` over the
         routers' ``aux_group`` s (0 when no router ran); see :func:`opzoo.routing.weighted_aux_loss`."""
-        from .routing import weighted_aux_loss
-
         total = weighted_aux_loss(self)
         return torch.zeros((), device=self._any_device()) if total is None else total
 

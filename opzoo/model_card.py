@@ -39,22 +39,11 @@ model = opzoo.from_pretrained("PATH_OR_REPO")
 """
 
 
-def card_template(model: "Backbone") -> str:
-    from .plugins import get_registry
-
-    registry = get_registry()
-    name = getattr(model, "preset_name", None)
-    if name and registry.has_preset(name):
-        card = registry.preset(name).card
-        if card is not None:
-            return card.read_text(encoding="utf-8")
-    return DEFAULT_CARD
-
-
-def render_card(model: "Backbone", architecture: str) -> str:
-    """The README.md text for ``model``: its preset's card (or a default one) with values filled in."""
+def render_card(model: "Backbone", architecture: str, template: str | None = None) -> str:
+    """The README.md text for ``model``: ``template`` (its preset's card; default: a generic card) with
+    values filled in."""
     name = getattr(model, "preset_name", None) or architecture
-    text = Template(card_template(model)).safe_substitute(
+    text = Template(template or DEFAULT_CARD).safe_substitute(
         name=name,
         architecture=architecture,
         parameters=f"{sum(p.numel() for p in model.parameters()):,}",

@@ -3,6 +3,10 @@
 Plugins are found through entry points in the group ``opzoo``. One that fails to import or to
 register becomes a warning naming its distribution and the error; the others still load.
 ``OPZOO_PLUGINS`` (comma-separated distribution names; empty means none) restricts loading.
+
+The core's own components (:mod:`opzoo.builtins`) are one more plugin, registered first under the
+name ``opzoo``. This module installs the host as the source of :func:`opzoo.registry.get_registry`,
+so the backbones find their components without importing this module back.
 """
 
 from __future__ import annotations
@@ -16,9 +20,9 @@ from typing import Any
 
 import pluggy
 
-from . import hookspecs
+from . import builtins, hookspecs
 from .errors import RegistryConflictError
-from .registry import Registry
+from .registry import Registry, get_registry, set_registry_source
 
 ENTRY_POINT_GROUP = "opzoo"
 ENV_PLUGINS = "OPZOO_PLUGINS"
@@ -50,9 +54,7 @@ class PluginHost:
         self._owner: dict[int, str] = {}
         self._allowed = allowed
         self._entry_points = entry_points
-        from . import builtins
-
-        self._register(builtins, CORE_NAME)
+        self._register(builtins, CORE_NAME, name=CORE_NAME)
         self._discover()
         self.registry = Registry()
         self._fill(self.registry)
@@ -182,12 +184,14 @@ def get_plugin_host() -> PluginHost:
         return _host
 
 
-def get_registry() -> Registry:
-    return get_plugin_host().registry
-
-
 def reset_plugins() -> None:
     """Forget loaded plugins; the next use discovers them again (e.g. after pip install)."""
     global _host
     with _lock:
         _host = None
+
+
+set_registry_source(lambda: get_plugin_host().registry)
+
+__all__ = ["PluginHost", "PluginInfo", "PluginLoadWarning", "get_plugin_host", "get_registry", "reset_plugins",
+           "allowed_from_env"]

@@ -23,6 +23,7 @@ class PretrainedCfg:
     resolution: Optional[list[int]] = None  # spatial grid the weights were trained at
     in_timesteps: Optional[int] = None  # T_in of the training windows
     fields: Optional[list[str]] = None  # channel names, in order
+    time_varying_fields: Optional[list[str]] = None  # those of ``fields`` that evolve (the rest are constant)
     datasets: Optional[list[str]] = None  # names of the training datasets
     normalization: Optional[Union[str, dict[str, Any]]] = None  # how inputs were normalized (text or facts)
     trained_steps: Optional[int] = None
@@ -44,6 +45,10 @@ def _check_values(cfg: PretrainedCfg, where: str) -> None:
     fields, channels = getattr(cfg, "fields", None), getattr(cfg, "channels", None)
     if fields is not None and channels is not None and len(fields) != channels:
         raise ConfigError(f"{where}.fields: {len(fields)} names for channels={channels}")
+    varying = getattr(cfg, "time_varying_fields", None)
+    if varying is not None and fields is not None and set(varying) - set(fields):
+        raise ConfigError(f"{where}.time_varying_fields: {sorted(set(varying) - set(fields))} are not in fields "
+                          f"{fields}")
 
 
 def validate_pretrained_cfg(document: Any, where: str = "pretrained_cfg",

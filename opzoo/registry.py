@@ -1,8 +1,14 @@
 """The registry of components and presets that plugins fill through their hooks (DESIGN §4).
 
-Kinds of component: ``mixer``, ``feedforward``, ``residual``, ``block``, ``router``,
-``backbone``, ``optimizer_hook`` and ``converter``. Every entry remembers the distribution that registered it, so that two plugins
-claiming one name is an error naming both.
+Kinds of component: ``mixer``, ``feedforward``, ``residual``, ``block``, ``backbone``,
+``optimizer_hook`` and ``converter``, each looked up by the name a config (or a training run) gives.
+Routers are not a kind: the block or feed-forward that routes builds its :class:`opzoo.Router` itself.
+Every entry remembers the distribution that registered it, so that two plugins claiming one name is
+an error naming both.
+
+:func:`get_registry` is the process-wide registry. It is filled by the plugin host
+(:mod:`opzoo.plugins`) on first use; this module does not import the host, so that a backbone can
+look up its components here without importing the plugin machinery that imports the backbones.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from .errors import RegistryConflictError, UnknownNameError
 
-COMPONENT_KINDS = ("mixer", "feedforward", "residual", "block", "router", "backbone", "optimizer_hook", "converter")
+COMPONENT_KINDS = ("mixer", "feedforward", "residual", "block", "backbone", "optimizer_hook", "converter")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,10 +30,11 @@ class PretrainedSource:
     """Where a preset's weights live: a Hub repo (``repo_id``) or a directory (``directory``).
 
     With ``converter=None`` the files are an opzoo repo's (``model.safetensors``, or ``filename``);
-    otherwise ``filename`` is a foreign checkpoint turned into opzoo weights by the named converter.
+    otherwise ``filename`` is a foreign checkpoint turned into opzoo weights by the named converter,
+    called with ``converter_options`` as keyword arguments (e.g. the data set a checkpoint was trained on).
     ``directory`` is a local path or a package resource (``importlib.resources.files(pkg) / "dir"``),
     for weights that ship inside a plugin; :meth:`package` builds one. Both kinds are resolved to
-    local files by :func:`opzoo.hub.pretrained_file` and then loaded by the same code.
+    local files by :func:`opzoo.builder.pretrained_file` and then loaded by the same code.
     """
 
     repo_id: str | None = None
@@ -35,6 +42,7 @@ class PretrainedSource:
     revision: str | None = None
     converter: str | None = None
     directory: Traversable | Path | None = None
+    converter_options: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         if (self.repo_id is None) == (self.directory is None):
@@ -124,10 +132,6 @@ class Registry:
         """``cls(config, index=i, **block_args)`` is a :class:`opzoo.Block` of the POT backbone."""
         return self.register("block", name, cls)
 
-    def register_router(self, name: str, cls: type) -> type:
-        """``cls(...)`` is a :class:`opzoo.Router`; the blocks or feed-forwards that use it build it."""
-        return self.register("router", name, cls)
-
     def register_backbone(self, name: str, cls: type) -> type:
         """``cls(config)`` is a :class:`opzoo.Backbone`; ``cls.config_class`` its ModelConfig."""
         return self.register("backbone", name, cls)
@@ -136,7 +140,7 @@ class Registry:
         return self.register("optimizer_hook", name, obj)
 
     def register_converter(self, name: str, fn: Callable) -> Callable:
-        """``fn(path) -> ConvertedCheckpoint`` turns a foreign checkpoint into opzoo weights."""
+        """``fn(path, **options) -> ConvertedCheckpoint`` turns a foreign checkpoint into opzoo weights."""
         return self.register("converter", name, fn)
 
     def get(self, kind: str, name: str) -> Any:
@@ -227,3 +231,20 @@ class Registry:
             f"{what} is registered by both {first_owner!r} and {self._owner!r}; "
             f"uninstall one of them or restrict loading with OPZOO_PLUGINS"
         )
+
+
+# ---- the process-wide registry ----------------------------------------------------------------
+_source: Callable[[], Registry] | None = None
+
+
+def set_registry_source(source: Callable[[], Registry]) -> None:
+    """Make ``source()`` the process-wide registry (the plugin host installs itself here on import)."""
+    global _source
+    _source = source
+
+
+def get_registry() -> Registry:
+    """The process-wide registry, with the core's and every loaded plugin's registrations."""
+    if _source is None:
+        raise RuntimeError("opzoo's plugin host is not set up; import opzoo (not a submodule alone) first")
+    return _source()

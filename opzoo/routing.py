@@ -1,7 +1,8 @@
-"""What a model's routers did in their last forward: aux losses per group and expert load.
+"""Routers (the Router interface and the Routing it returns) and what they did in their last forward.
 
-Generic over any :class:`~opzoo.interfaces.Router` inside any module, so the trainer, ``opzoo eval``
-and user code can log balance losses and see which experts take which inputs.
+A Router is built by the block or feed-forward that routes (e.g. opzoo-moe's); the functions here are
+generic over any :class:`Router` inside any module, so the trainer, ``opzoo eval`` and user code can
+log balance losses and see which experts take which inputs.
 
 - ``aux_losses(model)``: ``{group: mean over the group's routers that ran of last_aux_loss}``
 - ``weighted_aux_loss(model)``: ``sum_g mean_{r in g}(aux_weight_r * L_r)`` (what enters the total loss)
@@ -11,12 +12,60 @@ and user code can log balance losses and see which experts take which inputs.
 
 from __future__ import annotations
 
+import abc
+from dataclasses import dataclass
 from typing import Iterator
 
 import torch
 from torch import Tensor, nn
 
-from .interfaces import Router, Routing
+
+@dataclass
+class Routing:
+    """A router's choice for ``G`` groups (samples or tokens): ``weights [G, k]``, ``indices [G, k]``."""
+
+    weights: Tensor
+    indices: Tensor
+    aux_loss: Tensor
+
+
+class Router(nn.Module, metaclass=abc.ABCMeta):
+    """Chooses experts: ``forward(x) -> Routing``.
+
+    A router remembers its last forward so that the backbone and the trainer find it
+    (the functions below): ``last_aux_loss`` (its balance loss, unweighted) and ``last_counts``
+    (``[num_experts]``, how many of the ``G * k`` assignments went to each expert). ``aux_group``
+    names the loss it belongs to (e.g. ``"image"``, ``"token"``) and ``aux_weight`` that loss's
+    coefficient in the total loss: ``Backbone.aux_loss()`` is the sum over groups of the weighted
+    mean over the group's routers that ran (one that ran on zero groups, as an idle expert's does under
+    ``torch.compile``, counts as not run). A block whose routers may not run in a forward (those of
+    an idle expert) calls ``reset()`` on them first, so no stale loss is summed.
+    """
+
+    num_experts: int = 0
+    aux_group: str = "aux"
+    aux_weight: float = 1.0
+    last_aux_loss: Tensor | None = None
+    last_counts: Tensor | None = None
+
+    @property
+    def last_load(self) -> Tensor | None:
+        """Fraction of the last forward's assignments per expert, ``[num_experts]`` (sums to 1)."""
+        if self.last_counts is None:
+            return None
+        return self.last_counts / self.last_counts.sum().clamp_min(1)
+
+    def reset(self) -> None:
+        """Forget the last forward (a router that did not run contributes nothing)."""
+        self.last_aux_loss = None
+        self.last_counts = None
+
+    def __getstate__(self):
+        # copies and pickles of a router do not carry its last forward (a tensor inside a graph)
+        return {**super().__getstate__(), "last_aux_loss": None, "last_counts": None}
+
+    @abc.abstractmethod
+    def forward(self, x: Tensor) -> Routing: ...
 
 
 def named_routers(model: nn.Module) -> Iterator[tuple[str, Router]]:
@@ -106,5 +155,5 @@ class ExpertLoadRecorder:
         return {n: (c / c.sum().clamp_min(1)).tolist() for n, c in self.counts.items()}
 
 
-__all__ = ["named_routers", "aux_losses", "weighted_aux_loss", "expert_counts", "expert_loads", "routing_counts",
+__all__ = ["Router", "Routing", "named_routers", "aux_losses", "weighted_aux_loss", "expert_counts", "expert_loads", "routing_counts",
            "ExpertLoadRecorder"]

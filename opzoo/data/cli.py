@@ -14,7 +14,7 @@ from typing import Sequence
 
 import torch
 
-from opzoo.cli import command_group_main, parse_overrides
+from opzoo.cli_common import command_group_main, parse_overrides
 from opzoo.data.errors import DataFormatError, GeneratorError
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}

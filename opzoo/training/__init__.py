@@ -11,7 +11,7 @@ from .config import RunConfig, load_run_config, parse_run_config, read_document
 from .data import Adapt, H5Trajectories, StepBatchSampler
 from .ema import EMA
 from .evaluate import DatasetResult, evaluate_dataset, write_results
-from .adapt import DimMap, adapt_model, register_io_layout
+from .adapt import adapt_model
 from .finetune import adapt_to_data, finetune_config
 from .hooks import OptimizerHook, StepContext
 from .logger import read_log
@@ -27,7 +27,7 @@ __all__ = [
     "Trainer", "TrainResult", "TrainingDivergedError", "RunConfig", "load_run_config", "parse_run_config", "read_document",
     "OptimizerHook", "StepContext", "build_optimizer", "build_param_groups", "one_cycle_factor", "schedule_factor",
     "relative_l2_loss", "l2_full", "l2_per_step", "denoising_noise", "add_denoising_noise", "EMA",
-    "evaluate_dataset", "write_results", "DatasetResult", "read_log", "finetune_config", "adapt_model", "adapt_to_data", "register_io_layout", "DimMap",
+    "evaluate_dataset", "write_results", "DatasetResult", "read_log", "finetune_config", "adapt_model", "adapt_to_data",
     "Adapt", "H5Trajectories", "StepBatchSampler",
     "latest_checkpoint", "list_checkpoints", "read_checkpoint", "CheckpointReadError",
     "RunDirError", "RunDirBusyError", "RunStopped", "HARMLESS_KEYS",

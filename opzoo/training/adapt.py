@@ -19,101 +19,24 @@ weights by one rule — **copy what matches, initialize the rest**:
   (``align_corners=False``), as the POT backbone does on the fly.
 
 Fewer channels than the model are not adapted: they are padded with 1.0 and masked (DESIGN §8).
-Layouts are known for the ``pot`` (DPOT, AOT-POT, NESTOR) and ``fno`` backbones; a plugin adds one
-for its backbone with :func:`register_io_layout`.
+Which tensors read or write data channels, steps or positions is the backbone's to say: its
+class's :meth:`opzoo.Backbone.io_layout` (the POT backbone's in the core, FNO's in opzoo-fourier).
 """
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..builder import build_model
 from ..errors import ConfigError
-from ..plugins import get_registry
+from ..models.io_layout import DimMap
+from ..registry import get_registry
 
 SHAPE_FIELDS = ("in_channels", "out_channels", "in_timesteps", "img_size")
-
-
-@dataclasses.dataclass(frozen=True)
-class DimMap:
-    """How dimension ``dim`` of a tensor maps: ``index[i]`` is the old index of new index ``i`` or None.
-
-    ``fill`` says what an unmatched slice starts as: ``"zero"`` or ``"init"`` (the fresh initialization).
-    """
-
-    dim: int
-    index: tuple[int | None, ...]
-    fill: str = "init"
-
-
-# a layout: (old config, new config) -> {tensor name: [DimMap, ...] or "resize"}
-IOLayout = Callable[[Any, Any], Mapping[str, Sequence[DimMap] | str]]
-_LAYOUTS: dict[str, IOLayout] = {}
-
-
-def register_io_layout(backbone: str, layout: IOLayout) -> IOLayout:
-    """Tell :func:`adapt_model` which tensors of registered backbone ``backbone`` depend on the data shape."""
-    _LAYOUTS[backbone] = layout
-    return layout
-
-
-def _prefix(n_new: int, n_old: int) -> tuple[int | None, ...]:
-    return tuple(i if i < n_old else None for i in range(n_new))
-
-
-def _newest_aligned(t_new: int, t_old: int) -> tuple[int | None, ...]:
-    return tuple(t_old - t_new + t if t_old - t_new + t >= 0 else None for t in range(t_new))
-
-
-def _time_channel(t_new: int, c_new: int, t_old: int, c_old: int, time_major: bool = True) -> tuple[int | None, ...]:
-    """Flattened ``(t, c)`` index ``t * C + c`` (the layout of POT's and FNO's heads)."""
-    times = _newest_aligned(t_new, t_old)
-    out = []
-    for t in range(t_new):
-        for c in range(c_new):
-            old_t = times[t]
-            out.append(old_t * c_old + c if old_t is not None and c < c_old else None)
-    return tuple(out)
-
-
-def _fields_then_grid(c_new: int, c_old: int, grid: int) -> tuple[int | None, ...]:
-    return _prefix(c_new, c_old) + tuple(c_old + j for j in range(grid))
-
-
-def pot_io_layout(old, new) -> dict[str, Sequence[DimMap] | str]:
-    """POT: grid channels follow the fields in the patch embedding; its hidden width is ``C_out*p + 3``."""
-    d = new.spatial_dims
-    hidden = _prefix(new.out_channels * new.patch_size + 3, old.out_channels * old.patch_size + 3)
-    out_rows = _time_channel(new.out_timesteps, new.out_channels, old.out_timesteps, old.out_channels)
-    return {
-        "patch_embed.proj.0.weight": [DimMap(0, hidden), DimMap(1, _fields_then_grid(new.in_channels, old.in_channels, d + 1), "zero")],
-        "patch_embed.proj.0.bias": [DimMap(0, hidden)],
-        "patch_embed.proj.2.weight": [DimMap(1, hidden, "zero")],
-        "time_agg.w": [DimMap(0, _newest_aligned(new.in_timesteps, old.in_timesteps))],
-        "pos_embed": "resize",
-        "out_head.4.weight": [DimMap(0, out_rows)],
-        "out_head.4.bias": [DimMap(0, out_rows)],
-    }
-
-
-def fno_io_layout(old, new) -> dict[str, Sequence[DimMap] | str]:
-    """FNO: the lifting layer reads ``T_in*C`` time-major inputs then the grid; the projection writes ``T_out*C``."""
-    lift = _time_channel(new.in_timesteps, new.in_channels, old.in_timesteps, old.in_channels)
-    lift += tuple(old.in_timesteps * old.in_channels + j for j in range(new.spatial_dims))
-    rows = _time_channel(new.out_timesteps, new.out_channels, old.out_timesteps, old.out_channels)
-    return {
-        "lift.weight": [DimMap(1, lift, "zero")],
-        "project.2.weight": [DimMap(0, rows)],
-        "project.2.bias": [DimMap(0, rows)],
-    }
-
-
-register_io_layout("pot", pot_io_layout)
-register_io_layout("fno", fno_io_layout)
 
 
 def _remap(old: Tensor, fresh: Tensor, maps: Sequence[DimMap], name: str) -> Tensor:
@@ -155,19 +78,18 @@ def adapt_model(model: nn.Module, *, seed: int = 0, **changes: Any) -> nn.Module
                if v is not None and (tuple(v) if k == "img_size" else v) != _as_cmp(getattr(old_cfg, k))}
     if not changes:
         return model
-    registry = get_registry()
     cls = type(model)
-    backbone = registry.backbone_name(cls)
-    if backbone not in _LAYOUTS:
-        raise ConfigError(
-            f"cannot adapt backbone {backbone!r} to {changes}: no input/output layout is registered for it "
-            f"(opzoo.training.register_io_layout); give it data with its own shape "
-            f"({_shape_text(old_cfg)})")
+    backbone = get_registry().backbone_name(cls)
     new_cfg = old_cfg.replace(source=f"adapting {backbone} for fine-tuning", **changes)
+    layout = cls.io_layout(old_cfg, new_cfg)
+    if layout is None:
+        raise ConfigError(
+            f"cannot adapt backbone {backbone!r} to {changes}: {cls.__name__} has no io_layout (opzoo.Backbone.io_layout "
+            f"says which of its tensors read or write data channels and steps); give it data with its own shape "
+            f"({_shape_text(old_cfg)})")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        new = cls(new_cfg)
-    layout = _LAYOUTS[backbone](old_cfg, new_cfg)
+        new = build_model(backbone, new_cfg.to_dict(), f"adapting {backbone} for fine-tuning")
     old_state, fresh_state = model.state_dict(), new.state_dict()
     state: dict[str, Tensor] = {}
     for name, fresh in fresh_state.items():

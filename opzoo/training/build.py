@@ -8,7 +8,7 @@ from pathlib import Path
 from torch import nn
 
 from ..errors import ConfigError
-from ..factory import create_model, load
+from ..builder import create_model, load
 from ..plugins import get_registry
 from .adapt import SHAPE_FIELDS
 from .config import RunConfig
@@ -61,6 +61,13 @@ def build_data(cfg: RunConfig, model: nn.Module) -> RunData:
         raise ConfigError(f"auto-regressive training needs in_channels == out_channels, the model has "
                           f"{mc.in_channels} -> {mc.out_channels}")
     splits = [(d, *split(d.path, d.layout, d.test_path, d.test_fraction)) for d in cfg.data.datasets]
+    fields = list(getattr(model, "pretrained_cfg", {}).get("fields") or [])
+    for _, tr, te in splits:  # a model that names its channels: a file with the same ones in another order
+        for src in (tr, te):
+            names = list(src.source.fields)
+            if fields and sorted(names) == sorted(fields) and names != fields:
+                raise ConfigError(f"{src.path}: channels {names} are the model's fields in another order; "
+                                  f"the model takes {fields} (write the file's channels in that order)")
     resolution = cfg.data.resolution or model_resolution(model) or splits[0][1].spatial
     for d, tr, te in splits:
         for src in (tr, te):

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from ..cli import command_group_main, parse_overrides
+from ..cli_common import command_group_main, parse_overrides
 from ..errors import OpzooError
 
 
@@ -94,7 +94,7 @@ def cmd_finetune(args) -> int:
 
 
 def _load_model(name: str, pretrained: bool):
-    from ..factory import load
+    from ..builder import load
 
     return load(name, pretrained=pretrained).eval()
 
@@ -104,6 +104,10 @@ def _adapt_for(model, data_paths: Sequence[str], resolution):
     from .data import Adapt, H5Trajectories
 
     sources = [H5Trajectories(p) for p in data_paths]
+    fields = getattr(model, "pretrained_cfg", {}).get("fields")
+    if fields and getattr(model.config, "in_channels", None) == len(fields):  # a model that names its channels
+        for src in sources:
+            src.select_channels(fields)
     res = tuple(resolution) if resolution else (model_resolution(model) or sources[0].spatial)
     c = model.config
     return Adapt(res, c.in_channels, c.in_timesteps, c.out_timesteps), sources
@@ -130,6 +134,16 @@ def _bad_trajectories(sources, adapt, horizon, limit, skip: bool) -> list[list]:
     return found
 
 
+def _vrmse_fields(model, src) -> dict[str, int] | None:
+    """The channels VRMSE is reported for, by name: a model that names its time-varying fields gets
+    those; otherwise every channel of the file (padded channels have none)."""
+    names = src.channel_names
+    wanted = model.pretrained_cfg.get("time_varying_fields") or names
+    if len(set(names)) != len(names):
+        return None  # unnamed or ambiguous channels: evaluate_dataset numbers them
+    return {n: names.index(n) for n in wanted}
+
+
 def cmd_eval(args) -> int:
     from .evaluate import evaluate_dataset, write_results
     from .plots import plot_error_curves, plot_rollout_panels
@@ -146,8 +160,11 @@ def cmd_eval(args) -> int:
                   + ", ".join(f"{b.index} ({b.count} values)" for b in skipped))
         r, (truth, pred) = evaluate_dataset(model, name, src, adapt, args.horizon, batch_size=args.batch_size,
                                             max_trajectories=args.max_trajectories, keep_first=True,
-                                            exclude=[b.position for b in skipped])
+                                            exclude=[b.position for b in skipped],
+                                            vrmse_fields=_vrmse_fields(model, src))
         results.append(r)
+        for fname, v in r.vrmse.items():
+            print(f"{name}: VRMSE {fname}: " + ", ".join(f"{k} {x:.4g}" for k, x in v.items()))
         plot_rollout_panels(truth, pred, args.plot_steps, out / f"{name}-panels.png", channel=args.channel,
                             title=f"{name}, trajectory 0")
         print(f"{name}: l2 full {r.l2_full:.4g} over {r.n_trajectories} trajectories, horizon {r.horizon}")

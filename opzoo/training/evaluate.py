@@ -16,6 +16,7 @@ from tqdm.auto import tqdm
 from .data import Adapt, H5Trajectories
 from .logger import strict_json
 from .losses import l2_full, l2_per_step
+from .vrmse import vrmse, vrmse_summary
 
 
 @dataclass
@@ -28,6 +29,7 @@ class DatasetResult:
     l2_full_per_trajectory: list[float] = field(default_factory=list)
     expert_load: dict[str, list[float]] = field(default_factory=dict)  # router name -> share per expert (models with routers)
     skipped: list[int] = field(default_factory=list)  # trajectories (indices in the file) left out: NaN/Inf
+    vrmse: dict[str, dict[str, float]] = field(default_factory=dict)  # field -> one_step/all/windows (The Well's metric)
 
 
 @torch.no_grad()
@@ -60,30 +62,36 @@ def rollout_trajectories(model: nn.Module, source: H5Trajectories, adapt: Adapt,
 
 def evaluate_dataset(model: nn.Module, name: str, source: H5Trajectories, adapt: Adapt, horizon: int | None = None,
                      batch_size: int = 8, device="cpu", max_trajectories: int | None = None, autocast: bool = False,
-                     keep_first: bool = False, exclude: Sequence[int] = ()):
+                     keep_first: bool = False, exclude: Sequence[int] = (), vrmse_fields: dict[str, int] | None = None):
     """``DatasetResult`` of one dataset; with ``keep_first`` also ``(truth, pred)`` of its first trajectory.
 
     ``exclude``: positions in ``source`` left out (see :func:`opzoo.training.bad_data.scan_trajectories`);
-    recorded by their index in the file in ``DatasetResult.skipped``.
+    recorded by their index in the file in ``DatasetResult.skipped``. ``vrmse_fields`` (name -> channel)
+    adds The Well's VRMSE of those channels (default: every valid one).
     """
     from ..routing import ExpertLoadRecorder
 
     was_training = model.training
     model.eval()
-    fulls, curves, first = [], [], None
+    fulls, curves, vrmses, first = [], [], [], None
     try:
         with ExpertLoadRecorder(model) as recorder:  # which experts this dataset's inputs go to
             for truth, pred, mask in rollout_trajectories(model, source, adapt, horizon, batch_size, device,
                                                           max_trajectories, autocast, exclude):
                 fulls.append(l2_full(pred, truth, mask).cpu())
                 curves.append(l2_per_step(pred, truth, mask).cpu())
+                vrmses.append(vrmse(pred, truth).cpu())
                 if keep_first and first is None:
                     first = (truth[0].cpu(), pred[0].cpu())
     finally:
         model.train(was_training)
     full, curve = torch.cat(fulls), torch.cat(curves)
+    if vrmse_fields is None:
+        vrmse_fields = {f"channel {c}": c for c in range(len(mask)) if mask[c]}
+    per_step = torch.cat(vrmses).mean(0)[:, list(vrmse_fields.values())]  # [H, fields]
     result = DatasetResult(name, float(full.mean()), curve.mean(0).tolist(), len(full), curve.shape[1], full.tolist(),
-                           recorder.loads(), [source.indices[i] for i in sorted(exclude)])
+                           recorder.loads(), [source.indices[i] for i in sorted(exclude)],
+                           vrmse_summary(per_step, list(vrmse_fields)))
     return (result, first) if keep_first else result
 
 
@@ -96,7 +104,8 @@ def write_results(results: Sequence[DatasetResult], out_dir: str | os.PathLike, 
                "datasets": {r.name: {"l2_full": r.l2_full, "per_step": r.per_step, "n_trajectories": r.n_trajectories,
                                      "horizon": r.horizon, "l2_full_per_trajectory": r.l2_full_per_trajectory,
                                      **({"expert_load": r.expert_load} if r.expert_load else {}),
-                                     **({"skipped_trajectories": r.skipped} if r.skipped else {})}
+                                     **({"skipped_trajectories": r.skipped} if r.skipped else {}),
+                                     **({"vrmse": r.vrmse} if r.vrmse else {})}
                             for r in results}}
     paths["json"].write_text(json.dumps(strict_json(summary), indent=2, allow_nan=False))
     with open(paths["csv"], "w", newline="") as f:
@@ -111,3 +120,22 @@ def write_results(results: Sequence[DatasetResult], out_dir: str | os.PathLike, 
             for s, v in enumerate(r.per_step, 1):
                 w.writerow([r.name, s, f"{v:.8g}"])
     return paths
+
+
+def read_results(path: str | os.PathLike) -> list[DatasetResult]:
+    """The results a :func:`write_results` JSON file holds, in its order (``null`` reads back as NaN)."""
+    from ..errors import OpzooError
+
+    def num(v) -> float:
+        return float("nan") if v is None else float(v)
+
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+        return [DatasetResult(name, num(d["l2_full"]), [num(v) for v in d["per_step"]], d["n_trajectories"],
+                              d["horizon"], [num(v) for v in d["l2_full_per_trajectory"]], d.get("expert_load", {}),
+                              d.get("skipped_trajectories", []),
+                              {f: {k: num(v) for k, v in per.items()} for f, per in d.get("vrmse", {}).items()})
+                for name, d in doc["datasets"].items()]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
+        raise OpzooError(f"{path}: not a readable evaluation result ({type(e).__name__}: {e})") from None

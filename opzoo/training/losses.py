@@ -15,17 +15,6 @@ def per_channel_relative_l2(pred: Tensor, target: Tensor, reduce_dims: tuple[int
     return err / (ref + EPS)
 
 
-def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
-    """Mean over valid channels per sample, then over samples.
-
-    values, mask: ``[B, C]`` -> scalar. Averaging per sample first keeps the loss of a batch equal to
-    the mean of its shards' losses, so DDP gradients match one process with the same global batch.
-    """
-    mask = mask.to(values.dtype)
-    per_sample = (values * mask).sum(-1) / mask.sum(-1).clamp_min(1.0)
-    return per_sample.mean()
-
-
 def relative_l2_loss(pred: Tensor, target: Tensor, mask: Tensor, reduction: str = "mean") -> Tensor:
     """Masked per-channel relative L2 of one prediction.
 

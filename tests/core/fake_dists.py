@@ -19,7 +19,7 @@ def write_dist(root: Path, dist: str, version: str, module: str, source: str, ep
 
 MIXER_PLUGIN = '''
 import opzoo
-from opzoo.mixers import PointwiseMLPMixer
+from opzoo.layers.mixers import PointwiseMLPMixer
 
 @opzoo.hookimpl
 def opzoo_register_components(registry):

@@ -133,3 +133,19 @@ def test_a_plugin_whose_command_hook_raises_is_a_warning_and_adds_nothing(tmp_pa
     sub = next(a for a in parser._actions if a.dest == "command")
     assert "half" not in sub.choices and "list" in sub.choices
     assert "half" not in parser.format_help()
+
+
+def test_the_core_registers_through_its_own_hook_implementation_first():
+    """The core's components come from ``opzoo.builtins``, a hook implementation registered like a
+    plugin's (first, under the name ``opzoo``), and the process-wide registry is the host's."""
+    import opzoo
+    from opzoo import builtins
+    from opzoo.registry import get_registry
+
+    host = PluginHost(allowed={"opzoo-fourier"})
+    assert host.pm.get_plugin("opzoo") is builtins
+    for hook in (host.pm.hook.opzoo_register_components, host.pm.hook.opzoo_register_models):
+        assert hook.get_hookimpls()[0].plugin is builtins
+    assert host.registry.owner("backbone", "pot") == "opzoo"
+    assert host.registry.owner("mixer", "fourier-attention") == "opzoo-fourier"
+    assert get_registry() is opzoo.get_registry() is opzoo.get_plugin_host().registry

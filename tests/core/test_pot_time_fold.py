@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import opzoo
-from opzoo.backbones.pot import fold_time_weights
+from opzoo.layers.time_agg import fold_time_weights
 
 
 def small_pot(spatial_dims: int, time_agg: str) -> opzoo.Backbone:

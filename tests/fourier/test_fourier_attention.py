@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import opzoo
-from opzoo.backbones.pot import TimeAggregator
+from opzoo.layers.time_agg import TimeAggregator
 
 
 def gelu(v):

@@ -94,6 +94,7 @@ def relative_l2(pred, target):
     return ((pred - target).flatten(1).norm(dim=1) / target.flatten(1).norm(dim=1)).mean()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("d,n,steps,batch", [(1, 64, 300, 32), (2, 16, 300, 16)])
 def test_fno_learns_the_heat_semigroup(d, n, steps, batch):
     threads = torch.get_num_threads()

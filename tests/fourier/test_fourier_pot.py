@@ -34,8 +34,10 @@ def test_presets_point_at_the_official_weights():
 
 def test_pot_preset_args_is_dpots_setup_at_given_dims():
     """The public helper the preset plugins share: DPOT's setup (DPOT §4 / official configs) at one
-    row of dims, ``overrides`` replacing fields, a fresh dict each call, unknown fields rejected."""
-    args = opzoo.pot_preset_args(1024, 6, 8, 1.0, 32)
+    row of the size table, ``overrides`` replacing fields, a fresh dict each call, unknown fields rejected."""
+    assert opzoo.POT_SIZES["S"] == opzoo.PotSize(width=1024, depth=6, heads=8, mlp_ratio=1.0, out_layer_dim=32)
+    args = opzoo.pot_preset_args("S")
+    assert opzoo.pot_preset_args("s") == opzoo.pot_preset_args(opzoo.PotSize(1024, 6, 8, 1.0, 32)) == args
     assert args == dict(
         in_channels=4, out_channels=4, in_timesteps=10, out_timesteps=1, spatial_dims=2, img_size=[128, 128],
         patch_size=8, width=1024, depth=6, mlp_ratio=1.0, out_layer_dim=32, n_cls=12, act="gelu",
@@ -43,16 +45,16 @@ def test_pot_preset_args_is_dpots_setup_at_given_dims():
         mixer_args={"n_blocks": 8, "modes": 32}, residual="plain", residual_args={},
     )
     assert args == opzoo.get_registry().preset("dpot-s").args
-    sandwich = opzoo.pot_preset_args(1024, 6, 8, 1.0, 32, block="sandwich", residual="aot", residual_args={"n": 2})
+    sandwich = opzoo.pot_preset_args("S", block="sandwich", residual="aot", residual_args={"n": 2})
     assert sandwich == {**args, "block": "sandwich", "residual": "aot", "residual_args": {"n": 2}}
-    other_mixer = opzoo.pot_preset_args(1024, 6, 8, 1.0, 32, mixer="pointwise-mlp", mixer_args={})
+    other_mixer = opzoo.pot_preset_args("S", mixer="pointwise-mlp", mixer_args={})
     assert other_mixer == {**args, "mixer": "pointwise-mlp", "mixer_args": {}}
     args["img_size"].append(3)
     args["residual_args"]["n"] = 7
-    assert opzoo.pot_preset_args(1024, 6, 8, 1.0, 32)["img_size"] == [128, 128]
-    assert opzoo.pot_preset_args(1024, 6, 8, 1.0, 32)["residual_args"] == {}
+    assert opzoo.pot_preset_args("S")["img_size"] == [128, 128]
+    assert opzoo.pot_preset_args("S")["residual_args"] == {}
     with pytest.raises(opzoo.ConfigError, match="'widht'"):
-        opzoo.pot_preset_args(512, 4, 4, 1.0, 32, widht=256)
+        opzoo.pot_preset_args("Ti", widht=256)
 
 
 def test_dpot_block_is_one_residual_around_the_whole_branch():

@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 WORKER = Path(__file__).with_name("ddp_idle_worker.py")
 
 
+@pytest.mark.slow
 def test_idle_experts_under_two_process_ddp(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",

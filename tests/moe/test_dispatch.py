@@ -132,6 +132,7 @@ def test_an_expert_with_no_input_is_never_called():
     assert all(p.grad is None for e in (0, 2, 3) for p in ffn.experts[e].parameters())
 
 
+@pytest.mark.slow
 def test_compiled_dispatch_serves_any_routing_and_runs_an_idle_expert_on_nothing():
     """One graph for every routing (unbacked per-expert sizes): equal to eager, also when an expert
     gets no input; there its slice is empty, so its parameter gradients are exactly zero."""

@@ -21,6 +21,7 @@ MODEL_ARGS = {"nestor-ti": {"block_args": {"alpha": 0.02, "beta": 0.005}},
               "aot-moe-pot-t": {"feedforward_args": {"num_experts": 4, "top_k": 2, "num_shared": 1, "aux_weight": 0.005}}}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", ["nestor-ti", "aot-moe-pot-t"])
 def test_micro_moe_preset_trains_logs_aux_and_load_and_reloads_bit_exactly(tmp_path, datasets, preset):
     steps = 40

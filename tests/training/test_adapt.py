@@ -75,5 +75,5 @@ def test_nothing_to_change_returns_the_model_and_bad_requests_are_named():
     with pytest.raises(opzoo.ConfigError, match="can change only"):
         adapt_model(model, width=64)
     simple = opzoo.load("simple-op")
-    with pytest.raises(opzoo.ConfigError, match=r"cannot adapt backbone 'simple'.*register_io_layout"):
+    with pytest.raises(opzoo.ConfigError, match=r"cannot adapt backbone 'simple'.*SimpleOperator has no io_layout"):
         adapt_model(simple, in_channels=simple.config.in_channels + 1)

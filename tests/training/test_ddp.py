@@ -9,6 +9,7 @@ import pytest
 from .conftest import cli_module, run_cli, run_document, tiny_pot_args, train_losses, write_json
 
 
+@pytest.mark.slow
 def test_two_process_ddp_matches_single_process(tmp_path, datasets):
     def doc(out):
         return run_document(out, datasets, model={"name": "pot", "args": tiny_pot_args()},

@@ -44,6 +44,7 @@ def test_uninterrupted_run_keeps_last_k(reference):
     assert [p.name for p in list_checkpoints(reference / "checkpoints")] == ["step-00000006", "step-00000008"]
 
 
+@pytest.mark.slow
 def test_kill_during_checkpoint_write_then_resume_reproduces(tmp_path, datasets, reference):
     run_dir = tmp_path / "run"
 
@@ -71,6 +72,7 @@ def test_kill_during_checkpoint_write_then_resume_reproduces(tmp_path, datasets,
     assert not any(p.name.startswith(".tmp-") for p in ckpts.iterdir())
 
 
+@pytest.mark.slow
 def test_kill_between_checkpoints_then_resume_reproduces(tmp_path, datasets, reference):
     run_dir = tmp_path / "run"
     cfg = write_json(tmp_path / "run.json", _doc(run_dir, datasets))

@@ -11,13 +11,8 @@ CARDS = files("opzoo_aot") / "model_cards"
 # the paper's AOT hyper-parameters: n = 4 streams, 20 Sinkhorn iterations, gate init α = 0.01
 AOT_RESIDUAL_ARGS = dict(n=4, sinkhorn_iters=20, alpha=0.01)
 
-# preset: (D, depth, Fourier-attention heads, mlp_ratio, out_layer_dim) — DPOT's dims
-AOT_POT_SIZES = {
-    "aot-pot-t": (512, 4, 4, 1.0, 32),
-    "aot-pot-s": (1024, 6, 8, 1.0, 32),
-    "aot-pot-m": (1024, 12, 8, 4.0, 32),
-    "aot-pot-l": (1536, 24, 16, 4.0, 128),
-}
+# preset: its row of the POT size table (opzoo.POT_SIZES) — DPOT's dims
+AOT_POT_SIZES = {"aot-pot-t": "Ti", "aot-pot-s": "S", "aot-pot-m": "M", "aot-pot-l": "L"}
 ALIASES = {"aot-pot-t": ("aot-pot-ti",)}
 
 # aot-pot-micro: dpot-micro's dims and setup (opzoo.pot_micro_preset_args) with sandwich blocks and
@@ -27,7 +22,7 @@ ALIASES = {"aot-pot-t": ("aot-pot-ti",)}
 
 def aot_pot_args(name: str) -> dict:
     """The POT config of preset ``name``: DPOT's dims and setup with sandwich blocks and AOT residuals."""
-    return opzoo.pot_preset_args(*AOT_POT_SIZES[name], block="sandwich", residual="aot",
+    return opzoo.pot_preset_args(AOT_POT_SIZES[name], block="sandwich", residual="aot",
                                  residual_args=dict(AOT_RESIDUAL_ARGS))
 
 

@@ -73,6 +73,19 @@ class FNO(opzoo.Backbone):
                 h = self.act(h)
         return self.project(h).unflatten(-1, (c.out_timesteps, c.out_channels))
 
+    @classmethod
+    def io_layout(cls, old: FnoConfig, new: FnoConfig) -> dict:
+        """For ``opzoo.training.adapt_model``: the lifting layer reads ``T_in*C`` time-major inputs then
+        the ``d`` grid channels; the projection writes ``T_out*C`` rows."""
+        lift = opzoo.time_channel_index(new.in_timesteps, new.in_channels, old.in_timesteps, old.in_channels)
+        lift += tuple(old.in_timesteps * old.in_channels + j for j in range(new.spatial_dims))
+        rows = opzoo.time_channel_index(new.out_timesteps, new.out_channels, old.out_timesteps, old.out_channels)
+        return {
+            "lift.weight": [opzoo.DimMap(1, lift, "zero")],
+            "project.2.weight": [opzoo.DimMap(0, rows)],
+            "project.2.bias": [opzoo.DimMap(0, rows)],
+        }
+
     def spectral_parameters(self):
         """``(name, parameter, modes)`` for every spectral weight."""
         return [(n, p, p.modes) for n, p in self.named_parameters() if getattr(p, "_opzoo_spectral", False)]

@@ -11,14 +11,8 @@ from .dpot_converter import OFFICIAL_FILES
 CARDS = files("opzoo_fourier") / "model_cards"
 DPOT_REPO = "hzk17/DPOT"
 
-# preset: (D, depth, n_blocks, mlp_ratio, out_layer_dim)
-DPOT_SIZES = {
-    "dpot-ti": (512, 4, 4, 1.0, 32),
-    "dpot-s": (1024, 6, 8, 1.0, 32),
-    "dpot-m": (1024, 12, 8, 4.0, 32),
-    "dpot-l": (1536, 24, 16, 4.0, 128),
-    "dpot-h": (2048, 27, 8, 4.0, 128),
-}
+# preset: its row of the POT size table (opzoo.POT_SIZES)
+DPOT_SIZES = {"dpot-ti": "Ti", "dpot-s": "S", "dpot-m": "M", "dpot-l": "L", "dpot-h": "H"}
 FNO_MODES = {1: 16, 2: 12, 3: 8}  # the reference scripts' defaults (fourier_1d/2d/3d.py)
 
 # dpot-micro: DPOT's network at micro dims (opzoo.pot_micro_preset_args), pretrained by opzoo on its
@@ -27,7 +21,7 @@ FNO_MODES = {1: 16, 2: 12, 3: 8}  # the reference scripts' defaults (fourier_1d/
 
 def dpot_args(name: str) -> dict:
     """The POT config of DPOT preset ``name``: DPOT's network at its dims."""
-    return opzoo.pot_preset_args(*DPOT_SIZES[name])
+    return opzoo.pot_preset_args(DPOT_SIZES[name])
 
 
 def register_presets(registry) -> None:

@@ -5,13 +5,10 @@ import opzoo
 from .feedforward import SparseMoEFeedForward
 from .nestor import NestorBlock
 from .presets import register_presets
-from .routers import ImageRouter, TokenRouter
 
 
 @opzoo.hookimpl
 def opzoo_register_components(registry):
-    registry.register_router("image-topk", ImageRouter)
-    registry.register_router("token-topk", TokenRouter)
     registry.register_feedforward("moe", SparseMoEFeedForward)
     registry.register_block("nestor", NestorBlock)
 

@@ -14,16 +14,16 @@ NESTOR_BLOCK_ARGS = dict(n_experts=4, top_k=1, alpha=0.01, sub_experts=4, sub_to
 MOE_FFN_ARGS = dict(num_experts=4, top_k=2, num_shared=1, aux_weight=0.01)
 AOT_RESIDUAL_ARGS = dict(n=4, sinkhorn_iters=20, alpha=0.01)  # aot-pot-t's (opzoo-aot)
 
-# preset: (D, depth, Fourier-attention heads, mlp_ratio, out_layer_dim) — DPOT-Ti/S dims
-SIZES = {"nestor-ti": (512, 4, 4, 1.0, 32), "nestor-s": (1024, 6, 8, 1.0, 32), "aot-moe-pot-t": (512, 4, 4, 1.0, 32)}
+# preset: its row of the POT size table (opzoo.POT_SIZES) — DPOT-Ti/S dims
+SIZES = {"nestor-ti": "Ti", "nestor-s": "S", "aot-moe-pot-t": "Ti"}
 ALIASES = {"nestor-ti": ("nestor-t",), "aot-moe-pot-t": ("aot-moe-pot-ti",)}
 
 
 def preset_args(name: str) -> dict:
     """The POT config of preset ``name``."""
     if name.startswith("nestor"):
-        return opzoo.pot_preset_args(*SIZES[name], block="nestor", block_args=dict(NESTOR_BLOCK_ARGS))
-    return opzoo.pot_preset_args(*SIZES[name], block="sandwich", residual="aot", residual_args=dict(AOT_RESIDUAL_ARGS),
+        return opzoo.pot_preset_args(SIZES[name], block="nestor", block_args=dict(NESTOR_BLOCK_ARGS))
+    return opzoo.pot_preset_args(SIZES[name], block="sandwich", residual="aot", residual_args=dict(AOT_RESIDUAL_ARGS),
                                  feedforward="moe", feedforward_args=dict(MOE_FFN_ARGS))
 
 

@@ -1,1 +1,0 @@
-"""Backbones shipped by the core."""

@@ -1,0 +1,46 @@
+"""What the ``opzoo`` command line and its command groups (``opzoo.data.cli``, ``opzoo.training.cli``)
+share: ``--set key=value`` overrides and running a parser with one-line errors."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from .errors import OpzooError
+
+
+def parse_overrides(pairs: Sequence[str] | None) -> dict:
+    """``["key=value", ...]`` -> dict; values are JSON when they parse as JSON (numbers, true,
+    lists, objects), else strings. Shared by every command's ``--set``."""
+    out = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise OpzooError(f"override {pair!r} is not of the form key=value")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
+
+
+def run_parser(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` and run the chosen command; an opzoo error is one line on stderr and exit code 2."""
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except OpzooError as e:
+        print(f"{parser.prog} {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+def command_group_main(add_commands, prog: str, argv: Sequence[str] | None = None) -> int:
+    """``python -m opzoo.<group>.cli ...``: one command group on its own."""
+    parser = argparse.ArgumentParser(prog=prog)
+    add_commands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    return run_parser(parser, argv)
+
+
+__all__ = ["parse_overrides", "run_parser", "command_group_main"]

@@ -1,0 +1,98 @@
+"""The POT size table (Ti/S/M/L/H) and the configs of presets on the POT backbone (DESIGN §6.2).
+
+Every plugin's POT preset (dpot-*, aot-pot-*, nestor-*, ...) takes its dims from :data:`POT_SIZES`
+through :func:`pot_preset_args`, so one table says what "S" means for all of them.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from ..errors import ConfigError
+from .pot import PotConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class PotSize:
+    """One size of the POT backbone: latent ``width`` D, ``depth`` blocks, ``heads`` (the Fourier
+    attention's ``n_blocks``), the feed-forward's ``mlp_ratio`` and the output head's ``out_layer_dim``."""
+
+    width: int
+    depth: int
+    heads: int
+    mlp_ratio: float
+    out_layer_dim: int
+
+
+# DPOT's model sizes (DESIGN §6.2's table, from the official DPOT configs), read-only
+POT_SIZES: Mapping[str, PotSize] = MappingProxyType({
+    "Ti": PotSize(width=512, depth=4, heads=4, mlp_ratio=1.0, out_layer_dim=32),
+    "S": PotSize(width=1024, depth=6, heads=8, mlp_ratio=1.0, out_layer_dim=32),
+    "M": PotSize(width=1024, depth=12, heads=8, mlp_ratio=4.0, out_layer_dim=32),
+    "L": PotSize(width=1536, depth=24, heads=16, mlp_ratio=4.0, out_layer_dim=128),
+    "H": PotSize(width=2048, depth=27, heads=8, mlp_ratio=4.0, out_layer_dim=128),
+})
+
+# DPOT's pretraining setup, shared by every preset on the POT backbone (DESIGN §6.2): 128x128 inputs
+# of 4 channels and 10 steps, patch 8, 32 Fourier modes, 12 dataset classes
+_DPOT_SETUP: dict[str, Any] = dict(
+    in_channels=4, out_channels=4, in_timesteps=10, out_timesteps=1,
+    spatial_dims=2, img_size=[128, 128], patch_size=8, n_cls=12,
+    act="gelu", time_agg="exp_mlp", normalize=False, block="dpot",
+    mixer="fourier-attention", residual="plain", residual_args={},
+)
+
+
+def pot_size(size: str | PotSize) -> PotSize:
+    """A row of :data:`POT_SIZES` by name (``"Ti"``, ``"s"``, ... any case), or ``size`` itself."""
+    if isinstance(size, PotSize):
+        return size
+    rows = {k.lower(): v for k, v in POT_SIZES.items()}
+    if not isinstance(size, str) or size.lower() not in rows:
+        raise ConfigError(f"POT size {size!r} is not one of {', '.join(POT_SIZES)} (or give a PotSize)")
+    return rows[size.lower()]
+
+
+def pot_preset_args(size: str | PotSize, **overrides: Any) -> dict[str, Any]:
+    """The config of a POT preset: ``size`` (a :data:`POT_SIZES` name or a :class:`PotSize`) in DPOT's
+    pretraining setup, DPOT's network by default; ``overrides`` replace fields, e.g.
+    ``block="sandwich", residual="aot"`` (``mixer_args`` too)."""
+    row = pot_size(size)
+    unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(PotConfig)})
+    if unknown:
+        raise ConfigError(f"pot_preset_args: unknown POT config field(s) {', '.join(map(repr, unknown))}")
+    args = copy.deepcopy(_DPOT_SETUP)  # callers may edit the lists and dicts they get
+    args.update(width=row.width, depth=row.depth, mlp_ratio=row.mlp_ratio, out_layer_dim=row.out_layer_dim,
+                mixer_args={"n_blocks": row.heads, "modes": 32})
+    args.update(overrides)
+    return args
+
+
+# The micro pretraining setup (configs/micro/, docs/micro.md) of every plugin's *-micro preset, so
+# that their weights come from the same data, budget and seed and compare directly: DPOT's network
+# at D128, depth 4, 4 heads, on 32x32 inputs of 2 channels, patch 4, 8 modes, normalized per sample
+_MICRO_SIZE = PotSize(width=128, depth=4, heads=4, mlp_ratio=1.0, out_layer_dim=32)
+_MICRO_SETUP: dict[str, Any] = dict(in_channels=2, out_channels=2, in_timesteps=10, img_size=[32, 32], patch_size=4,
+                                    mixer_args={"n_blocks": 4, "modes": 8}, normalize=True)
+_MICRO_PRETRAINED_CFG: dict[str, Any] = dict(
+    channels=2, resolution=[32, 32], in_timesteps=10, datasets=["ns-nu1e-3", "ns-nu1e-4", "diffusion-reaction", "swe"],
+    normalization="inside the model (normalize=True: each sample's channels standardized over space and time, the "
+                  "output de-standardized); raw generated fields, 1-field datasets padded with 1.0 and masked",
+)
+
+
+def pot_micro_preset_args(**overrides: Any) -> dict[str, Any]:
+    """The config of a micro preset on the POT backbone (the shared micro setup above); ``overrides``
+    replace fields as in :func:`pot_preset_args`, e.g. ``block="sandwich", residual="aot"``."""
+    return pot_preset_args(_MICRO_SIZE, **{**copy.deepcopy(_MICRO_SETUP), **overrides})
+
+
+def micro_pretrained_cfg() -> dict[str, Any]:
+    """The ``pretrained_cfg`` of a micro preset: the data its weights were pretrained on."""
+    return copy.deepcopy(_MICRO_PRETRAINED_CFG)
+
+
+__all__ = ["PotSize", "POT_SIZES", "pot_size", "pot_preset_args", "pot_micro_preset_args", "micro_pretrained_cfg"]

@@ -1,0 +1,48 @@
+"""VRMSE, The Well's headline metric (the_well.benchmark.metrics.VRMSE), and its per-field summary.
+
+For a prediction ``x`` and a target ``y`` of one field at one time step,
+
+    VRMSE = sqrt( mean_S (x - y)^2 / (std_S(y)^2 + 1e-7) )
+
+with ``std`` the unbiased standard deviation over the spatial points (``torch.std``), exactly as The
+Well's ``NRMSE.eval(..., norm_mode="std")``. A field that is constant in space has VRMSE ``~ RMSE/3e-4``.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+EPS = 1e-7  # The Well's default eps
+WINDOWS = ((6, 12), (13, 30))  # rollout windows as The Well reports them: python slices of the steps, 0 = first predicted
+
+
+def vrmse(pred: Tensor, target: Tensor, eps: float = EPS) -> Tensor:
+    """``[B, *S, T, C]`` prediction and target -> ``[B, T, C]`` VRMSE (in float32 at least)."""
+    if pred.shape != target.shape:
+        raise ValueError(f"prediction {list(pred.shape)} and target {list(target.shape)} differ in shape")
+    dtype = torch.promote_types(pred.dtype, torch.float32)
+    pred, target = pred.to(dtype), target.to(dtype)
+    spatial = tuple(range(1, pred.ndim - 2))
+    mse = (pred - target).square().mean(spatial)
+    var = torch.std(target, dim=spatial) ** 2
+    return torch.sqrt(mse / (var + eps))
+
+
+def vrmse_summary(per_step: Tensor, fields: Sequence[str]) -> dict[str, dict[str, float]]:
+    """Per field (and ``full``, the mean over fields): ``one_step``, ``all`` (mean over the rollout)
+    and the windows of :data:`WINDOWS` the rollout covers. ``per_step``: ``[T, C]`` (batch-averaged)."""
+    if per_step.ndim != 2 or per_step.shape[1] != len(fields):
+        raise ValueError(f"per-step VRMSE {list(per_step.shape)} does not match {len(fields)} fields")
+    columns = {name: per_step[:, i] for i, name in enumerate(fields)}
+    columns["full"] = per_step.mean(1)
+    out = {}
+    for name, curve in columns.items():
+        entry = {"one_step": float(curve[0]), "all": float(curve.mean())}
+        for a, b in WINDOWS:
+            if curve.shape[0] >= b:
+                entry[f"{a}:{b}"] = float(curve[a:b].mean())
+        out[name] = entry
+    return out

@@ -1,0 +1,21 @@
+"""opzoo-well: The Well's benchmark architectures (FNO, TFNO, UNetClassic, UNetConvNext) as opzoo
+backbones that speak physical units, presets ``well-<model>-<dataset>`` for every published
+checkpoint, and the ``the-well`` checkpoint converter (DESIGN §6.8)."""
+
+from .backbones import (
+    WellBackbone,
+    WellConfig,
+    WellFNO,
+    WellFnoConfig,
+    WellPretrainedCfg,
+    WellTFNO,
+    WellUNetClassic,
+    WellUNetConvNext,
+)
+from .converter import convert_the_well
+from .datasets import DATASETS, normalization_args
+from .presets import checkpoints, hub_repo, preset_name
+
+__all__ = ["WellBackbone", "WellConfig", "WellFNO", "WellFnoConfig", "WellPretrainedCfg", "WellTFNO", "WellUNetClassic",
+           "WellUNetConvNext", "convert_the_well", "DATASETS", "normalization_args", "checkpoints", "hub_repo",
+           "preset_name"]

@@ -1,0 +1,121 @@
+"""Model cards of the ``well-*`` presets, from one template (``python -m opzoo_well.cards`` writes them).
+
+A card is an opzoo card template (``${name}``, ``${parameters}``, ... are filled on save).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from .datasets import STATS_SOURCE, dataset
+from .presets import ARCHITECTURES, N_STEPS_INPUT, REPORTED, checkpoints, hub_repo, preset_name
+
+CITATION = """@article{ohana2024well,
+  title={The well: a large-scale collection of diverse physics simulations for machine learning},
+  author={Ohana, Ruben and McCabe, Michael and Meyer, Lucas and Morel, Rudy and Agocs, Fruzsina and Beneitez, Miguel and Berger, Marsha and Burkhart, Blakesly and Dalziel, Stuart and Fielding, Drummond and others},
+  journal={Advances in Neural Information Processing Systems},
+  volume={37},
+  pages={44989--45037},
+  year={2024}
+}"""
+
+LICENSE_STATUS = (
+    "The Well's code (PolymathicAI/the_well) is BSD-3-Clause. The model README that The Well keeps for "
+    "these checkpoints (`the_well/benchmark/models/{readme}/README.md`, the source of the Hub model cards) "
+    "states no license for the weights, and the Hub repo's own card could not be read when this card was "
+    "written (no network). Until the repo says otherwise, treat the weights' license as unstated "
+    "(`license: unknown`) and check the Hub repo before redistributing them."
+)
+
+README_DIR = {"fno": "fno", "tfno": "tfno", "unet-classic": "unet_classic", "unet-convnext": "unet_convnext"}
+
+
+def card_text(arch: str, dataset_name: str, published: bool = True, source: str | None = None) -> str:
+    """The card template of ``arch`` on ``dataset_name``; ``published=False`` for a converted checkpoint
+    whose config is not the published one (no reported VRMSE then)."""
+    a, d = ARCHITECTURES[arch], dataset(dataset_name)
+    repo = hub_repo(arch, dataset_name)
+    fields = ", ".join(f"`{c}`" for c in d.channels)
+    constants = ", ".join(f"`{c}`" for c in d.constant_channels) or "none"
+    res = " x ".join(map(str, d.resolution))
+    lr, epochs, vrmse = REPORTED[arch].get(dataset_name, ("?", "?", "?"))
+    if published:
+        evaluation = (f"The Well's README lists a test VRMSE of **{vrmse}** for this checkpoint (the best of five "
+                      f"learning rates on validation: {lr}, {epochs} epochs; the README gives no more detail of the "
+                      f"protocol). `opzoo eval` reports VRMSE per field (one step and rollout) next to l2 full.")
+    else:
+        evaluation = ("A converted checkpoint whose configuration differs from the published one: The Well reports "
+                      "no result for it. `opzoo eval` reports VRMSE per field next to l2 full.")
+    source = source or f"[`{repo}`](https://huggingface.co/{repo})"
+    return f"""---
+library_name: opzoo
+license: unknown
+tags: [opzoo, neural-operator, pde, the-well, {arch}]
+datasets: [polymathic-ai/{dataset_name}]
+metrics: [vrmse, relative-l2]
+---
+# ${{name}}
+
+## Description
+The Well's {a.well_class} baseline trained on `{dataset_name}`, converted to opzoo. Source:
+{source} (The Well, PolymathicAI/the_well). The model takes and returns physical fields: The Well's
+normalization and input formatting are inside it.
+
+## Architecture
+`${{architecture}}`: The Well's `{a.well_class}` ({a.paper}), implemented in opzoo and computing the
+same function (tested against The Well's own pipeline at small dims). Published config:
+{", ".join(f"`{k}={v}`" for k, v in a.args.items())}, other arguments at The Well's defaults.
+Input `[B, {", ".join("XYZ"[:d.n_spatial_dims])}, T_in={N_STEPS_INPUT}, C]` -> output `[B, {", ".join("XYZ"[:d.n_spatial_dims])}, 1, C]`,
+channels = the time-varying fields then the constant fields (copied through unchanged).
+Inside: z-score with the dataset's `stats.yaml` ({STATS_SOURCE.format(name=dataset_name)}), time
+folded into channels (The Well's `DefaultChannelsFirstFormatter`), the network, the inverse z-score.
+
+## Parameters
+${{parameters}} parameters.
+
+## Training data
+The Well, `{dataset_name}`: {d.n_spatial_dims}D, resolution {res}; time-varying fields {fields};
+constant fields {constants}. Trained by The Well with {N_STEPS_INPUT} input steps to predict the next one.
+
+## Evaluation
+{evaluation}
+
+## License
+{LICENSE_STATUS.format(readme=README_DIR[arch])}
+
+## Intended use and limits
+A baseline, not a state-of-the-art model (The Well's words). Inputs must be on the dataset's grid
+and in its units; other resolutions work for the FNOs, and for the U-Nets when every size is divisible by 16.
+The normalization stats shipped with opzoo are the current `stats.yaml` of The Well's repo; The Well
+does not record in the checkpoint which revision of them it trained with.
+
+## Citation
+```bibtex
+{CITATION}
+```
+
+## Usage
+```python
+import opzoo
+model = opzoo.load("{preset_name(arch, dataset_name)}", pretrained=True)  # fetches {repo}
+y = model(x)                       # x: [B, *S, {N_STEPS_INPUT}, C] physical fields -> [B, *S, 1, C]
+traj = model.rollout(x, steps=20)  # autoregressive
+```
+Offline: `hf download {repo}` on a machine with network first (same cache).
+"""
+
+
+def write_cards(directory: Path) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for arch, ds in checkpoints():
+        path = directory / f"{preset_name(arch, ds)}.md"
+        path.write_text(card_text(arch, ds))
+        written.append(path)
+    return written
+
+
+if __name__ == "__main__":
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent / "model_cards"
+    print(f"wrote {len(write_cards(out))} cards in {out}")

@@ -1,0 +1,150 @@
+"""FNO and TFNO as The Well trained them: neuraloperator 0.3.0's ``FNO`` / ``TFNO`` at its defaults.
+
+Channels-first inside: ``[B, dim_in, *S] -> [B, dim_out, *S]``. The network is
+
+    lifting:    Conv1x1(dim_in -> 256), GELU, Conv1x1(256 -> hidden)
+    n_layers x  h <- SpectralConv_i(h) + Conv1x1_i(h) (no bias), GELU except after the last layer
+    projection: Conv1x1(hidden -> 256), GELU, Conv1x1(256 -> dim_out)
+
+with neuraloperator 0.3.0's ``SpectralConv`` (``fft_norm="forward"``, a bias per layer): an
+``rfftn`` over the spatial axes, ``fftshift`` on all but the last, the centred ``modes_k`` frequencies
+on every axis but the last and the first ``modes_last // 2 + 1`` on the last are multiplied by a
+complex weight ``[in, out, *kept]``, the spectrum is ``fftshift``-ed again (as 0.3.0 does; for odd
+sizes that is not the inverse shift, and we keep it so) and ``irfftn``-ed. TFNO stores that weight as
+a complex Tucker factorization (tensorly-torch ``ComplexTucker``, rank fraction 1.0); it is
+reconstructed before the contraction, which is the same product as 0.3.0's factorized contraction.
+Complex parameters are stored as real tensors with a trailing axis of 2 (tensorly-torch's layout).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+CONV = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
+
+
+def tucker_rank(shape: Sequence[int], fraction: float = 1.0) -> list[int]:
+    """tensorly's ``validate_tucker_rank(shape, rank=fraction, rounding="round")``.
+
+    Finds ``c`` in ``[0, max(fraction, 1)]`` with ``n c^N + (sum_k I_k^2) c = fraction n`` (``n`` the
+    number of entries) and returns ``max(round(c I_k), 1)`` per mode (round half to even, as numpy).
+    """
+    n = math.prod(shape)
+    order = len(shape)
+    squares = sum(s * s for s in shape)
+
+    def f(c: float) -> float:
+        return n * c**order + squares * c - fraction * n
+
+    lo, hi = 0.0, max(fraction, 1.0)
+    for _ in range(200):  # bisection to machine precision (tensorly uses brentq; both give the root)
+        mid = 0.5 * (lo + hi)
+        if f(mid) > 0:
+            hi = mid
+        else:
+            lo = mid
+    c = 0.5 * (lo + hi)
+    return [max(int(round(s * c)), 1) for s in shape]
+
+
+class SpectralConv(nn.Module):
+    """One layer of neuraloperator 0.3.0's ``SpectralConv``: ``[B, in, *S] -> [B, out, *S]``."""
+
+    def __init__(self, in_channels: int, out_channels: int, modes: Sequence[int], factorization: str = "dense",
+                 rank: float = 1.0):
+        super().__init__()
+        kept = [*modes[:-1], modes[-1] // 2 + 1]  # 0.3.0's n_modes setter halves the last axis
+        self.kept = kept
+        self.out_channels = out_channels
+        self.factorization = factorization
+        shape = [in_channels, out_channels, *kept]
+        if factorization == "dense":
+            self.weight = nn.Parameter(torch.zeros(*shape, 2))
+        elif factorization == "tucker":
+            ranks = tucker_rank(shape, rank)
+            self.core = nn.Parameter(torch.zeros(*ranks, 2))
+            self.factors = nn.ParameterList(nn.Parameter(torch.zeros(s, r, 2)) for s, r in zip(shape, ranks))
+        else:
+            raise ValueError(f"factorization must be 'dense' or 'tucker', got {factorization!r}")
+        self.bias = nn.Parameter(torch.zeros(out_channels, *[1] * len(modes)))
+        std = (2 / (in_channels + out_channels)) ** 0.5  # 0.3.0's init_std="auto"
+        for p in self.parameters():
+            nn.init.normal_(p, 0.0, std)
+
+    def complex_weight(self) -> Tensor:
+        """The full complex weight ``[in, out, *kept]``."""
+        if self.factorization == "dense":
+            return torch.view_as_complex(self.weight)
+        core = torch.view_as_complex(self.core)
+        factors = [torch.view_as_complex(f) for f in self.factors]
+        letters = "abcdefgh"[: core.ndim]
+        ranks = "ABCDEFGH"[: core.ndim]
+        eq = f"{ranks},{','.join(f'{a}{r}' for a, r in zip(letters, ranks))}->{letters}"
+        return torch.einsum(eq, core, *factors)
+
+    def forward(self, x: Tensor) -> Tensor:
+        batch, _, *sizes = x.shape
+        d = len(sizes)
+        dims = list(range(-d, 0))
+        fft_size = [*sizes[:-1], sizes[-1] // 2 + 1]
+        xf = torch.fft.rfftn(x, norm="forward", dim=dims)
+        if d > 1:
+            xf = torch.fft.fftshift(xf, dim=dims[:-1])
+        weight = self.complex_weight()
+        # which weight entries and which frequencies meet (0.3.0's slicing, kept verbatim)
+        starts = [m - min(size, m) for size, m in zip(fft_size, self.kept)]
+        w_slices = [slice(s // 2, -s // 2) if s else slice(s, None) for s in starts[:-1]]
+        w_slices.append(slice(None, -starts[-1]) if starts[-1] else slice(None))
+        weight = weight[(slice(None), slice(None), *w_slices)]
+        starts = [size - min(size, m) for size, m in zip(xf.shape[2:], weight.shape[2:])]
+        x_slices = [slice(s // 2, -s // 2) if s else slice(s, None) for s in starts[:-1]]
+        x_slices.append(slice(None, -starts[-1]) if starts[-1] else slice(None))
+        index = (slice(None), slice(None), *x_slices)
+        out = torch.zeros(batch, self.out_channels, *fft_size, dtype=xf.dtype, device=x.device)
+        out[index] = torch.einsum("bi...,io...->bo...", xf[index], weight)
+        if d > 1:
+            out = torch.fft.fftshift(out, dim=dims[:-1])
+        return torch.fft.irfftn(out, s=sizes, dim=dims, norm="forward") + self.bias
+
+
+class PointwiseMLP(nn.Module):
+    """neuraloperator's ``MLP``: 1x1 convolutions with GELU between them."""
+
+    def __init__(self, dims: Sequence[int], n_spatial_dims: int):
+        super().__init__()
+        self.fcs = nn.ModuleList(CONV[n_spatial_dims](a, b, 1) for a, b in zip(dims[:-1], dims[1:]))
+
+    def forward(self, x: Tensor) -> Tensor:
+        for i, fc in enumerate(self.fcs):
+            x = fc(x)
+            if i < len(self.fcs) - 1:
+                x = F.gelu(x)
+        return x
+
+
+class FNONet(nn.Module):
+    """``[B, dim_in, *S] -> [B, dim_out, *S]``: neuraloperator 0.3.0's (T)FNO at The Well's settings."""
+
+    def __init__(self, dim_in: int, dim_out: int, modes: Sequence[int], hidden_channels: int, n_layers: int = 4,
+                 lifting_channels: int = 256, projection_channels: int = 256, factorization: str = "dense",
+                 rank: float = 1.0):
+        super().__init__()
+        d = len(modes)
+        self.lifting = PointwiseMLP([dim_in, lifting_channels, hidden_channels], d)
+        self.spectral = nn.ModuleList(SpectralConv(hidden_channels, hidden_channels, modes, factorization, rank)
+                                      for _ in range(n_layers))
+        self.skips = nn.ModuleList(CONV[d](hidden_channels, hidden_channels, 1, bias=False) for _ in range(n_layers))
+        self.projection = PointwiseMLP([hidden_channels, projection_channels, dim_out], d)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.lifting(x)
+        for i, (spectral, skip) in enumerate(zip(self.spectral, self.skips)):
+            x = spectral(x) + skip(x)
+            if i < len(self.spectral) - 1:
+                x = F.gelu(x)
+        return self.projection(x)

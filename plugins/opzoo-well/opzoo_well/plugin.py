@@ -1,0 +1,19 @@
+"""Entry point of the opzoo-well plugin: its registrations through opzoo's public hooks."""
+
+import opzoo
+
+from .backbones import BACKBONES
+from .converter import convert_the_well
+from .presets import register_presets
+
+
+@opzoo.hookimpl
+def opzoo_register_components(registry):
+    for name, cls in BACKBONES.items():
+        registry.register_backbone(name, cls)
+    registry.register_converter("the-well", convert_the_well)
+
+
+@opzoo.hookimpl
+def opzoo_register_models(registry):
+    register_presets(registry)

@@ -1,0 +1,164 @@
+"""The ``well-*`` presets: every checkpoint The Well publishes, by name (DESIGN §6.8).
+
+Sources (PolymathicAI/the_well): the model READMEs ``the_well/benchmark/models/{fno,tfno,unet_classic,
+unet_convnext}/README.md`` (checkpoint list, Hub links, learning rate, epochs, test VRMSE; "the context
+length was set to 4"), the model configs ``the_well/benchmark/configs/model/{fno,tfno,unet_classic,
+unet_convnext}.yaml`` (FNO/TFNO ``modes1: 16, modes2: 16, hidden_channels: 128``; UNetClassic
+``init_features: 48``; UNetConvNext ``blocks_per_stage: 2, init_features: 42``; everything else at the
+class defaults) and ``the_well/benchmark/train.py`` (``dim_in = n_steps_input * n_fields +
+n_constant_fields``, ``dim_out = n_fields``, ``n_spatial_dims`` and ``spatial_resolution`` from the
+dataset). Normalization: the benchmark data configs set ``use_normalization: True``, for which
+``WellDataModule`` uses ``ZScoreNormalization`` and trains on ``WellDataset`` (a full next-step
+target, not deltas).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from importlib.resources import files
+from typing import Any
+
+import opzoo
+
+from .datasets import DATASETS, STATS_SOURCE, dataset, normalization_args
+
+CARDS = files("opzoo_well") / "model_cards"
+N_STEPS_INPUT = 4  # the model READMEs: "In the time dimension, the context length was set to 4."
+
+
+@dataclasses.dataclass(frozen=True)
+class Architecture:
+    key: str  # opzoo preset infix and backbone suffix
+    well_class: str  # the_well.benchmark.models.<well_class>
+    hub_prefix: str  # polymathic-ai/<hub_prefix>-<dataset>
+    args: dict[str, Any]  # The Well's model config (configs/model/*.yaml)
+    paper: str
+
+
+ARCHITECTURES = {a.key: a for a in (
+    Architecture("fno", "FNO", "FNO", {"modes1": 16, "modes2": 16, "hidden_channels": 128},
+                 "Li et al., Fourier Neural Operator for Parametric PDEs, ICLR 2021 (arXiv:2010.08895)"),
+    Architecture("tfno", "TFNO", "TFNO", {"modes1": 16, "modes2": 16, "hidden_channels": 128},
+                 "Kossaifi et al., Multi-Grid Tensorized Fourier Neural Operator, TMLR 2024 (arXiv:2310.00120)"),
+    Architecture("unet-classic", "UNetClassic", "UNET", {"init_features": 48},
+                 "Ronneberger et al., U-Net, MICCAI 2015 (arXiv:1505.04597)"),
+    Architecture("unet-convnext", "UNetConvNext", "CNextU-Net", {"blocks_per_stage": 2, "init_features": 42},
+                 "Liu et al., A ConvNet for the 2020s, CVPR 2022 (arXiv:2201.03545)"),
+)}
+
+# dataset -> (learning rate, epochs, test VRMSE) as the model READMEs list them; datasets a README lists
+# without results ("-") have no checkpoint and no preset.
+REPORTED = {
+    "fno": {
+        "acoustic_scattering_maze": ("1E-3", 27, "0.5033"), "active_matter": ("5E-3", 239, "0.3157"),
+        "convective_envelope_rsg": ("1E-4", 14, "0.0224"), "gray_scott_reaction_diffusion": ("1E-3", 46, "0.2044"),
+        "helmholtz_staircase": ("5E-4", 132, "0.00160"), "MHD_64": ("5E-3", 170, "0.3352"),
+        "planetswe": ("5E-4", 49, "0.0855"), "post_neutron_star_merger": ("5E-4", 104, "0.4144"),
+        "rayleigh_benard": ("1E-4", 32, "0.6049"), "rayleigh_taylor_instability": ("5E-3", 177, "0.4013"),
+        "shear_flow": ("1E-3", 24, "0.4450"), "supernova_explosion_64": ("1E-4", 40, "0.3804"),
+        "turbulence_gravity_cooling": ("1E-4", 13, "0.2381"), "turbulent_radiative_layer_2D": ("5E-3", 500, "0.4906"),
+        "viscoelastic_instability": ("5E-3", 205, "0.7195"),
+    },
+    "tfno": {
+        "acoustic_scattering_maze": ("1E-3", 27, "0.5034"), "active_matter": ("1E-3", 243, "0.3342"),
+        "convective_envelope_rsg": ("1E-3", 13, "0.0195"), "gray_scott_reaction_diffusion": ("5E-3", 45, "0.1784"),
+        "helmholtz_staircase": ("5E-4", 131, "0.00031"), "MHD_64": ("1E-3", 155, "0.3347"),
+        "planetswe": ("5E-4", 49, "0.1061"), "post_neutron_star_merger": ("5E-4", 99, "0.4064"),
+        "rayleigh_benard": ("1E-4", 31, "0.8568"), "rayleigh_taylor_instability": ("1E-4", 175, "0.2251"),
+        "shear_flow": ("1E-3", 24, "0.3626"), "supernova_explosion_64": ("1E-4", 35, "0.3645"),
+        "turbulence_gravity_cooling": ("5E-4", 10, "0.2789"), "turbulent_radiative_layer_2D": ("1E-3", 500, "0.4938"),
+        "viscoelastic_instability": ("5E-3", 199, "0.7021"),
+    },
+    "unet-classic": {
+        "acoustic_scattering_maze": ("1E-2", 26, "0.0395"), "active_matter": ("5E-3", 239, "0.2609"),
+        "convective_envelope_rsg": ("5E-4", 19, "0.0701"), "gray_scott_reaction_diffusion": ("1E-2", 44, "0.5870"),
+        "helmholtz_staircase": ("1E-3", 120, "0.01655"), "MHD_64": ("5E-4", 165, "0.1988"),
+        "planetswe": ("1E-2", 49, "0.3498"), "rayleigh_benard": ("1E-4", 29, "0.8448"),
+        "rayleigh_taylor_instability": ("5E-4", 193, "0.6140"), "shear_flow": ("5E-4", 29, "0.836"),
+        "supernova_explosion_64": ("5E-4", 46, "0.3242"), "turbulence_gravity_cooling": ("1E-3", 14, "0.3152"),
+        "turbulent_radiative_layer_2D": ("5E-3", 500, "0.2394"), "viscoelastic_instability": ("5E-4", 198, "0.3147"),
+    },
+    "unet-convnext": {
+        "acoustic_scattering_maze": ("1E-3", 10, "0.0196"), "active_matter": ("5E-3", 156, "0.0953"),
+        "convective_envelope_rsg": ("1E-4", 5, "0.0663"), "gray_scott_reaction_diffusion": ("1E-4", 15, "0.3596"),
+        "helmholtz_staircase": ("5E-4", 47, "0.00146"), "MHD_64": ("5E-3", 59, "0.1487"),
+        "planetswe": ("1E-2", 18, "0.3268"), "rayleigh_benard": ("5E-4", 12, "0.4807"),
+        "rayleigh_taylor_instability": ("5E-3", 56, "0.3771"), "shear_flow": ("5E-4", 9, "0.3972"),
+        "supernova_explosion_64": ("5E-4", 13, "0.2801"), "turbulence_gravity_cooling": ("1E-3", 3, "0.2093"),
+        "turbulent_radiative_layer_2D": ("5E-3", 495, "0.1247"), "viscoelastic_instability": ("5E-4", 114, "0.1966"),
+    },
+}
+
+# The TFNO, U-Net and CNextU-Net READMEs link acoustic_scattering_maze's checkpoint as
+# "<Model>-acoustic_scattering"; the FNO README's link for it is broken, so its id follows the
+# README's "polymathic-ai/FNO-<datasetname>" rule. Neither could be checked against the Hub here.
+HUB_DATASET_NAME = {("tfno", "acoustic_scattering_maze"): "acoustic_scattering",
+                    ("unet-classic", "acoustic_scattering_maze"): "acoustic_scattering",
+                    ("unet-convnext", "acoustic_scattering_maze"): "acoustic_scattering"}
+WEIGHTS_FILE = "model.safetensors"  # written by huggingface_hub's PyTorchModelHubMixin.save_pretrained
+
+
+def preset_name(arch: str, dataset_name: str) -> str:
+    return f"well-{arch}-{dataset_name}"
+
+
+def hub_repo(arch: str, dataset_name: str) -> str:
+    return f"polymathic-ai/{ARCHITECTURES[arch].hub_prefix}-{HUB_DATASET_NAME.get((arch, dataset_name), dataset_name)}"
+
+
+def backbone_name(arch: str) -> str:
+    return f"well-{arch}"
+
+
+def model_args(arch: str, dataset_name: str, in_timesteps: int = N_STEPS_INPUT,
+               arch_args: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The opzoo config of ``arch`` trained on ``dataset_name`` (The Well's init args + data facts)."""
+    d = dataset(dataset_name)
+    n = len(d.channels) + len(d.constant_channels)
+    return {
+        "in_channels": n, "out_channels": n, "in_timesteps": in_timesteps, "out_timesteps": 1,
+        "fields": d.channels, "constant_fields": d.constant_channels,
+        "spatial_dims": d.n_spatial_dims, "resolution": list(d.resolution),
+        "normalization": "zscore", "target": "full", **normalization_args(dataset_name),
+        **(ARCHITECTURES[arch].args if arch_args is None else arch_args),
+    }
+
+
+def pretrained_cfg(arch: str, dataset_name: str, in_timesteps: int = N_STEPS_INPUT) -> dict[str, Any]:
+    d = dataset(dataset_name)
+    return {
+        "channels": len(d.channels) + len(d.constant_channels),
+        "fields": d.channels + d.constant_channels,
+        "time_varying_fields": d.channels,
+        "constant_fields": d.constant_channels,
+        "resolution": list(d.resolution),
+        "in_timesteps": in_timesteps,
+        "dataset": f"The Well: {dataset_name}",
+        "normalization": ("z-score per channel with the dataset's stats.yaml (The Well's ZScoreNormalization, "
+                          f"stds clipped at 1e-4), inside the model; stats from {STATS_SOURCE.format(name=dataset_name)}"),
+        "target": "full next step (The Well's WellDataset; the model returns physical fields)",
+        "input_format": "The Well's DefaultChannelsFirstFormatter: time folded into channels (t outer), "
+                        "constant fields appended, nan_to_num",
+        "source": f"hf-hub:{hub_repo(arch, dataset_name)} (The Well, PolymathicAI/the_well)",
+    }
+
+
+def checkpoints() -> list[tuple[str, str]]:
+    """Every published ``(arch, dataset)`` pair."""
+    return [(arch, ds) for arch, table in REPORTED.items() for ds in table]
+
+
+def register_presets(registry) -> None:
+    for arch, ds in checkpoints():
+        if ds not in DATASETS:
+            raise opzoo.ConfigError(f"no layout for The Well dataset {ds!r}")
+        name = preset_name(arch, ds)
+        registry.register_model(
+            name,
+            backbone=backbone_name(arch),
+            args=model_args(arch, ds),
+            pretrained=opzoo.PretrainedSource(hub_repo(arch, ds), WEIGHTS_FILE, converter="the-well",
+                                              converter_options={"dataset": ds}),
+            card=CARDS / f"{name}.md",
+            pretrained_cfg=pretrained_cfg(arch, ds),
+        )

@@ -1,0 +1,78 @@
+"""Every registered preset, timm-style: it builds (on ``meta``: no memory, no weights), ``opzoo info``
+prints it, and at small dims it saves, reloads and computes the same function. Presets whose weights
+ship inside a package load from that directory as a saved repo too (their ``config.json`` still
+reads)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import opzoo
+from opzoo.cli import main
+
+from .small_presets import small_input, small_model, small_overrides
+
+PRESETS = opzoo.list_models()
+
+
+def n_params(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_preset_builds_on_meta_and_opzoo_info_prints_it(name, capsys):
+    with torch.device("meta"):
+        model = opzoo.load(name)
+    assert isinstance(model, opzoo.Backbone) and model.preset_name == name
+    assert all(p.is_meta for p in model.parameters())
+    n = n_params(model)
+    assert n > 0
+    assert main(["info", name, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["name"], doc["parameters"]) == (name, n)
+    assert doc["config"] == model.config.to_dict()
+    assert main(["info", name]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{name}  ({doc['backbone']}, from {doc['plugin']})")
+    assert f"parameters: {n:,}" in out
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_small_preset_saves_reloads_and_gives_the_same_output(name, tmp_path):
+    model = small_model(name).eval()
+    with torch.device("meta"):  # the meta build is the same architecture as the real one
+        assert n_params(opzoo.load(name, **small_overrides(name))) == n_params(model)
+    x, _ = small_input(model)
+    with torch.no_grad():
+        want = model(x)
+    model.save_pretrained(tmp_path / name)
+    again = opzoo.load(str(tmp_path / name))
+    assert type(again) is type(model) and again.config == model.config
+    assert again.preset_name == name and again.pretrained_cfg == model.pretrained_cfg
+    with torch.no_grad():
+        got = again(x)
+    assert torch.equal(got, want)
+
+
+SHIPPED = [n for n in PRESETS
+           if (src := opzoo.get_registry().preset(n).pretrained) is not None and src.directory is not None]
+
+
+def test_some_presets_ship_weights():
+    assert {"dpot-micro", "aot-pot-micro"} <= set(SHIPPED)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_weights_load_by_name_and_as_a_saved_repo(name):
+    """The shipped ``config.json`` files were written before the core moved into layers/ and models/:
+    they must still load, by preset name and as a plain directory, to the same function."""
+    by_name = opzoo.load(name, pretrained=True).eval()
+    directory = opzoo.get_registry().preset(name).pretrained.directory
+    as_repo = opzoo.from_pretrained(str(directory))
+    assert as_repo.config == by_name.config
+    x, _ = small_input(by_name, batch=1)
+    with torch.no_grad():
+        assert torch.equal(as_repo(x), by_name(x))

@@ -1,0 +1,194 @@
+"""The core's import graph has no circle (issue 24), read from the code with ``ast``.
+
+Every ``import``/``from ... import`` counts, at module level or inside a function, and so does
+``importlib.import_module("a.literal.name")``; only imports under ``if TYPE_CHECKING:`` are exempt
+(they never run). ``from pkg import name`` is an import of
+``pkg.name`` when that is a module, else of ``pkg``. Importing ``a.b`` also runs ``a/__init__``, but
+that implicit edge is not counted: every module would otherwise "import" its package.
+
+The two synthetic packages below show the check failing; run on the core as it was before issue 24
+(commit 3c6ffcb) it reports the two circles the issue names: twelve modules around
+``plugins -> builtins -> backbones -> plugins`` (with ``interfaces <-> hub`` and
+``interfaces <-> routing``), and ``checkpoints <-> factory``.
+"""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+from pathlib import Path
+
+import opzoo
+
+OPZOO_ROOT = Path(opzoo.__file__).parent
+
+
+def module_files(root: Path) -> dict[str, Path]:
+    """``{dotted module name: file}`` for every ``.py`` file of package directory ``root``."""
+    out = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _literal_import_module(node: ast.AST) -> str | None:
+    """``"a.b"`` for a call ``importlib.import_module("a.b")`` / ``import_module("a.b")``, else None."""
+    if not (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)):
+        return None
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    return node.args[0].value if name == "import_module" else None
+
+
+def _imports(tree: ast.AST):
+    """Every Import/ImportFrom node (and literal ``import_module`` call) except under ``if TYPE_CHECKING:``."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)) or _literal_import_module(node):
+            yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """``{module: modules of the same package it imports}`` for package directory ``root``."""
+    modules = module_files(root)
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for name, path in modules.items():
+        is_package = path.name == "__init__.py"
+        package = name if is_package else name.rpartition(".")[0]
+        for node in _imports(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call):
+                targets = [_literal_import_module(node)]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                if node.level:
+                    base = package.split(".")
+                    base = base[: len(base) - (node.level - 1)]
+                    source = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    source = node.module or ""
+                targets = [f"{source}.{a.name}" if f"{source}.{a.name}" in modules else source for a in node.names]
+            for target in targets:
+                while target and target not in modules:  # `import a.b.c` of a name inside a module
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    graph[name].add(target)
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted, in order."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    components: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(components)
+
+
+def describe(graph: dict[str, set[str]], component: list[str]) -> str:
+    """One circle inside ``component``, as ``a -> b -> ... -> a``."""
+    members = set(component)
+    path = [component[0]]
+    seen = {component[0]: 0}
+    while True:
+        nxt = sorted(graph[path[-1]] & members)[0]
+        if nxt in seen:
+            return " -> ".join(path[seen[nxt]:] + [nxt])
+        seen[nxt] = len(path)
+        path.append(nxt)
+
+
+def test_opzoo_has_no_import_circle():
+    graph = import_graph(OPZOO_ROOT)
+    assert "opzoo.plugins" in graph and "opzoo.builder" in graph  # the walk found the core
+    cycles = import_cycles(graph)
+    assert not cycles, "import circles in opzoo/ (module or function level):\n" + "\n".join(
+        f"  {describe(graph, c)}  (component: {', '.join(c)})" for c in cycles)
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+
+
+def test_the_check_finds_a_circle_through_a_function_level_import(tmp_path):
+    _write(tmp_path, {
+        "pkg/__init__.py": "from .registry import get\n",
+        "pkg/registry.py": """
+            def get():
+                from .models.net import Net   # function level: still a circle
+                return Net
+            """,
+        "pkg/models/__init__.py": "",
+        "pkg/models/net.py": "from ..registry import get\nclass Net: ...\n",
+        "pkg/hub.py": """
+            from typing import TYPE_CHECKING
+            if TYPE_CHECKING:
+                from .user import User   # exempt: never runs
+            """,
+        "pkg/user.py": "from pkg import hub\n",
+        "pkg/cli.py": "import importlib\ndef main():\n    return importlib.import_module('pkg.commands')\n",
+        "pkg/commands.py": "from pkg.cli import main\n",
+    })
+    graph = import_graph(tmp_path / "pkg")
+    assert graph["pkg.models.net"] == {"pkg.registry"}
+    assert graph["pkg.hub"] == set()
+    assert graph["pkg.user"] == {"pkg.hub"}
+    assert graph["pkg.cli"] == {"pkg.commands"}
+    cycles = import_cycles(graph)
+    assert cycles == [["pkg.cli", "pkg.commands"], ["pkg.models.net", "pkg.registry"]]
+    assert describe(graph, cycles[1]) == "pkg.models.net -> pkg.registry -> pkg.models.net"
+
+
+def test_the_check_finds_a_circle_through_a_package_init(tmp_path):
+    # `from . import b` in a names module b; `from pkg import x` names the package's __init__
+    _write(tmp_path, {
+        "pkg/__init__.py": "from .a import x\n",
+        "pkg/a.py": "x = 1\nfrom . import b\n",
+        "pkg/b.py": "from pkg import x\n",
+    })
+    graph = import_graph(tmp_path / "pkg")
+    assert graph["pkg.a"] == {"pkg.b"} and graph["pkg.b"] == {"pkg"}
+    assert import_cycles(graph) == [["pkg", "pkg.a", "pkg.b"]]
