@@ -165,8 +165,9 @@ def cmd_eval(args) -> int:
         results.append(r)
         for fname, v in r.vrmse.items():
             print(f"{name}: VRMSE {fname}: " + ", ".join(f"{k} {x:.4g}" for k, x in v.items()))
+        shown = next(src.indices[i] for i in range(len(src)) if i not in {b.position for b in skipped})
         plot_rollout_panels(truth, pred, args.plot_steps, out / f"{name}-panels.png", channel=args.channel,
-                            title=f"{name}, trajectory 0")
+                            title=f"{name}, trajectory {shown}")
         print(f"{name}: l2 full {r.l2_full:.4g} over {r.n_trajectories} trajectories, horizon {r.horizon}")
     paths = write_results(results, out, stem="eval")
     plot_error_curves({r.name: r.per_step for r in results}, out / "error-vs-step.png")
