@@ -141,7 +141,8 @@ def _write_model_repo(model: "Backbone", save_directory: str | os.PathLike, card
     """:func:`save_pretrained` with card template ``card`` (default: the model's preset's card, if any)."""
     registry = get_registry()
     architecture = registry.backbone_name(type(model))
-    validate_pretrained_cfg(model.pretrained_cfg or {}, f"{type(model).__name__}.pretrained_cfg", schema_of(type(model)))
+    validate_pretrained_cfg(model.pretrained_cfg or {}, f"{type(model).__name__}.pretrained_cfg",
+                            schema_of(type(model)))
     name = getattr(model, "preset_name", None)
     if card is None and name and registry.has_preset(name) and registry.preset(name).card is not None:
         card = registry.preset(name).card.read_text(encoding="utf-8")
@@ -175,7 +176,8 @@ def from_pretrained(
     document = read_config(config_path)
     pretrained_cfg = document["pretrained_cfg"]
     model = build_model(document["architecture"], document["model_args"], f"{config_path}: model_args", overrides,
-                        pretrained_cfg, pretrained_cfg.get("preset"), pretrained_cfg_source=f"{config_path}: pretrained_cfg")
+                        pretrained_cfg, pretrained_cfg.get("preset"),
+                        pretrained_cfg_source=f"{config_path}: pretrained_cfg")
     verify_weights(document, weights_path)
     load_weights(model, weights_path)
     if device is not None:

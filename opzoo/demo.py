@@ -107,8 +107,8 @@ def finetune_unseen(train_file: Path, out_dir: Path, steps: int, lr: float, batc
     for label, pretrained in (("finetuned", True), ("scratch", False)):
         args = dict(steps=steps, batch_size=batch_size, lr=lr, test_fraction=FINETUNE_TEST_FRACTION,
                     pretrained=pretrained, overrides={"seed": seed, "evaluation.plots": False, "training.log_every": 10})
-        run_dir = demo_run_dir(out_dir, label, finetune_config("aot-pot-micro", [str(train_file)], str(out_dir), **args),
-                               train_file)
+        provisional = finetune_config("aot-pot-micro", [str(train_file)], str(out_dir), **args)  # output_dir: harmless
+        run_dir = demo_run_dir(out_dir, label, provisional, train_file)
         print(f"  {'fine-tuning the pretrained' if pretrained else 'training from scratch the'} aot-pot-micro, "
               f"{steps} steps -> {run_dir}")
         result = Trainer(finetune_config("aot-pot-micro", [str(train_file)], str(run_dir), **args)).fit()
