@@ -26,6 +26,7 @@ from .models.io_layout import DimMap, time_channel_index
 from .models.pot import PotConfig
 from .models.pot_sizes import POT_SIZES, PotSize, micro_pretrained_cfg, pot_micro_preset_args, pot_preset_args
 from .plugins import get_plugin_host, get_registry, reset_plugins
+from .pretrained_cfg import PretrainedCfg
 from .registry import PretrainedSource, Registry
 from .routing import Router, Routing
 from .spectral import SpectralLayer, SpectralWeight, find_spectral_weights
@@ -46,4 +47,5 @@ __all__ = [
     "ConvertedCheckpoint", "convert_to_repo", "safe_torch_load", "append_grid", "pot_preset_args", "pot_micro_preset_args", "micro_pretrained_cfg",
     "OpzooError", "UnknownNameError", "RegistryConflictError", "ConfigError", "WeightsError", "HubError",
     "CheckpointError", "OptimizerHook", "StepContext", "SpectralLayer", "SpectralWeight", "find_spectral_weights",
+    "PretrainedCfg",
 ]

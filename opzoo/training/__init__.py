@@ -20,6 +20,8 @@ from .noise import add_denoising_noise, denoising_noise
 from .optim import build_optimizer, build_param_groups
 from .schedule import one_cycle_factor, schedule_factor
 from .trainer import Trainer, TrainingDivergedError, TrainResult
+from .run_dir import HARMLESS_KEYS, RunDirBusyError, RunDirError
+from .stop import RunStopped
 
 __all__ = [
     "Trainer", "TrainResult", "TrainingDivergedError", "RunConfig", "load_run_config", "parse_run_config", "read_document",
@@ -28,4 +30,5 @@ __all__ = [
     "evaluate_dataset", "write_results", "DatasetResult", "read_log", "finetune_config", "adapt_model", "adapt_to_data",
     "Adapt", "H5Trajectories", "StepBatchSampler",
     "latest_checkpoint", "list_checkpoints", "read_checkpoint", "CheckpointReadError",
+    "RunDirError", "RunDirBusyError", "RunStopped", "HARMLESS_KEYS",
 ]

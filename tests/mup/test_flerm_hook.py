@@ -194,10 +194,16 @@ def test_bad_hook_arguments_are_config_errors():
 
 def test_resumed_recording_equals_an_uninterrupted_one(tmp_path, datasets):
     args = {"mode": "record", "warmup": 3, "every": 3}
-    fit(flerm_run(tmp_path / "full", datasets, args, steps=10))
-    first = flerm_run(tmp_path / "resumed", datasets, args, steps=6, checkpoint={"every": 3, "resume": True})
-    fit(first)
-    fit(flerm_run(tmp_path / "resumed", datasets, args, steps=10, checkpoint={"every": 3, "resume": True}))
+    import shutil
+
+    ckpts = {"every": 3, "keep_last": 4, "resume": True}
+    fit(flerm_run(tmp_path / "full", datasets, args, steps=10, checkpoint=ckpts))
+    # the same run cut after its step-6 checkpoint (later checkpoints and the record gone), then resumed
+    shutil.copytree(tmp_path / "full", tmp_path / "resumed")
+    for later in ("step-00000009", "step-00000010"):
+        shutil.rmtree(tmp_path / "resumed" / "checkpoints" / later)
+    shutil.rmtree(tmp_path / "resumed" / "flerm")
+    fit(flerm_run(tmp_path / "resumed", datasets, args, steps=10, checkpoint=ckpts))
     a = json.loads((tmp_path / "full" / "flerm" / "record.json").read_text())
     b = json.loads((tmp_path / "resumed" / "flerm" / "record.json").read_text())
     assert a["steps"] == b["steps"] == [1, 4, 7, 10]

@@ -223,7 +223,8 @@ def test_checkpoint_and_resume_reproduce_the_run(tmp_path, burgers_file):
     a, b = load_file(full / "model" / "model.safetensors"), load_file(cut / "model" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     # the checkpoint records the factors; resuming with another base is refused
-    with pytest.raises(opzoo.ConfigError, match="other μP factors"):
+    # (the run directory refuses the changed hook argument by name before the hook sees the checkpoint)
+    with pytest.raises(opzoo.ConfigError, match=r"other μP factors|optimizer\.hooks\[0\]\.args\.base_modes: 2 -> 4"):
         doc = _mup_doc(tmp_path / "other", burgers_file)
         shutil.copytree(full, tmp_path / "other")
         doc["optimizer"]["hooks"][0]["args"]["base_modes"] = 4
