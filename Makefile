@@ -18,13 +18,8 @@ $(STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS)) | $(PY)
 
 install: $(STAMP)
 
-# The AOT tests run a second time on the PyTorch path (the one CUDA, bf16 and machines without a
-# C compiler run), with the CPU kernels off; `make test PYTEST_ARGS=...` runs only what it names.
 test: install
 	$(PY) -m pytest $(PYTEST_ARGS)
-ifeq ($(strip $(PYTEST_ARGS)),)
-	OPZOO_AOT_CPU_KERNELS=0 $(PY) -m pytest -q tests/aot
-endif
 
 test-slow: install
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)

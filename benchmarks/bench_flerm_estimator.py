@@ -34,9 +34,8 @@ def ratios(case: str, complex_dim: str) -> list[dict]:
     _, params, exact, rules, samples = probe_model(case, complex_dim)
     rows = []
     for n, p in params.items():
-        ema = KroneckerEMA(rules[n], beta=0.9)
-        for s in samples[:40]:
-            ema.update(s[n])
+        ema = KroneckerEMA(rules[n])  # the hook's warm-up measurement: the mean statistics of 40 probes
+        ema.update_statistics(torch.stack([z_statistics(s[n], rules[n]) for s in samples[:40]]).mean(0))
         mc = MonteCarloEstimate()
         for s in samples:
             mc.update(s[n])

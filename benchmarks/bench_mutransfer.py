@@ -1,4 +1,6 @@
-"""μTransfer-FNO replication (docs/mup.md): does the best learning rate stay put across K under μP?
+"""``opzoo mutransfer`` on configs/mutransfer-burgers.yaml: does the best learning rate stay put across K under μP?
+
+(The replication in docs/mup.md is benchmarks/bench_mup_replication.py; this config's smooth target barely uses K.)
 
 Runs ``opzoo mutransfer`` on configs/mutransfer-burgers.yaml (FNO-1D, generated Burgers u0 -> u(., 1),
 7 learning rates x K in {4, 8, 16, 32} x {standard, μP} x 2 seeds; resumable: a finished sweep only
@@ -6,7 +8,7 @@ re-reads its results and redraws the plot) and prints, as a markdown table, the 
 per K under each parametrization (seed-mean test l2), how far it moves (max / min of the best lrs,
 in decades and in grid steps), and the target's loss when the proxy's best lr is transferred.
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_mutransfer.py [--out DIR] [--device cuda] [--png docs/mutransfer-burgers.png]
+    OMP_NUM_THREADS=1 python benchmarks/bench_mutransfer.py [--out DIR] [--device cuda] [--png landscape.png]
         [--lr 1e-3 3e-3 ...] [--seeds 0 1 2] [--landscape-modes 32]   # another grid on the same config
 """
 

@@ -2,11 +2,11 @@
 
 1. Checks on the device (pytest with ``OPZOO_TEST_DEVICE``): ``torch.compile(fullgraph=True)`` of
    every preset against float64 eager, and bf16 autocast training steps against float32 (the MoE
-   presets with their routing held to float32's; the AOT presets also on the eager PyTorch path).
+   presets with their routing held to float32's).
 2. Parity: opzoo dpot-* against the official DPOT code with the same weights, on the device.
 3. bf16 training throughput: opzoo dpot-s under bf16 autocast against the official code in float32.
 4. The benchmarks of docs/benchmarks.md: opzoo vs the official DPOT code (dpot-ti, dpot-s,
-   aot-pot-t at batch 1 and 8), aot-pot-t vs dpot-ti at batch 1 (its stream operations compiled,
+   aot-pot-t at batch 1 and 8), aot-pot-t vs dpot-ti at batch 1 (its AOT residuals compiled,
    CUDA's default, and eager), opzoo FNO vs neuraloperator (when installed), the MoE presets vs
    dpot-ti (when registered).
 
@@ -45,9 +45,8 @@ import bench_dpot_official  # noqa: E402
 import bench_fourier  # noqa: E402
 
 CHECK_FILES = ["tests/core/test_compile_presets.py", "tests/core/test_bf16_presets.py"]
-# the full report also runs, on the device: the MoE presets' bf16 steps, and the AOT presets' bf16
-# steps on the eager PyTorch path (OPZOO_AOT_COMPILE=0; CUDA compiles it by default)
-EXTRA_CHECKS = [("tests/moe/test_bf16.py", {}, None), ("tests/core/test_bf16_presets.py", {"OPZOO_AOT_COMPILE": "0"}, "aot")]
+# the full report also runs, on the device: the MoE presets' bf16 steps
+EXTRA_CHECKS = [("tests/moe/test_bf16.py", {}, None)]
 
 
 @dataclasses.dataclass
@@ -150,17 +149,17 @@ def official_comparison(s: Settings) -> tuple[list[str], list[str]]:
 
 
 def side_by_side(s: Settings, models: dict[str, torch.nn.Module], batch: int, size: int,
-                 autocast: dict[str, bool] | None = None, aot_paths: dict[str, str] | None = None) -> dict[str, list[float]]:
-    """Seconds per training step (forward + backward, MSE) of each model, interleaved; ``aot_paths``
-    names the AOT implementation (a key of ``bench_aot.AOT_PATHS``) of some of them."""
+                 autocast: dict[str, bool] | None = None, aot_compile: dict[str, bool] | None = None) -> dict[str, list[float]]:
+    """Seconds per training step (forward + backward, MSE) of each model, interleaved; ``aot_compile``
+    sets the AOT residuals' ``compile`` switch of some of them (the others: ``"auto"``)."""
     g = torch.Generator().manual_seed(1)
     x = torch.randn(batch, size, size, 10, 4, generator=g).to(s.device)
     target = torch.randn(batch, size, size, 1, 4, generator=g).to(s.device)
-    autocast, aot_paths = autocast or {}, aot_paths or {}
+    autocast, aot_compile = autocast or {}, aot_compile or {}
 
     def step(name: str, model: torch.nn.Module) -> Callable[[], None]:
         def run() -> None:
-            bench_aot.set_aot_path(aot_paths.get(name, "default"))
+            bench_aot.set_aot_compile(model, aot_compile.get(name, "auto"))
             model.zero_grad(set_to_none=True)
             with torch.autocast(s.device.type, dtype=torch.bfloat16, enabled=autocast.get(name, False)):
                 out = model(x)
@@ -193,9 +192,9 @@ def ratio_table(base: str) -> list[str]:
 def aot_vs_dpot(s: Settings) -> list[str]:
     torch.manual_seed(0)
     models = {name: opzoo.load(name).to(s.device) for name in ("dpot-ti", "aot-pot-t")}
-    # the same aot-pot-t on the eager PyTorch path too (CUDA's default compiles it)
+    # the same aot-pot-t with its AOT residuals eager too (CUDA's default compiles them)
     models[EAGER_AOT] = models["aot-pot-t"]
-    times = side_by_side(s, models, 1, s.size, aot_paths={EAGER_AOT: "torch"})
+    times = side_by_side(s, models, 1, s.size, aot_compile={EAGER_AOT: False})
     return ratio_table("dpot-ti") + ratio_rows(times, "dpot-ti", 1)
 
 

@@ -33,6 +33,7 @@ _LAZY = {
     "append_grid": ".layers.grid",
     **dict.fromkeys(["DimMap", "time_channel_index"], ".models.io_layout"),
     "PotConfig": ".models.pot",
+    "PretrainedCfg": ".pretrained_cfg",
     **dict.fromkeys(["POT_SIZES", "PotSize", "micro_pretrained_cfg", "pot_micro_preset_args", "pot_preset_args"],
                     ".models.pot_sizes"),
     **dict.fromkeys(["get_plugin_host", "get_registry", "reset_plugins"], ".plugins"),
@@ -72,4 +73,5 @@ __all__ = [
     "ConvertedCheckpoint", "convert_to_repo", "safe_torch_load", "append_grid", "pot_preset_args", "pot_micro_preset_args", "micro_pretrained_cfg",
     "OpzooError", "UnknownNameError", "RegistryConflictError", "ConfigError", "WeightsError", "HubError",
     "CheckpointError", "OptimizerHook", "StepContext", "SpectralLayer", "SpectralWeight", "find_spectral_weights",
+    "PretrainedCfg",
 ]

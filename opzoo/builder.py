@@ -19,8 +19,10 @@ from .adapt import SHAPE_FIELDS, adapt_model
 from .checkpoints import ConvertedCheckpoint
 from .config import config_document, read_config
 from .errors import ConfigError, HubError, UnknownNameError, WeightsError
-from .hub import WEIGHTS_NAME, hub_download, load_state_dict_strict, load_weights, repo_files, upload_folder, write_repo
+from .hub import (WEIGHTS_NAME, hub_download, load_state_dict_strict, load_weights, repo_files, upload_folder,
+                  verify_weights, write_repo)
 from .model_card import render_card
+from .pretrained_cfg import schema_of, validate_pretrained_cfg
 from .registry import Preset, PretrainedSource, get_registry
 
 if TYPE_CHECKING:
@@ -35,19 +37,22 @@ LOCAL_DIR_PREFIX = "local-dir:"
 # ---- building ----------------------------------------------------------------------------------
 def build_model(backbone: str, args: Mapping[str, Any], source: str, overrides: Mapping[str, Any] | None = None,
                 pretrained_cfg: Mapping[str, Any] | None = None, preset_name: str | None = None,
-                override_source: str = "override") -> "Backbone":
+                override_source: str = "override", pretrained_cfg_source: str | None = None) -> "Backbone":
     """Registered backbone ``backbone`` built from config fields ``args`` (random weights).
 
     ``overrides`` replace fields afterwards (type-checked the same way); ``source`` and
-    ``override_source`` name where each came from in errors. ``pretrained_cfg`` and ``preset_name``
-    are recorded on the model.
+    ``override_source`` name where each came from in errors. ``pretrained_cfg`` is checked against
+    the backbone's schema (``pretrained_cfg_class``, errors naming ``pretrained_cfg_source``) and
+    recorded on the model with ``preset_name``.
     """
     cls = get_registry().get("backbone", backbone)
     config = cls.config_class.from_dict(args, source=source)
     if overrides:
         config = config.replace(source=override_source, **overrides)
+    pretrained_cfg = validate_pretrained_cfg(pretrained_cfg or {}, pretrained_cfg_source or f"{source}: pretrained_cfg",
+                                             schema_of(cls))
     model = cls(config)
-    model.pretrained_cfg = dict(pretrained_cfg or {})
+    model.pretrained_cfg = pretrained_cfg
     model.preset_name = preset_name
     return model
 
@@ -81,7 +86,8 @@ def create_model(name: str, pretrained: bool = False, **args: Any) -> "Backbone"
 def build_preset(preset: Preset, overrides: Mapping[str, Any] | None = None) -> "Backbone":
     """Preset ``preset`` with config ``overrides`` (random weights)."""
     return build_model(preset.backbone, preset.args, f"preset {preset.name}", overrides,
-                       {"preset": preset.name, **preset.pretrained_cfg}, preset.name, f"override of {preset.name}")
+                       {"preset": preset.name, **preset.pretrained_cfg}, preset.name, f"override of {preset.name}",
+                       f"preset {preset.name}: pretrained_cfg")
 
 
 # ---- weights of presets and foreign checkpoints ----------------------------------------------------
@@ -152,6 +158,8 @@ def _write_model_repo(model: "Backbone", save_directory: str | os.PathLike, card
     """:func:`save_pretrained` with card template ``card`` (default: the model's preset's card, if any)."""
     registry = get_registry()
     architecture = registry.backbone_name(type(model))
+    validate_pretrained_cfg(model.pretrained_cfg or {}, f"{type(model).__name__}.pretrained_cfg",
+                            schema_of(type(model)))
     name = getattr(model, "preset_name", None)
     if card is None and name and registry.has_preset(name) and registry.preset(name).card is not None:
         card = registry.preset(name).card.read_text(encoding="utf-8")
@@ -185,7 +193,9 @@ def from_pretrained(
     document = read_config(config_path)
     pretrained_cfg = document["pretrained_cfg"]
     model = build_model(document["architecture"], document["model_args"], f"{config_path}: model_args", overrides,
-                        pretrained_cfg, pretrained_cfg.get("preset"))
+                        pretrained_cfg, pretrained_cfg.get("preset"),
+                        pretrained_cfg_source=f"{config_path}: pretrained_cfg")
+    verify_weights(document, weights_path)
     load_weights(model, weights_path)
     if device is not None:
         model.to(device)

@@ -168,7 +168,7 @@ def read_config(path: str | os.PathLike) -> dict[str, Any]:
             raise ConfigError(f"{path}: missing key {key!r} (an opzoo config.json has {', '.join(required)})")
         if not isinstance(doc[key], tp):
             raise ConfigError(f"{path}: key {key!r} must be {tp.__name__}, got {type(doc[key]).__name__}")
-    unknown = sorted(set(doc) - {*required, "pretrained_cfg"})
+    unknown = sorted(set(doc) - {*required, "pretrained_cfg", "checksums"})
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) {', '.join(map(repr, unknown))}")
     if _major(doc["opzoo_version"]) > _major(__version__):
@@ -179,4 +179,7 @@ def read_config(path: str | os.PathLike) -> dict[str, Any]:
     doc.setdefault("pretrained_cfg", {})
     if not isinstance(doc["pretrained_cfg"], dict):
         raise ConfigError(f"{path}: key 'pretrained_cfg' must be an object")
+    sums = doc.get("checksums", {})  # {file name: sha256 hex}, recorded by save_pretrained
+    if not isinstance(sums, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in sums.items()):
+        raise ConfigError(f"{path}: key 'checksums' must map file names to sha256 hex digests")
     return doc

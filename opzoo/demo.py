@@ -15,6 +15,8 @@ Needs no network and runs in about 3 minutes on 2 CPU cores.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -79,23 +81,45 @@ def evaluate_on(models: dict[str, nn.Module], files: dict[str, Path], adapt: Ada
     return out
 
 
+def demo_run_dir(parent: Path, label: str, cfg, train_file: Path) -> Path:
+    """``<parent>/aot-pot-micro-<label>-<key>``: ``key`` is a hash of what defines the run (its config but
+    the harmless keys, and the training data's bytes), so a demo re-run with the same arguments finds its
+    finished run again and one with other arguments trains in a directory of its own; nothing is moved
+    or deleted."""
+    from .checksums import sha256_file
+    from .training.run_dir import flatten, is_harmless
+
+    defining = {k: v for k, v in flatten(cfg.to_dict()).items() if not is_harmless(k)}
+    text = json.dumps(defining, sort_keys=True, default=str) + sha256_file(train_file)
+    return parent / f"aot-pot-micro-{label}-{hashlib.sha256(text.encode()).hexdigest()[:10]}"
+
+
 def finetune_unseen(train_file: Path, out_dir: Path, steps: int, lr: float, batch_size: int, seed: int) -> FinetuneResult:
-    """aot-pot-micro fine-tuned on ``train_file`` vs the same architecture from scratch, same budget."""
+    """aot-pot-micro fine-tuned on ``train_file`` vs the same architecture from scratch, same budget.
+
+    A run that a previous demo finished with the same config and data is reused (its evaluations
+    are read back from ``eval/``); an interrupted one resumes.
+    """
     from .training import Trainer, finetune_config
+    from .training.evaluate import read_results
 
     runs = {}
     for label, pretrained in (("finetuned", True), ("scratch", False)):
-        run_dir = out_dir / f"aot-pot-micro-{label}"
-        cfg = finetune_config("aot-pot-micro", [str(train_file)], str(run_dir), steps=steps, batch_size=batch_size,
-                              lr=lr, test_fraction=FINETUNE_TEST_FRACTION, pretrained=pretrained,
-                              overrides={"seed": seed, "evaluation.plots": False, "checkpoint.resume": False,
-                                         "training.log_every": 10})
+        args = dict(steps=steps, batch_size=batch_size, lr=lr, test_fraction=FINETUNE_TEST_FRACTION,
+                    pretrained=pretrained, overrides={"seed": seed, "evaluation.plots": False, "training.log_every": 10})
+        provisional = finetune_config("aot-pot-micro", [str(train_file)], str(out_dir), **args)  # output_dir: harmless
+        run_dir = demo_run_dir(out_dir, label, provisional, train_file)
         print(f"  {'fine-tuning the pretrained' if pretrained else 'training from scratch the'} aot-pot-micro, "
               f"{steps} steps -> {run_dir}")
-        runs[label] = (Trainer(cfg).fit(), run_dir)
+        result = Trainer(finetune_config("aot-pot-micro", [str(train_file)], str(run_dir), **args)).fit()
+        if result.already_finished:
+            print(f"  reusing that finished run (same config and data; remove {run_dir} to train it again)")
+            evals = {s: read_results(run_dir / "eval" / f"step-{s:08d}.json") for s in (0, steps)}
+        else:
+            evals = result.evals
+        runs[label] = (evals, run_dir)
     ft, scratch = runs["finetuned"][0], runs["scratch"][0]
-    return FinetuneResult(ft.evals[0][0], ft.evals[steps][0], scratch.evals[steps][0],
-                          (runs["finetuned"][1], runs["scratch"][1]))
+    return FinetuneResult(ft[0][0], ft[steps][0], scratch[steps][0], (runs["finetuned"][1], runs["scratch"][1]))
 
 
 def _relative_change(new: float, old: float) -> str:

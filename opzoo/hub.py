@@ -28,7 +28,9 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from ._version import __version__
+from .checksums import ChecksumError, sha256_file, verify_file
 from .config import CONFIG_NAME, read_config, write_config
+from .disk_full import disk_full_as_error
 from .errors import HubError, WeightsError
 
 WEIGHTS_NAME = "model.safetensors"
@@ -91,25 +93,49 @@ def write_repo(model: torch.nn.Module, save_directory: str | os.PathLike, docume
     """Write ``model``'s weights, the config ``document`` and the ``card`` text into ``save_directory``.
 
     Files are written to temporary names first and renamed at the end, so a failure leaves any
-    earlier repo in that directory as it was.
+    earlier repo in that directory as it was. ``config.json`` also records the weights' sha256
+    (``checksums``), verified on load by :func:`verify_weights`. A full disk is a one-line
+    :class:`~opzoo.disk_full.DiskFullError` naming the file.
     """
     directory = Path(save_directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    document = dict(document)
     staged: list[tuple[Path, Path]] = []
     try:
-        for name in (WEIGHTS_NAME, CONFIG_NAME, CARD_NAME):
-            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
-            os.close(fd)
-            staged.append((Path(tmp), directory / name))
-        save_file(_unshared_state_dict(model), str(staged[0][0]), metadata={"format": "pt", "opzoo_version": __version__})
-        write_config(staged[1][0], document)
-        staged[2][0].write_text(card)
-        for tmp, final in staged:
-            os.replace(tmp, final)
+        with disk_full_as_error("saving the model", f"any earlier repo in {directory} is unchanged; free space and "
+                                                     "save again") as writing:
+            writing.path = directory
+            directory.mkdir(parents=True, exist_ok=True)
+            for name in (WEIGHTS_NAME, CONFIG_NAME, CARD_NAME):
+                fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
+                os.close(fd)
+                staged.append((Path(tmp), directory / name))
+            writing.path = directory / WEIGHTS_NAME
+            save_file(_unshared_state_dict(model), str(staged[0][0]),
+                      metadata={"format": "pt", "opzoo_version": __version__})
+            document["checksums"] = {WEIGHTS_NAME: sha256_file(staged[0][0])}
+            writing.path = directory / CONFIG_NAME
+            write_config(staged[1][0], document)
+            writing.path = directory / CARD_NAME
+            staged[2][0].write_text(card)
+            for tmp, final in staged:
+                writing.path = final
+                os.replace(tmp, final)
     finally:
         for tmp, _ in staged:
             tmp.unlink(missing_ok=True)
     return directory
+
+
+def verify_weights(document: Mapping[str, Any], weights_path: str | os.PathLike) -> None:
+    """Check ``weights_path`` against the sha256 that config ``document`` records for it (WeightsError
+    naming the file); a repo saved before checksums were recorded has none and passes."""
+    expected = document.get("checksums", {}).get(WEIGHTS_NAME)
+    if expected is None:
+        return
+    try:
+        verify_file(weights_path, expected)
+    except ChecksumError as e:
+        raise WeightsError(f"{e}; re-download or re-save the repo") from None
 
 
 # ---- load ------------------------------------------------------------------------------------
@@ -240,6 +266,7 @@ def push_folder_to_hub(folder: str | os.PathLike, repo_id: str, **kwargs: Any):
 
 
 __all__ = [
-    "write_repo", "repo_files", "push_folder_to_hub", "upload_folder", "load_weights", "load_state_dict_strict",
-    "check_state_dict", "hub_download", "hub_unreachable", "hub_wait", "WEIGHTS_NAME", "CARD_NAME",
+    "write_repo", "verify_weights", "repo_files", "push_folder_to_hub", "upload_folder", "load_weights",
+    "load_state_dict_strict", "check_state_dict", "hub_download", "hub_unreachable", "hub_wait", "WEIGHTS_NAME",
+    "CARD_NAME",
 ]

@@ -23,10 +23,13 @@ class FieldStats:
     non_finite: int
 
 
-def field_statistics(source: TrajectorySource, max_samples: int | None = None) -> tuple[list[FieldStats], int]:
+def field_statistics(source: TrajectorySource, max_samples: int | None = None,
+                     bad_samples: list[tuple[int, int, int]] | None = None) -> tuple[list[FieldStats], int]:
     """Per-channel min/max/mean/std and NaN/Inf count, streaming one trajectory at a time.
 
     Reads samples evenly spread over the file when ``max_samples`` < N. Returns (stats, samples read).
+    ``bad_samples``, when given, receives ``(sample, NaN/Inf count, first bad frame)`` of each
+    trajectory read that holds non-finite values.
     """
     n = source.n_samples
     if max_samples is None or max_samples >= n:
@@ -46,6 +49,9 @@ def field_statistics(source: TrajectorySource, max_samples: int | None = None) -
             values = source.read(int(sample)).reshape(-1, c).astype(np.float64)
             finite = np.isfinite(values)
             bad += (~finite).sum(axis=0)
+            if bad_samples is not None and not finite.all():
+                per_frame = ~finite.reshape(-1, source.n_steps, c).all(axis=(0, 2))  # rows were [*S, T, C]
+                bad_samples.append((int(sample), int((~finite).sum()), int(np.flatnonzero(per_frame)[0])))
             clean = np.where(finite, values, 0.0)
             count += finite.sum(axis=0)
             total += clean.sum(axis=0)
@@ -86,9 +92,13 @@ def inspect_file(path: str | os.PathLike, layout: str | None = None, max_samples
             values = np.asarray(values).ravel()
             if values.size:
                 lines.append(f"coord {name}:  {values.size} points in [{values.min():g}, {values.max():g}]")
-        stats, read = field_statistics(source, max_samples)
+        bad_samples: list[tuple[int, int, int]] = []
+        stats, read = field_statistics(source, max_samples, bad_samples)
         lines.append(f"statistics over {read} of {info.n_samples} samples:")
         lines.append(f"  {'field':<16}{'min':>12}{'max':>12}{'mean':>12}{'std':>12}{'NaN/Inf':>10}")
         for s in stats:
             lines.append(f"  {s.name:<16}{s.min:>12.4g}{s.max:>12.4g}{s.mean:>12.4g}{s.std:>12.4g}{s.non_finite:>10d}")
+        if bad_samples:
+            lines.append(f"trajectories with NaN/Inf values: {len(bad_samples)} of the {read} read")
+            lines.extend(f"  trajectory {i}: {n} NaN/Inf value(s), first in frame {f}" for i, n, f in bad_samples)
     return "\n".join(lines)

@@ -25,6 +25,8 @@ _LAZY = {
     **dict.fromkeys(["build_optimizer", "build_param_groups"], ".optim"),
     **dict.fromkeys(["one_cycle_factor", "schedule_factor"], ".schedule"),
     **dict.fromkeys(["Trainer", "TrainingDivergedError", "TrainResult"], ".trainer"),
+    **dict.fromkeys(["HARMLESS_KEYS", "RunDirBusyError", "RunDirError"], ".run_dir"),
+    "RunStopped": ".stop",
 }
 
 
@@ -48,4 +50,5 @@ __all__ = [
     "evaluate_dataset", "write_results", "DatasetResult", "read_log", "finetune_config", "adapt_model", "adapt_to_data",
     "Adapt", "H5Trajectories", "StepBatchSampler",
     "latest_checkpoint", "list_checkpoints", "read_checkpoint", "CheckpointReadError",
+    "RunDirError", "RunDirBusyError", "RunStopped", "HARMLESS_KEYS",
 ]

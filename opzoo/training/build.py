@@ -14,6 +14,7 @@ from .adapt import SHAPE_FIELDS
 from .config import RunConfig
 from ..data import MixtureDataset, WindowDataset
 from .data import Adapt, H5Trajectories, split
+from .shape_check import check_frames, check_resolution
 
 
 def build_model(section) -> nn.Module:
@@ -47,6 +48,7 @@ class RunData:
     adapt: Adapt
     train: MixtureDataset
     test: list[tuple[str, H5Trajectories]]
+    test_frames: list[int]  # frames each test set's evaluation reads (T_in + horizon)
 
 
 def build_data(cfg: RunConfig, model: nn.Module) -> RunData:
@@ -79,8 +81,12 @@ def build_data(cfg: RunConfig, model: nn.Module) -> RunData:
         if tr.n_steps < mc.in_timesteps + mc.out_timesteps:
             raise ConfigError(f"{tr.path}: trajectories have {tr.n_steps} frames, fewer than "
                               f"T_in + T_out = {mc.in_timesteps + mc.out_timesteps}")
+    test_frames = [check_frames(te, mc.in_timesteps, mc.out_timesteps, cfg.data.horizon, "data.horizon")
+                   for _, _, te in splits]
+    where = "data.resolution" if cfg.data.resolution else f"{splits[0][1].path} (the run's resolution)"
+    check_resolution(model, adapt.resolution, where)
     parts = [WindowDataset(tr.source, mc.in_timesteps, mc.out_timesteps, resolution=adapt.resolution,
                            n_channels=channels, samples=tr.indices, dataset_index=k)
              for k, (d, tr, _) in enumerate(splits)]
     mixture = MixtureDataset(parts, [d.weight for d, _, _ in splits], names=[d.name for d, _, _ in splits])
-    return RunData(adapt, mixture, [(d.name, te) for d, _, te in splits])
+    return RunData(adapt, mixture, [(d.name, te) for d, _, te in splits], test_frames)

@@ -6,9 +6,15 @@ Layout of ``<run>/checkpoints/step-00000100/``:
 - ``optimizer.safetensors``  optimizer state tensors as ``state/<param name>/<key>``
 - ``extra.safetensors``      RNG states, EMA weights (``ema/<name>``), hook tensors (``hook<i>/<key>``)
 - ``state.json``             step, optimizer param-group settings, hook JSON state, python/numpy RNG, run info
+- ``checksums.json``         the sha256 of each file above, written last (atomically)
 
 No pickle anywhere. A ``step-*`` directory exists only once complete (``os.rename`` of the finished
-temp dir), so killing a run at any moment leaves the previous checkpoints readable.
+temp dir), so killing a run at any moment leaves the previous checkpoints readable. Reading one
+verifies its checksums first: a file damaged after it was written is named and the checkpoint is
+skipped (:func:`resumable_checkpoint` falls back to the previous good one).
+
+Temp dirs are named ``.tmp-<what>-<pid>@<host>``: only their writer removes them, or a later run on
+the same host once that process is gone (:func:`clean_temporaries`).
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ import json
 import os
 import random
 import shutil
+import socket
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -26,6 +34,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from ..checksums import ChecksumError, read_checksums, verify_checksums, write_checksums
+from ..disk_full import disk_full_as_error
 from ..errors import OpzooError
 
 PREFIX = "step-"
@@ -44,6 +54,7 @@ def _test_sleep(step: int) -> float:
         return 0.0
     return float(seconds)
 FILES = ("model.safetensors", "optimizer.safetensors", "extra.safetensors", "state.json")
+CHECKSUMS = "checksums.json"
 
 
 class CheckpointReadError(OpzooError):
@@ -160,24 +171,39 @@ def write_checkpoint(directory: str | os.PathLike, step: int, *, model_state: Ma
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     final = root / checkpoint_name(step)
-    tmp = root / f"{TMP_PREFIX}{checkpoint_name(step)}-{os.getpid()}"
+    tmp = root / temp_name(checkpoint_name(step))
     if tmp.exists():
         shutil.rmtree(tmp)
-    tmp.mkdir()
-    save_file({k: v.detach().cpu().contiguous() for k, v in model_state.items()}, str(tmp / "model.safetensors"))
-    sleep = _test_sleep(step)
-    if sleep > 0:
-        (tmp / "WRITING").write_text(str(os.getpid()))
-        time.sleep(sleep)
-        (tmp / "WRITING").unlink()
-    opt_tensors, groups = optimizer_state
-    save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
-    rng_tensors, rng_plain = rng_state()
-    save_file({**rng_tensors, **extra}, str(tmp / "extra.safetensors"))
-    (tmp / "state.json").write_text(json.dumps({**state, "step": step, "param_groups": groups, "rng": rng_plain}))
-    for name in FILES:
-        _fsync_file(tmp / name)
-    _fsync_dir(tmp)
+    kept = list_checkpoints(root)
+    advice = (f"the previous checkpoint {kept[-1]} is intact" if kept else "no earlier checkpoint exists") + \
+        "; free space and re-run the same command to resume"
+    try:
+        with disk_full_as_error(f"checkpoint of step {step}", advice) as writing:
+            tmp.mkdir()
+            writing.path = tmp / "model.safetensors"
+            save_file({k: v.detach().cpu().contiguous() for k, v in model_state.items()}, str(writing.path))
+            sleep = _test_sleep(step)
+            if sleep > 0:
+                (tmp / "WRITING").write_text(str(os.getpid()))
+                time.sleep(sleep)
+                (tmp / "WRITING").unlink()
+            opt_tensors, groups = optimizer_state
+            writing.path = tmp / "optimizer.safetensors"
+            save_file(opt_tensors, str(writing.path))
+            rng_tensors, rng_plain = rng_state()
+            writing.path = tmp / "extra.safetensors"
+            save_file({**rng_tensors, **extra}, str(writing.path))
+            writing.path = tmp / "state.json"
+            writing.path.write_text(json.dumps({**state, "step": step, "param_groups": groups, "rng": rng_plain}))
+            for name in FILES:
+                writing.path = tmp / name
+                _fsync_file(tmp / name)
+            writing.path = tmp / CHECKSUMS
+            write_checksums(tmp, FILES, CHECKSUMS)  # last: its presence means every file is complete
+            _fsync_dir(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # ours (this pid): nothing half-written stays behind
+        raise
     if final.exists():  # re-writing the same step (e.g. after a resume): move the old one aside first
         _remove(final)
     os.rename(tmp, final)
@@ -189,23 +215,74 @@ def write_checkpoint(directory: str | os.PathLike, step: int, *, model_state: Ma
 
 def _remove(path: Path) -> None:
     """Rename away first, so a kill during deletion never leaves a partial ``step-*`` directory."""
-    doomed = path.with_name(f"{TMP_PREFIX}delete-{path.name}-{os.getpid()}")
+    doomed = path.parent / temp_name(f"delete-{path.name}")
     os.rename(path, doomed)
     shutil.rmtree(doomed, ignore_errors=True)
 
 
-def clean_temporaries(directory: str | os.PathLike) -> None:
-    """Remove temp dirs left by killed writers."""
+def temp_name(what: str) -> str:
+    """``.tmp-<what>-<pid>@<host>``: the name says which process owns it."""
+    return f"{TMP_PREFIX}{what}-{os.getpid()}@{socket.gethostname()}"
+
+
+def temp_owner(name: str) -> tuple[int, str | None] | None:
+    """``(pid, host)`` of a temp name (host None for names of older versions), or None if unparsable."""
+    if not name.startswith(TMP_PREFIX):
+        return None
+    rest, at, host = name.rpartition("@")
+    if not at:
+        rest, host = name, None
+    pid = rest.rpartition("-")[2]
+    return (int(pid), host) if pid.isdigit() else None
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by another user
+        return True
+    return True
+
+
+def clean_temporaries(directory: str | os.PathLike) -> list[Path]:
+    """Remove the temp dirs of dead writers on this host; return those left (a live process's, or
+    another host's, which this one cannot tell dead or alive)."""
     d = Path(directory)
-    if d.is_dir():
-        for p in d.iterdir():
-            if p.name.startswith(TMP_PREFIX):
-                shutil.rmtree(p, ignore_errors=True)
+    left = []
+    if not d.is_dir():
+        return left
+    host = socket.gethostname()
+    for p in d.iterdir():
+        owner = temp_owner(p.name)
+        if owner is None:
+            continue
+        pid, where = owner
+        if (where is None or where == host) and pid != os.getpid() and not process_alive(pid):
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            left.append(p)
+    return left
 
 
 def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
-    """Read every file of a checkpoint; raises CheckpointReadError naming the file at fault."""
+    """Verify a checkpoint's checksums, then read every file; raises CheckpointReadError naming the
+    file at fault. A checkpoint of an older opzoo without ``checksums.json`` is read with a warning."""
     path = Path(path)
+    record = path / CHECKSUMS
+    if record.is_file():
+        try:
+            sums = read_checksums(record)
+            missing = [n for n in FILES if n not in sums]
+            if missing:
+                raise CheckpointReadError(f"{record}: no checksum for {', '.join(missing)}")
+            verify_checksums(path, sums)
+        except ChecksumError as e:
+            raise CheckpointReadError(str(e)) from None
+    else:
+        warnings.warn(f"{path}: no {CHECKSUMS} (written by an older opzoo); its files are not verified", stacklevel=2)
     out: dict[str, Any] = {}
     for name in FILES:
         f = path / name
@@ -213,18 +290,29 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
             raise CheckpointReadError(f"{f}: missing")
         try:
             out[name] = json.loads(f.read_text()) if name.endswith(".json") else load_file(str(f))
-        except (SafetensorError, OSError, json.JSONDecodeError) as e:
+        except (SafetensorError, OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise CheckpointReadError(f"{f}: unreadable ({e})") from None
     return out
 
 
-def latest_checkpoint(directory: str | os.PathLike) -> tuple[Path, dict[str, Any]] | None:
-    """The newest readable checkpoint (falling back to older ones with a warning), or None."""
-    import warnings
-
+def resumable_checkpoint(directory: str | os.PathLike) -> tuple[Path | None, dict[str, Any] | None, list[str]]:
+    """The newest checkpoint that verifies and reads: ``(path, files, failures)``; each checkpoint
+    skipped on the way is warned about, naming the file at fault and the one used instead.
+    ``(None, None, failures)`` when there is none good (``failures`` empty: no checkpoints at all)."""
+    failures: list[str] = []
     for path in reversed(list_checkpoints(directory)):
         try:
-            return path, read_checkpoint(path)
+            files = read_checkpoint(path)
         except CheckpointReadError as e:
-            warnings.warn(f"skipping unreadable checkpoint: {e}", stacklevel=2)
-    return None
+            failures.append(str(e))
+            continue
+        for failure in failures:
+            warnings.warn(f"skipping checkpoint: {failure}; using the previous good one, {path}", stacklevel=2)
+        return path, files, failures
+    return None, None, failures
+
+
+def latest_checkpoint(directory: str | os.PathLike) -> tuple[Path, dict[str, Any]] | None:
+    """The newest readable checkpoint (falling back to older ones with a warning), or None."""
+    path, files, _ = resumable_checkpoint(directory)
+    return None if path is None else (path, files)

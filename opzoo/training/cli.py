@@ -8,11 +8,13 @@ its own (also under ``torchrun --nproc_per_node=N -m opzoo.training.cli pretrain
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 from typing import Sequence
 
 from ..cli_common import command_group_main, parse_overrides
+from ..errors import OpzooError
 
 
 def _is_main() -> bool:
@@ -21,8 +23,34 @@ def _is_main() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
 
+def _one_line_errors(command):
+    """A stop by SIGTERM/SIGINT and a full disk end a command with one line, not a traceback."""
+    @functools.wraps(command)
+    def run(args) -> int:
+        from ..disk_full import DiskFullError, is_disk_full
+        from .stop import RunStopped
+
+        try:
+            return command(args)
+        except RunStopped as e:
+            if _is_main():
+                print(str(e), file=sys.stderr)
+            return e.exit_code
+        except KeyboardInterrupt:
+            resume = "; re-run the same command to resume from the last checkpoint" \
+                if args.command in ("pretrain", "finetune") else ""
+            print(f"opzoo {args.command}: interrupted{resume}", file=sys.stderr)
+            return 130
+        except OSError as e:
+            if isinstance(e, OpzooError) or not is_disk_full(e):
+                raise
+            raise DiskFullError(f"disk full writing {e.filename or '?'}: free space and re-run the same command "
+                                f"(a training run resumes from its last checkpoint)") from None
+    return run
+
+
 def _report(result, finetune: bool = False) -> None:
-    if not _is_main():
+    if not _is_main() or result.already_finished:
         return
     last = result.evals.get(result.steps)
     first = result.evals.get(0)
@@ -39,6 +67,8 @@ def _report(result, finetune: bool = False) -> None:
             print(f"  test l2 full {r.name}: {r.l2_full:.4g}{extra}")
     if result.model_dir:
         print(f"  model: {result.model_dir}")
+    if result.divergence:
+        print(f"  warning: {result.divergence}")
 
 
 def cmd_pretrain(args) -> int:
@@ -49,7 +79,7 @@ def cmd_pretrain(args) -> int:
     if args.output_dir:
         overrides["output_dir"] = args.output_dir
     cfg = load_run_config(args.config, overrides)
-    _report(Trainer(cfg).fit())
+    _report(Trainer(cfg).fit(new=args.new))
     return 0
 
 
@@ -79,7 +109,7 @@ def cmd_finetune(args) -> int:
                           pretrained=pretrained, layout=args.layout, overrides=parse_overrides(args.set))
     trainer = Trainer(cfg)
     trainer.command = _command_line()
-    _report(trainer.fit(), finetune=pretrained)
+    _report(trainer.fit(new=args.new), finetune=pretrained)
     return 0
 
 
@@ -104,6 +134,27 @@ def _adapt_for(model, data_paths: Sequence[str], resolution, layout: str | None 
     res = tuple(resolution) if resolution else (model_resolution(model) or sources[0].spatial)
     c = model.config
     return Adapt(res, c.in_channels, c.in_timesteps, c.out_timesteps), sources
+
+
+def _bad_trajectories(sources, adapt, horizon, limit, skip: bool) -> list[list]:
+    """Per source, the trajectories with NaN/Inf in the frames a rollout reads; refused unless ``skip``."""
+    from ..data.errors import NonFiniteDataError
+    from .bad_data import scan_trajectories
+    from .shape_check import check_frames
+
+    found = []
+    for src in sources:
+        frames = check_frames(src, adapt.in_timesteps, adapt.out_timesteps, horizon, "--horizon")
+        bad = scan_trajectories(src, limit, frames)
+        if bad and not skip:
+            more = f" (and {len(bad) - 1} more trajectory(ies) in that file)" if len(bad) > 1 else ""
+            raise NonFiniteDataError(f"non-finite data: {bad[0].describe()}{more}; pass --skip-bad-trajectories to "
+                                     f"evaluate without them, or repair the file")
+        n = len(src) if limit is None else min(limit, len(src))
+        if skip and len(bad) == n:
+            raise NonFiniteDataError(f"{src.path}: every one of the {n} trajectories evaluated holds NaN/Inf values")
+        found.append(bad)
+    return found
 
 
 def _vrmse_fields(model, src) -> dict[str, int] | None:
@@ -139,20 +190,28 @@ def cmd_eval(args) -> int:
 
     model = _load_model(args.model, args.pretrained)
     adapt, sources = _adapt_for(model, args.data, args.resolution, args.layout)
+    split = [_split_of(src, args.split, args.test_fraction) for src in sources]
+    sources = [src for src, _ in split]
+    bad = _bad_trajectories(sources, adapt, args.horizon, args.max_trajectories, args.skip_bad_trajectories)
     out = Path(args.out)
     results = []
-    for path, src in zip(args.data, sources):
+    for path, src, (_, which), skipped in zip(args.data, sources, split, bad):
         name = Path(path).stem
-        src, which = _split_of(src, args.split, args.test_fraction)
+        if skipped:
+            print(f"{name}: skipped {len(skipped)} trajectory(ies) with NaN/Inf values: "
+                  + ", ".join(f"{b.index} ({b.count} values)" for b in skipped))
         r, (truth, pred) = evaluate_dataset(model, name, src, adapt, args.horizon, batch_size=args.batch_size,
                                             max_trajectories=args.max_trajectories, keep_first=True,
+                                            exclude=[b.position for b in skipped],
                                             vrmse_fields=_vrmse_fields(model, src))
-        with_persistence(r, src, adapt, args.horizon, batch_size=args.batch_size, max_trajectories=args.max_trajectories)
+        with_persistence(r, src, adapt, args.horizon, batch_size=args.batch_size, max_trajectories=args.max_trajectories,
+                         exclude=[b.position for b in skipped])
         results.append(r)
         for fname, v in r.vrmse.items():
             print(f"{name}: VRMSE {fname}: " + ", ".join(f"{k} {x:.4g}" for k, x in v.items()))
+        shown = next(i for i in range(len(src)) if i not in {b.position for b in skipped})  # its position in src
         plot_rollout_panels(truth, pred, args.plot_steps, out / f"{name}-panels.png", channel=args.channel,
-                            title=rollout_title(args.model, src, 0, args.channel))
+                            title=rollout_title(args.model, src, shown, args.channel))
         print(f"{name}: l2 full {r.l2_full:.4g} (persistence {r.persistence.l2_full:.4g}) over {r.n_trajectories} "
               f"trajectories ({which}{'' if args.max_trajectories is None else f', first {r.n_trajectories}'}), "
               f"horizon {r.horizon}")
@@ -181,6 +240,20 @@ def cmd_rollout(args) -> int:
         from ..errors import OpzooError
 
         raise OpzooError(f"{args.data}: --index {args.index} out of range; the file has {len(src)} trajectories")
+    from .shape_check import check_frames
+
+    check_frames(src, t_in, adapt.out_timesteps, None, "--steps")
+    if args.steps is not None and args.steps < 1:
+        raise OpzooError(f"--steps must be >= 1, got {args.steps}")
+    from .bad_data import non_finite_in
+
+    count, first = non_finite_in(src.read(args.index).numpy())
+    if count:
+        from ..data.errors import NonFiniteDataError
+
+        raise NonFiniteDataError(f"non-finite data: {args.data}: trajectory {args.index} holds {count} NaN/Inf "
+                                 f"value(s) (first in frame {first}); choose another --index (`opzoo data inspect "
+                                 f"{args.data}` lists the trajectories with NaN/Inf)")
     steps = args.steps or src.n_steps - t_in
     avail = min(steps, src.n_steps - t_in)
     frames, mask = adapt.frames(src.read(args.index, 0, t_in + avail))
@@ -210,6 +283,9 @@ def cmd_rollout(args) -> int:
 LAYOUT_HELP = ("the data files' layout when detection cannot tell (see `opzoo data inspect`): canonical, "
                "pdebench-groups, pdebench-cfd, pdebench-tensor, fno-mat, the-well, array (.npy/.npz/.pt as "
                "[N, *S, T, C]) or array:<axes>, e.g. array:NTXYC (default: detected)")
+NEW_HELP = ("start a new run even if the directory holds one: its contents are first moved to "
+            "<dir>.replaced-<time> (nothing is deleted); without it, a run resumes only under the config it "
+            "was started with")
 
 
 def add_training_commands(subparsers) -> None:
@@ -219,7 +295,8 @@ def add_training_commands(subparsers) -> None:
     p.add_argument("--set", nargs="*", default=[], metavar="SECTION.KEY=VALUE",
                    help="override config values, e.g. training.steps=100")
     p.add_argument("--output-dir", help="override output_dir")
-    p.set_defaults(func=cmd_pretrain)
+    p.add_argument("--new", action="store_true", help=NEW_HELP)
+    p.set_defaults(func=_one_line_errors(cmd_pretrain))
 
     p = subparsers.add_parser(
         "finetune", help="fine-tune a pretrained model on your HDF5 data (more channels, another resolution or "
@@ -242,7 +319,8 @@ def add_training_commands(subparsers) -> None:
                    help="start from the preset's published weights; --no-pretrained: random init "
                         "(default: published weights when the preset has some)")
     p.add_argument("--set", nargs="*", default=[], metavar="SECTION.KEY=VALUE")
-    p.set_defaults(func=cmd_finetune)
+    p.add_argument("--new", action="store_true", help=NEW_HELP)
+    p.set_defaults(func=_one_line_errors(cmd_finetune))
 
     for name, helptext in (("eval", "roll out a model over whole trajectories: l2 full, per-step error, plots"),
                            ("rollout", "roll out one trajectory and plot ground truth / prediction / error")):
@@ -265,14 +343,16 @@ def add_training_commands(subparsers) -> None:
                                 "--test-fraction of the file), the rest, or all")
             p.add_argument("--test-fraction", type=float, default=0.1, help="as finetune's --test-fraction")
             p.add_argument("--max-trajectories", type=int, help="score only the first N trajectories of the split")
-            p.set_defaults(func=cmd_eval)
+            p.add_argument("--skip-bad-trajectories", action="store_true",
+                           help="leave out trajectories with NaN/Inf values (counted and listed) instead of refusing")
+            p.set_defaults(func=_one_line_errors(cmd_eval))
         else:
             p.add_argument("--data", required=True)
             p.add_argument("--index", type=int, default=0, help="trajectory index")
             p.add_argument("--steps", type=int, help="rollout steps (default: to the end of the trajectory)")
             p.add_argument("--plot", help="PNG path for the panels")
             p.add_argument("--save", help="write the prediction to a safetensors file")
-            p.set_defaults(func=cmd_rollout)
+            p.set_defaults(func=_one_line_errors(cmd_rollout))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -96,7 +96,9 @@ class TrainingSection:
 class CheckpointSection:
     every: Optional[int] = 500  # steps; None: only at the end
     keep_last: int = 3
-    resume: bool = True  # continue from the latest checkpoint in output_dir if there is one
+    # continue the run in output_dir from its latest verified checkpoint (only under the config it was
+    # started with); false: refuse a directory that holds a run (start over with --new)
+    resume: bool = True
 
 
 @dataclasses.dataclass
@@ -112,6 +114,7 @@ class DistributedSection:
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     # POT's classification head gets no gradient from the loss; DDP must be told (costs a graph walk)
     find_unused_parameters: bool = True
+    timeout_s: float = 600.0  # process-group timeout: a stopped rank fails the job after this long
 
 
 @dataclasses.dataclass
@@ -153,6 +156,8 @@ def _check_values(cfg: RunConfig, base: Path | None, source: str) -> None:
     for key, value in (("training.eval_every", t.eval_every), ("checkpoint.every", cfg.checkpoint.every)):
         if value is not None and value < 1:
             fail(f"{key} must be >= 1 or null, got {value}")
+    if cfg.distributed.timeout_s <= 0:
+        fail(f"distributed.timeout_s must be > 0, got {cfg.distributed.timeout_s}")
     if not 0.0 < t.expert_load_threshold <= 1.0:
         fail(f"training.expert_load_threshold must be in (0, 1], got {t.expert_load_threshold}")
     if t.expert_load_window < 1:

@@ -26,10 +26,11 @@ class DistEnv:
         return self.world_size > 1
 
 
-def init_distributed(backend: str = "auto", device: torch.device | None = None) -> DistEnv:
+def init_distributed(backend: str = "auto", device: torch.device | None = None, timeout_s: float = 600.0) -> DistEnv:
     """Join the process group torchrun describes (``RANK``/``WORLD_SIZE``); a no-op without it.
 
-    ``backend="auto"`` picks nccl for CUDA devices and gloo otherwise.
+    ``backend="auto"`` picks nccl for CUDA devices and gloo otherwise. ``timeout_s`` bounds every
+    collective: a rank that stopped fails the others after that long (torch's default is 30 min).
     """
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
@@ -41,7 +42,9 @@ def init_distributed(backend: str = "auto", device: torch.device | None = None) 
         backend = "nccl" if device is not None and device.type == "cuda" else "gloo"
     if device is not None and device.type == "cuda":
         torch.cuda.set_device(local)
-    dist.init_process_group(backend=backend)
+    from datetime import timedelta
+
+    dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
     return DistEnv(rank, world, local, True)
 
 

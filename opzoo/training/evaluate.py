@@ -14,6 +14,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from .data import Adapt, H5Trajectories
+from .logger import strict_json
 from .losses import l2_full, l2_per_step
 from .vrmse import vrmse, vrmse_summary
 
@@ -27,6 +28,7 @@ class DatasetResult:
     horizon: int
     l2_full_per_trajectory: list[float] = field(default_factory=list)
     expert_load: dict[str, list[float]] = field(default_factory=dict)  # router name -> share per expert (models with routers)
+    skipped: list[int] = field(default_factory=list)  # trajectories (indices in the file) left out: NaN/Inf
     vrmse: dict[str, dict[str, float]] = field(default_factory=dict)  # field -> one_step/all/windows (The Well's metric)
     persistence: "DatasetResult | None" = None  # the same trajectories scored by the persistence baseline
 
@@ -46,30 +48,36 @@ class Persistence(nn.Module):
 
 
 def with_persistence(result: DatasetResult, source: H5Trajectories, adapt: Adapt, horizon: int | None = None,
-                     batch_size: int = 8, device="cpu", max_trajectories: int | None = None) -> DatasetResult:
+                     batch_size: int = 8, device="cpu", max_trajectories: int | None = None,
+                     exclude: Sequence[int] = ()) -> DatasetResult:
     """``result`` with ``persistence`` set: the same trajectories and horizon scored by :class:`Persistence`."""
     result.persistence = evaluate_dataset(Persistence(), result.name, source, adapt, horizon, batch_size, device,
-                                          max_trajectories)
+                                          max_trajectories, exclude=exclude)
     return result
 
 
 @torch.no_grad()
 def rollout_trajectories(model: nn.Module, source: H5Trajectories, adapt: Adapt, horizon: int | None,
                          batch_size: int = 8, device: torch.device | str = "cpu", max_trajectories: int | None = None,
-                         autocast: bool = False):
-    """Roll out from the first ``T_in`` frames of each trajectory.
+                         autocast: bool = False, exclude: Sequence[int] = ()):
+    """Roll out from the first ``T_in`` frames of each trajectory (but the positions in ``exclude``).
 
     Yields ``(truth [B, *R, H, C], pred [B, *R, H, C], mask [C])`` batches where ``H`` is ``horizon``
     (default: every remaining frame of the trajectory).
     """
+    from ..errors import ConfigError
+
     t_in = adapt.in_timesteps
     h = source.n_steps - t_in if horizon is None else min(horizon, source.n_steps - t_in)
     if h < 1:
-        raise ValueError(f"{source.path}: trajectories of {source.n_steps} frames leave nothing to roll out after T_in={t_in}")
+        raise ConfigError(f"{source.path}: trajectories of {source.n_steps} frames leave nothing to roll out after "
+                          f"T_in={t_in} (need at least {t_in + 1} frames)")
     n = len(source) if max_trajectories is None else min(len(source), max_trajectories)
-    for start in tqdm(range(0, n, batch_size), desc=f"rollout {os.path.basename(source.path)}", unit="batch",
+    skip = set(exclude)
+    order = [i for i in range(n) if i not in skip]
+    for start in tqdm(range(0, len(order), batch_size), desc=f"rollout {os.path.basename(source.path)}", unit="batch",
                       disable=None, leave=False):
-        frames, mask = zip(*(adapt.frames(source.read(i, 0, t_in + h)) for i in range(start, min(n, start + batch_size))))
+        frames, mask = zip(*(adapt.frames(source.read(i, 0, t_in + h)) for i in order[start:start + batch_size]))
         frames = torch.stack(frames).to(device)
         with torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16, enabled=autocast):
             pred = model.rollout(frames[..., :t_in, :], h)
@@ -78,10 +86,12 @@ def rollout_trajectories(model: nn.Module, source: H5Trajectories, adapt: Adapt,
 
 def evaluate_dataset(model: nn.Module, name: str, source: H5Trajectories, adapt: Adapt, horizon: int | None = None,
                      batch_size: int = 8, device="cpu", max_trajectories: int | None = None, autocast: bool = False,
-                     keep_first: bool = False, vrmse_fields: dict[str, int] | None = None):
+                     keep_first: bool = False, exclude: Sequence[int] = (), vrmse_fields: dict[str, int] | None = None):
     """``DatasetResult`` of one dataset; with ``keep_first`` also ``(truth, pred)`` of its first trajectory.
 
-    ``vrmse_fields`` (name -> channel) adds The Well's VRMSE of those channels (default: every valid one).
+    ``exclude``: positions in ``source`` left out (see :func:`opzoo.training.bad_data.scan_trajectories`);
+    recorded by their index in the file in ``DatasetResult.skipped``. ``vrmse_fields`` (name -> channel)
+    adds The Well's VRMSE of those channels (default: every valid one).
     """
     from ..routing import ExpertLoadRecorder
 
@@ -91,7 +101,7 @@ def evaluate_dataset(model: nn.Module, name: str, source: H5Trajectories, adapt:
     try:
         with ExpertLoadRecorder(model) as recorder:  # which experts this dataset's inputs go to
             for truth, pred, mask in rollout_trajectories(model, source, adapt, horizon, batch_size, device,
-                                                          max_trajectories, autocast):
+                                                          max_trajectories, autocast, exclude):
                 fulls.append(l2_full(pred, truth, mask).cpu())
                 curves.append(l2_per_step(pred, truth, mask).cpu())
                 vrmses.append(vrmse(pred, truth).cpu())
@@ -104,7 +114,8 @@ def evaluate_dataset(model: nn.Module, name: str, source: H5Trajectories, adapt:
         vrmse_fields = {f"channel {c}": c for c in range(len(mask)) if mask[c]}
     per_step = torch.cat(vrmses).mean(0)[:, list(vrmse_fields.values())]  # [H, fields]
     result = DatasetResult(name, float(full.mean()), curve.mean(0).tolist(), len(full), curve.shape[1], full.tolist(),
-                           recorder.loads(), vrmse_summary(per_step, list(vrmse_fields)))
+                           recorder.loads(), [source.indices[i] for i in sorted(exclude)],
+                           vrmse_summary(per_step, list(vrmse_fields)))
     return (result, first) if keep_first else result
 
 
@@ -117,12 +128,13 @@ def write_results(results: Sequence[DatasetResult], out_dir: str | os.PathLike, 
                "datasets": {r.name: {"l2_full": r.l2_full, "per_step": r.per_step, "n_trajectories": r.n_trajectories,
                                      "horizon": r.horizon, "l2_full_per_trajectory": r.l2_full_per_trajectory,
                                      **({"expert_load": r.expert_load} if r.expert_load else {}),
+                                     **({"skipped_trajectories": r.skipped} if r.skipped else {}),
                                      **({"vrmse": r.vrmse} if r.vrmse else {}),
                                      **({"persistence": {"l2_full": r.persistence.l2_full,
                                                          "per_step": r.persistence.per_step}}
                                         if r.persistence else {})}
                             for r in results}}
-    paths["json"].write_text(json.dumps(summary, indent=2))
+    paths["json"].write_text(json.dumps(strict_json(summary), indent=2, allow_nan=False))
     with open(paths["csv"], "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["dataset", "l2_full", "persistence_l2_full", "n_trajectories", "horizon"])
@@ -137,3 +149,22 @@ def write_results(results: Sequence[DatasetResult], out_dir: str | os.PathLike, 
             for s, (v, b) in enumerate(zip(r.per_step, base), 1):
                 w.writerow([r.name, s, f"{v:.8g}", "" if b is None else f"{b:.8g}"])
     return paths
+
+
+def read_results(path: str | os.PathLike) -> list[DatasetResult]:
+    """The results a :func:`write_results` JSON file holds, in its order (``null`` reads back as NaN)."""
+    from ..errors import OpzooError
+
+    def num(v) -> float:
+        return float("nan") if v is None else float(v)
+
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+        return [DatasetResult(name, num(d["l2_full"]), [num(v) for v in d["per_step"]], d["n_trajectories"],
+                              d["horizon"], [num(v) for v in d["l2_full_per_trajectory"]], d.get("expert_load", {}),
+                              d.get("skipped_trajectories", []),
+                              {f: {k: num(v) for k, v in per.items()} for f, per in d.get("vrmse", {}).items()})
+                for name, d in doc["datasets"].items()]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
+        raise OpzooError(f"{path}: not a readable evaluation result ({type(e).__name__}: {e})") from None

@@ -70,7 +70,7 @@ def finetune_config(model: str, data: Sequence[str], output_dir: str, *, steps: 
                               for p in data],
                  "resolution": list(resolution) if resolution else None},
         "optimizer": {"lr": lr},
-        "training": {"steps": steps, "batch_size": batch_size, "eval_every": max(1, steps // EVALS_PER_RUN)},
+        "training": {"steps": steps, "batch_size": batch_size, "eval_every": -(-steps // EVALS_PER_RUN)},
         "checkpoint": {"every": None},
     }
     for dotted, value in (overrides or {}).items():

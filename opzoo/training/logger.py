@@ -1,4 +1,6 @@
-"""Run logs: one JSON object per line (always) and TensorBoard scalars (when installed). Rank 0 only."""
+"""Run logs: one JSON object per line (always) and TensorBoard scalars (when installed). Rank 0 only.
+
+``log.jsonl`` is strict JSON: a non-finite value (a diverged loss) is written as ``null``."""
 
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ class RunLogger:
     def log(self, record: dict[str, Any], flush: bool = False) -> None:
         if not self.enabled:
             return
-        self._fh.write(json.dumps(record, allow_nan=True) + "\n")
+        self._fh.write(json.dumps(strict_json(record), allow_nan=False) + "\n")
         if flush:
             self._fh.flush()
         if self._tb is not None and "step" in record:
@@ -63,6 +65,17 @@ class RunLogger:
             self._fh.close()
             if self._tb is not None:
                 self._tb.close()
+
+
+def strict_json(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by None (JSON has no NaN or Infinity)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    return value
 
 
 def _step_of(line: str) -> float:

@@ -8,22 +8,26 @@ hooks -> lr = lr · schedule(i) · lr_scale · hook multipliers -> optimizer ste
 
 from __future__ import annotations
 
-import json
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from ..data.errors import NonFiniteDataError
 from ..errors import ConfigError, OpzooError
 from . import checkpoint as ckpt
+from . import run_dir as rundir
+from .bad_data import bad_windows_message, check_test_sets
 from .build import RunData, build_data, build_model
 from .finetune import adapt_to_data
-from .config import RunConfig, parse_run_config
+from .config import RunConfig
 from .data import StepBatchSampler, collate, step_generator
 from .distributed import (DistEnv, all_reduce_max, all_reduce_mean, barrier, full_state_dict, init_distributed,
                           shutdown, unwrap, wrap_model)
@@ -36,10 +40,13 @@ from .losses import relative_l2_loss
 from .noise import add_denoising_noise
 from .optim import build_optimizer, build_param_groups, set_learning_rates
 from .schedule import schedule_factor
+from .stop import RunStopped, StopSignals
 from ..routing import aux_losses, named_routers
 
 NOISE_SALT, FRESH_SALT = 1, 2
 FRESH_INDEX_SALT = 1000  # fresh batch k >= 1 of a step uses salt 1000 + k
+#: A finite loss above this multiple of the run's first loss is flagged as divergence (log and summary).
+DIVERGENCE_FACTOR = 100.0
 
 
 def progress_line(step: int, total: int, start: int, loss: float, lr: float, elapsed: float) -> str:
@@ -70,6 +77,8 @@ class TrainResult:
     evals: dict[int, list[DatasetResult]] = field(default_factory=dict)
     resumed_from: int | None = None
     model_dir: Path | None = None
+    already_finished: bool = False  # the directory held this run, finished: nothing was done
+    divergence: str | None = None  # set when a loss went over DIVERGENCE_FACTOR x the first loss
 
 
 def pick_device(name: str, env: DistEnv) -> torch.device:
@@ -88,7 +97,8 @@ class Trainer:
     def __init__(self, cfg: RunConfig, model: nn.Module | None = None, show_progress: bool | None = None):
         self.cfg = cfg
         self.run_dir = Path(cfg.output_dir)
-        self.env = init_distributed(cfg.distributed.backend, pick_device(cfg.training.device, DistEnv()))
+        self.env = init_distributed(cfg.distributed.backend, pick_device(cfg.training.device, DistEnv()),
+                                    timeout_s=cfg.distributed.timeout_s)
         self.device = pick_device(cfg.training.device, self.env)
         t = cfg.training
         if t.deterministic:
@@ -102,6 +112,7 @@ class Trainer:
         if cfg.model.adapt:
             self.model = adapt_to_data(self.model, cfg)
         self.data: RunData = build_data(cfg, self.model)
+        check_test_sets(self.data.test, self.data.test_frames, cfg.data.max_test_trajectories)
         self.hooks = build_hooks(cfg.optimizer.hooks)
         for hook in self.hooks:
             hook.on_model_built(self.model)
@@ -206,26 +217,10 @@ class Trainer:
         barrier(self.env)
         return path
 
-    def _resume(self) -> int:
-        if self.env.is_main:
-            ckpt.clean_temporaries(self.ckpt_dir)
-        barrier(self.env)
-        found = ckpt.latest_checkpoint(self.ckpt_dir)
-        if found is None:
-            return 0
-        path, files = found
+    def _restore(self, path: Path, files: Mapping) -> int:
+        """Load a verified checkpoint (``ckpt.read_checkpoint``'s files) into the model, optimizer, EMA,
+        hooks and RNGs; returns its step."""
         from ..hub import load_state_dict_strict
-
-        saved = files["state.json"].get("config", {})
-        try:  # fields added since the checkpoint was written take their defaults
-            saved = parse_run_config(saved, source=str(path)).to_dict()
-        except ConfigError:
-            pass
-        current = self.cfg.to_dict()
-        differ = [k for k in ("model", "data") if k in saved and saved[k] != current[k]]
-        if differ:
-            raise ConfigError(f"{self.run_dir} holds checkpoints of a run with another {' and '.join(differ)} section "
-                              f"({path.name}); choose another output_dir, or set checkpoint.resume: false to start over")
 
         weights = files["model.safetensors"]
         if self.fsdp:
@@ -245,6 +240,45 @@ class Trainer:
             hook.load_state_dict({**state["hooks"][i], **tensors})
         ckpt.set_rng_state(extra, state["rng"])
         return int(state["step"])
+
+    def _say(self, message: str) -> None:
+        if self.env.is_main:
+            print(message, flush=True)
+
+    def _take_run_dir(self, new: bool) -> tuple[rundir.RunPlan, rundir.RunDirLock | None]:
+        """Lock the run directory (rank 0), move old contents aside for ``new``, and decide: fresh,
+        resume (verified checkpoint) or finished. Refusals raise RunDirError naming what differs."""
+        lock = rundir.RunDirLock(self.run_dir) if self.env.is_main else None
+        moved = None
+        if lock is not None:
+            lock.acquire()
+        try:
+            if lock is not None and new:
+                moved = rundir.move_aside(self.run_dir)
+            barrier(self.env)
+            current = self.cfg.to_dict()
+            defaults = rundir.flatten(RunConfig().to_dict())
+            plan = rundir.plan_run(self.run_dir, current, defaults, allow_resume=self.cfg.checkpoint.resume or new)
+            if plan.action == "finished":
+                return plan, lock
+            if lock is not None:
+                # only now: a refused or finished run leaves the directory as it was, .lock included
+                # (meanwhile a contender is told the recorded PID has ended, see describe_holder)
+                lock.record_holder()
+                if moved is not None:
+                    self._say(f"moved the previous contents of {self.run_dir} to {moved}")
+                for left in ckpt.clean_temporaries(self.ckpt_dir):
+                    warnings.warn(f"{left}: a temporary directory of another process (PID@host in its name); "
+                                  "left in place", stacklevel=2)
+                rundir.clear_finished(self.run_dir)
+                if plan.action == "fresh":
+                    rundir.write_started_config(self.run_dir, current)
+            barrier(self.env)
+            return plan, lock
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            raise
 
     # ---- evaluation -----------------------------------------------------------------------------
     def evaluate(self, step: int, write: bool = True, plots: bool | None = None) -> list[DatasetResult]:
@@ -295,20 +329,39 @@ class Trainer:
         return results
 
     # ---- the loop -------------------------------------------------------------------------------
-    def fit(self) -> TrainResult:
-        cfg, t = self.cfg, self.cfg.training
+    def fit(self, new: bool = False) -> TrainResult:
+        """Run (or resume) the job in ``output_dir``. ``new``: move what the directory holds aside
+        first (to ``<dir>.replaced-<time>``) and start fresh. See :mod:`opzoo.training.run_dir`."""
+        t = self.cfg.training
+        lock = None
         try:
-            start = self._resume() if cfg.checkpoint.resume else 0
+            plan, lock = self._take_run_dir(new)
+            if plan.action == "finished":
+                self._say(f"{self.run_dir} holds this run, finished: {t.steps} of {t.steps} steps done, model in "
+                          f"{self.run_dir / 'model'}. Nothing to do (pass --new to start it again from step 0)")
+                return TrainResult(self.run_dir, t.steps, already_finished=True, model_dir=self.run_dir / "model")
+            start = 0
+            if plan.action == "resume":
+                start = self._restore(plan.checkpoint, plan.files)
+                self._say(f"resuming from step {start} of {t.steps} (checkpoint {plan.checkpoint})")
+                if plan.harmless:
+                    self._say(f"  changed since the start (harmless): {rundir.format_changes(plan.harmless)}")
+            elif plan.restart:
+                self._say(f"{self.run_dir} holds this run without a checkpoint yet: starting again from step 0")
             result = TrainResult(self.run_dir, t.steps, resumed_from=start or None)
             logger = RunLogger(self.run_dir, enabled=self.env.is_main, resume_step=start if start else None)
-            if self.env.is_main:
-                (self.run_dir / "run_config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
             try:
-                self._loop(start, result, logger)
+                with StopSignals() as stop:
+                    self._loop(start, result, logger, stop)
             finally:
                 logger.close()
+            if self.env.is_main:
+                rundir.mark_finished(self.run_dir, t.steps, result.model_dir,
+                                     {"divergence": result.divergence} if result.divergence else {})
             return result
         finally:
+            if lock is not None:
+                lock.release()
             shutdown(self.env)
 
     def _evaluate_and_log(self, step: int, result: TrainResult, logger: RunLogger) -> None:
@@ -322,8 +375,9 @@ class Trainer:
                         "l2_full/mean": sum(r.l2_full for r in evals) / len(evals)}, flush=True)
         barrier(self.env)
 
-    def _loop(self, start: int, result: TrainResult, logger: RunLogger) -> None:
+    def _loop(self, start: int, result: TrainResult, logger: RunLogger, stop: StopSignals) -> None:
         cfg, t = self.cfg, self.cfg.training
+        initial = self._initial_loss(start)
         names = self.data.train.names
         eval_every, ckpt_every = t.eval_every, cfg.checkpoint.every
         if eval_every and start == 0:
@@ -335,7 +389,13 @@ class Trainer:
         step = start
         has_routers = any(True for _ in named_routers(unwrap(model)))
         monitor = ExpertLoadMonitor(t.expert_load_threshold, t.expert_load_window) if has_routers else None
+        last_saved = start
         for i, batch in enumerate(self._batches(start), start):
+            bad_data, stopping = self._step_flags(batch, stop)
+            if stopping:
+                self._stop(i, last_saved, stop, logger)
+            if bad_data:
+                self._bad_data(i, logger)
             step = i + 1
             model.train()
             self.optimizer.zero_grad(set_to_none=True)
@@ -369,6 +429,12 @@ class Trainer:
             for hook in self.hooks:
                 hook.after_optimizer_step(ctx)
             result.losses.append(loss_value)
+            if initial is None:
+                initial = loss_value
+            elif result.divergence is None and loss_value > DIVERGENCE_FACTOR * initial:
+                result.divergence = (f"loss {loss_value:.4g} at step {step} is over {DIVERGENCE_FACTOR:g}x the first "
+                                     f"loss {initial:.4g} (step 1): the run is diverging (lower optimizer.lr?)")
+                logger.log({"kind": "warning", "step": step, "divergence": True, "message": result.divergence}, flush=True)
             record = {"kind": "train", "step": step, "loss": loss_value, "lr": base_lr,
                       "time": round(time.perf_counter() - t0, 4)}
             if grad_norm is not None:
@@ -383,6 +449,7 @@ class Trainer:
                 print(progress_line(step, t.steps, start, loss_value, base_lr, time.perf_counter() - t0), flush=True)
             if ckpt_every and step % ckpt_every == 0 and step < t.steps:
                 self._save(step)
+                last_saved = step
             if eval_every and step % eval_every == 0 and step < t.steps:
                 self._evaluate_and_log(step, result, logger)
         bar.close()
@@ -409,14 +476,66 @@ class Trainer:
         load = {n: [round(float(v), 6) for v in c / c.sum().clamp_min(1e-12)] for n, c in counts.items()}
         return {"losses": losses, "load": load}
 
+    def _initial_loss(self, start: int) -> float | None:
+        """The run's first training loss (from the log when resuming), the divergence reference."""
+        if start == 0:
+            return None
+        from .logger import read_log
+
+        path = self.run_dir / "log.jsonl"
+        first = next((r.get("loss") for r in read_log(path)), None) if path.is_file() else None
+        return first if isinstance(first, (int, float)) and math.isfinite(first) else None
+
+    def _step_flags(self, batch: Mapping[str, Tensor], stop: StopSignals) -> tuple[bool, bool]:
+        """(some rank's batch holds NaN/Inf, some rank got SIGTERM/SIGINT), agreed across ranks."""
+        bad = not (bool(torch.isfinite(batch["x"]).all()) and bool(torch.isfinite(batch["y"]).all()))
+        flags = torch.tensor([float(bad), float(stop.signum is not None)], device=self.device)
+        flags = all_reduce_max(flags, self.env)
+        return bool(flags[0] > 0), bool(flags[1] > 0)
+
+    def _stop(self, done: int, last_saved: int, stop: StopSignals, logger: RunLogger) -> None:
+        """After ``done`` steps: checkpoint (unless just written), log, raise RunStopped."""
+        if done > last_saved:
+            self._save(done)
+        kept = ckpt.list_checkpoints(self.ckpt_dir)
+        last = kept[-1] if kept else "none"
+        msg = f"{stop.name or 'signal'}: stopped at step {done}; last checkpoint {last}; re-run the same command to resume"
+        logger.log({"kind": "stopped", "step": done, "message": msg}, flush=True)
+        raise RunStopped(msg, stop.signum or 15)
+
+    def _bad_data(self, i: int, logger: RunLogger) -> None:
+        """The global batch of iteration ``i`` holds NaN/Inf: name the file, trajectory and count."""
+        mixture = self.data.train
+        sampler = StepBatchSampler(mixture.window_probabilities(), self.cfg.training.batch_size, self.cfg.seed,
+                                   i, i + 1, 0, 1)
+        found = []
+        for index in dict.fromkeys(sampler.global_indices(i).tolist()):
+            k, j = mixture.locate(int(index))
+            part = mixture.datasets[k]
+            sample, t0 = part.window_position(j)
+            window = part.source.read(sample, t0, t0 + part.t_in + part.t_out)
+            if not np.isfinite(window).all():
+                found.append((part.source, sample))
+        msg = bad_windows_message(found, i + 1) if found else \
+            f"non-finite values in the training batch of step {i + 1} after resizing/padding the data"
+        logger.log({"kind": "error", "step": i + 1, "message": msg}, flush=True)
+        raise NonFiniteDataError(msg)
+
     def _diverged(self, i, step, what, value, per_sample, dataset, names, logger) -> None:
         bad = (~torch.isfinite(per_sample)).float()
         flags = torch.zeros(len(names), device=per_sample.device)
         flags.index_add_(0, dataset.to(per_sample.device), bad)
         flags = all_reduce_max(flags, self.env)
-        culprits = [n for n, f in zip(names, flags.tolist()) if f > 0] or [names[int(d)] for d in dataset.unique().tolist()]
+        present = torch.zeros(len(names), device=per_sample.device)
+        present.index_add_(0, dataset.to(per_sample.device), torch.ones_like(bad))
+        present = all_reduce_max(present, self.env)
+        culprits = [n for n, f in zip(names, flags.tolist()) if f > 0]
+        everywhere = [n for n, p in zip(names, present.tolist()) if p > 0]
+        # the data are checked finite before each step: a non-finite loss is the model's, not a dataset's
+        where = (f"on every dataset in the batch ({', '.join(everywhere)}): the model diverged"
+                 if not culprits or culprits == everywhere else f"on dataset(s) {', '.join(culprits)}")
         kept = ckpt.list_checkpoints(self.ckpt_dir)
-        msg = (f"non-finite {what} ({value}) at step {step} (iteration {i}) on dataset(s) {', '.join(culprits)}; "
+        msg = (f"non-finite {what} ({value}) at step {step} (iteration {i}) {where}; "
                f"stopping. Last good checkpoint: {kept[-1] if kept else 'none'}")
         logger.log({"kind": "error", "step": step, "message": msg}, flush=True)
         raise TrainingDivergedError(msg)

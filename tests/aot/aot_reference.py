@@ -27,7 +27,8 @@ def sigmoid(v: float) -> float:
 
 
 def aot_coefficients(residual, state: torch.Tensor):
-    """``h_pre [B, n], h_post [B, n], H_res [B, n, n]`` of one AOT residual, element by element."""
+    """``h_pre [B, n], h_post [B, n], H_res [B, n, n]`` of one AOT residual for the streams
+    ``state [B, n, *S, D]``, element by element."""
     p = {k: v.detach().double() for k, v in residual.named_parameters()}
     n, d = residual.n, residual.dim
     x = state.detach().double().flatten(2, -2)  # [B, n, S, D]

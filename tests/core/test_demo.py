@@ -50,6 +50,17 @@ def test_demo_quick_run_prints_the_tables_and_writes_the_plots(tmp_path, capsys)
     for png in result.plots:
         assert png.is_file() and png.stat().st_size > 10_000
         assert str(png) in out
+    # a re-run with the same arguments reuses the two finished runs: nothing moved aside, nothing retrained
+    runs = sorted((tmp_path / "finetune").iterdir())
+    assert [p.name.rsplit("-", 1)[0] for p in runs] == ["aot-pot-micro-finetuned", "aot-pot-micro-scratch"]
+    stamps = {p: p.stat().st_mtime_ns for run in runs for p in run.rglob("*") if p.is_file()}
+    again = run_demo(out_dir=tmp_path, finetune_steps=2, n_test=2, n_finetune=6, batch_size=2).finetune
+    out = capsys.readouterr().out
+    assert out.count("reusing that finished run") == 2
+    assert {p: p.stat().st_mtime_ns for run in runs for p in run.rglob("*") if p.is_file()} == stamps
+    assert sorted((tmp_path / "finetune").iterdir()) == runs and not list(tmp_path.glob("**/*.replaced-*"))
+    for field in ("zero_shot", "finetuned", "scratch"):
+        assert getattr(again, field) == getattr(ft, field)
 
 
 @pytest.mark.slow

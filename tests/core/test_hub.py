@@ -43,8 +43,16 @@ def test_readme_is_the_rendered_model_card(model, tmp_path):
 def test_config_json_layout(model, tmp_path):
     model.save_pretrained(tmp_path)
     doc = json.loads((tmp_path / "config.json").read_text())
-    assert set(doc) == {"architecture", "opzoo_version", "model_args", "pretrained_cfg"}
+    assert set(doc) == {"architecture", "opzoo_version", "model_args", "pretrained_cfg", "checksums"}
     assert doc["architecture"] == "simple" and doc["model_args"]["width"] == 32
+    assert set(doc["checksums"]) == {"model.safetensors"}
+
+
+def _without_checksums(repo):
+    """As a repo saved before checksums were recorded: the checks behind the checksum still apply."""
+    doc = json.loads((repo / "config.json").read_text())
+    del doc["checksums"]
+    (repo / "config.json").write_text(json.dumps(doc))
 
 
 def _params(model):
@@ -77,6 +85,9 @@ def test_non_finite_weights_are_refused(model, tmp_path):
     weights = load_file(tmp_path / "model.safetensors")
     weights["head.weight"][0, 0] = float("nan")
     save_file(weights, tmp_path / "model.safetensors")
+    with pytest.raises(WeightsError, match="model.safetensors: sha256 .* does not match"):
+        opzoo.from_pretrained(tmp_path)
+    _without_checksums(tmp_path)
     with pytest.raises(WeightsError, match="non-finite values in head.weight"):
         opzoo.from_pretrained(tmp_path)
 
@@ -85,6 +96,7 @@ def test_truncated_weights_file(model, tmp_path):
     model.save_pretrained(tmp_path)
     data = (tmp_path / "model.safetensors").read_bytes()
     (tmp_path / "model.safetensors").write_bytes(data[: len(data) // 2])
+    _without_checksums(tmp_path)
     with pytest.raises(WeightsError, match="not a readable safetensors file"):
         opzoo.from_pretrained(tmp_path)
 

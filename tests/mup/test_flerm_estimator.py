@@ -64,16 +64,22 @@ def test_kronecker_estimate_is_exact_for_tensor_normal_z():
     assert abs(mc.squared - truth) < 4 * mc.squared_stderr
 
 
-def test_ema_is_bias_corrected_with_beta_0_9():
-    e = KroneckerEMA("readout-bias", beta=0.9)
+@pytest.mark.parametrize("beta", [0.9, 0.5, 1.0])
+def test_ema_is_algorithm_1_with_beta_the_weight_of_the_newest_sample_and_bias_corrected(beta):
+    """Algorithm 1: ``EMA <- (1 − β) EMA + β new``, bias-corrected by ``1 − (1 − β)^t``."""
+    e = KroneckerEMA("readout-bias", beta=beta)
     xs = [1.0, 2.0, 3.0]
     for x in xs:
         e.update(torch.tensor([math.sqrt(x)], dtype=torch.float64))
     ema = 0.0
     for x in xs:
-        ema = 0.9 * ema + 0.1 * x
-    assert float(e.expectations()) == pytest.approx(ema / (1 - 0.9 ** 3))
-    assert e.value() == pytest.approx(math.sqrt(ema / (1 - 0.9 ** 3)))
+        ema = (1 - beta) * ema + beta * x
+    assert float(e.expectations()) == pytest.approx(ema / (1 - (1 - beta) ** 3))
+    assert e.value() == pytest.approx(math.sqrt(ema / (1 - (1 - beta) ** 3)))
+    if beta == 1.0:
+        assert float(e.expectations()) == pytest.approx(3.0)  # the newest sample alone
+    with pytest.raises(ValueError, match="weight of the newest sample"):
+        KroneckerEMA("readout-bias", beta=0.0)
 
 
 def small_mlp():
@@ -190,19 +196,19 @@ def test_readout_is_found(probed):
 
 
 def test_kronecker_estimate_after_warmup_agrees_with_exact(probed):
-    """40 warm-up estimates (EMA, β = 0.9) per tensor vs brute force; and the estimator's expectation.
+    """The warm-up measurement (the mean statistics of 40 probes) per tensor vs brute force; and the
+    estimator's expectation.
 
     Every tensor: the estimator's expectation (300 probes) within 20 %. Matrices and spectral tensors
     (incl. the readout weight, App. D rule) after the 40-sample warm-up: within 20 %. Vectors (biases):
     the Kronecker formula for D = 1 is the unbiased estimator itself, and the readout rules of the
-    FNO sum only C_out = 2 independent row terms: an EMA of ~19 effective samples of so few chi²
-    terms has a relative spread of ~10-16 % on the RMS, so their warm-up value is checked within 50 %.
+    FNO sum only C_out = 2 independent row terms: a mean of 40 samples of so few chi²
+    terms has a relative spread of ~8-11 % on the RMS, so their warm-up value is checked within 50 %.
     """
     name, params, exact, rules, samples = probed
     for n in params:
-        ema = KroneckerEMA(rules[n], beta=0.9)
-        for s in samples[:40]:
-            ema.update(s[n])
+        ema = KroneckerEMA(rules[n])
+        ema.update_statistics(torch.stack([z_statistics(s[n], rules[n]) for s in samples[:40]]).mean(0))
         expectation = torch.stack([z_statistics(s[n], rules[n]) for s in samples]).mean(0)
         asymptotic = fslr_from_statistics(expectation, rules[n]) / exact[n]
         warm = ema.value() / exact[n]

@@ -161,11 +161,16 @@ def test_unmappable_model_fails_before_training(tmp_path, datasets):
     (None, "does not exist"),
     ("{not json", "not a JSON FLeRM record"),
     (json.dumps({"format": "other"}), "key 'format'"),
-    (json.dumps({"format": "opzoo-flerm", "version": 1, "steps": [1, 5], "block_lists": {},
-                 "fslr": {"a": [1.0]}}), r"fslr\['a'\] has 1 values for 2 steps"),
-    (json.dumps({"format": "opzoo-flerm", "version": 1, "steps": [1], "block_lists": {},
-                 "fslr": {"a": [-1.0]}}), "negative or non-finite"),
-    (json.dumps({"format": "opzoo-flerm", "version": 1, "steps": [1], "fslr": {}}), "lacks key 'block_lists'"),
+    (json.dumps({"format": "opzoo-flerm", "version": 2, "steps": [1, 5], "block_lists": {}, "base_lr": [1.0, 1.0],
+                 "fslr": {"a": [1.0]}, "lr_scale": {"a": [1.0, 1.0]}}), r"fslr\['a'\] has 1 values for 2 steps"),
+    (json.dumps({"format": "opzoo-flerm", "version": 2, "steps": [1], "block_lists": {}, "base_lr": [1.0],
+                 "fslr": {"a": [-1.0]}, "lr_scale": {"a": [1.0]}}), "negative or non-finite"),
+    (json.dumps({"format": "opzoo-flerm", "version": 2, "steps": [1], "block_lists": {}, "base_lr": [1.0],
+                 "fslr": {"a": [1.0]}, "lr_scale": {"b": [1.0]}}), "'lr_scale' and 'fslr' name different tensors"),
+    (json.dumps({"format": "opzoo-flerm", "version": 2, "steps": [1], "block_lists": {}, "base_lr": [],
+                 "fslr": {"a": [1.0]}, "lr_scale": {"a": [1.0]}}), "'base_lr' must hold one finite lr"),
+    (json.dumps({"format": "opzoo-flerm", "version": 2, "steps": [1], "fslr": {}}), "lacks key 'block_lists'"),
+    (json.dumps({"format": "opzoo-flerm", "version": 1, "steps": [1], "fslr": {}}), "version-1 FLeRM record.*again"),
 ])
 def test_bad_base_records_are_clear_errors(tmp_path, content, message):
     path = tmp_path / "rec.json"
@@ -189,10 +194,16 @@ def test_bad_hook_arguments_are_config_errors():
 
 def test_resumed_recording_equals_an_uninterrupted_one(tmp_path, datasets):
     args = {"mode": "record", "warmup": 3, "every": 3}
-    fit(flerm_run(tmp_path / "full", datasets, args, steps=10))
-    first = flerm_run(tmp_path / "resumed", datasets, args, steps=6, checkpoint={"every": 3, "resume": True})
-    fit(first)
-    fit(flerm_run(tmp_path / "resumed", datasets, args, steps=10, checkpoint={"every": 3, "resume": True}))
+    import shutil
+
+    ckpts = {"every": 3, "keep_last": 4, "resume": True}
+    fit(flerm_run(tmp_path / "full", datasets, args, steps=10, checkpoint=ckpts))
+    # the same run cut after its step-6 checkpoint (later checkpoints and the record gone), then resumed
+    shutil.copytree(tmp_path / "full", tmp_path / "resumed")
+    for later in ("step-00000009", "step-00000010"):
+        shutil.rmtree(tmp_path / "resumed" / "checkpoints" / later)
+    shutil.rmtree(tmp_path / "resumed" / "flerm")
+    fit(flerm_run(tmp_path / "resumed", datasets, args, steps=10, checkpoint=ckpts))
     a = json.loads((tmp_path / "full" / "flerm" / "record.json").read_text())
     b = json.loads((tmp_path / "resumed" / "flerm" / "record.json").read_text())
     assert a["steps"] == b["steps"] == [1, 4, 7, 10]
@@ -343,3 +354,70 @@ def test_flerm_composes_with_mup_fno_and_refuses_a_merging_hook(tmp_path, datase
     with pytest.raises(opzoo.ConfigError, match="flerm needs one parameter group per tensor.*merged"):
         fit(doc)
     assert not (tmp_path / "merged" / "flerm" / "record.json").exists()
+
+
+# ---- composition with mup-fno, the base lr, clamping ------------------------------------------------------
+def test_matching_across_mup_fno_reproduces_the_base_function_space_lr_per_tensor(tmp_path, datasets):
+    """Base: mup-fno at its own modes (c = 1). Scaled run: the same FNO with mup-fno at base_modes 2
+    (spectral lr x c = sqrt(log 4 / log 9) = 0.63, init unscaled so that only the lr differs). Matching
+    must undo c on the spectral weights (multiplier 1/c) and leave the rest at 1, so that every tensor's
+    function-space lr per update, ``fslr x lr``, is the base's; the old hook left the spectral weights
+    at c x the base's."""
+    c = math.sqrt(math.log(4) / math.log(9))
+    args = {"warmup": 4, "every": 3}
+    base_hooks = [{"name": "mup-fno", "args": {"base_modes": 3}}, {"name": "flerm", "args": {"mode": "record", **args}}]
+    fit(flerm_run(tmp_path / "base", datasets, {}, steps=7, optimizer={"lr": 3e-3, "hooks": base_hooks}))
+    match_hooks = [{"name": "mup-fno", "args": {"base_modes": 2, "scale_init": False}},
+                   {"name": "flerm", "args": {"mode": "match", "base": str(tmp_path / "base"), **args}}]
+    trainer = fit(flerm_run(tmp_path / "match", datasets, {}, steps=7, optimizer={"lr": 3e-3, "hooks": match_hooks}))
+    base = json.loads((tmp_path / "base" / "flerm" / "record.json").read_text())
+    match = json.loads((tmp_path / "match" / "flerm" / "match.json").read_text())
+    assert match["steps"] == base["steps"] == [1, 4, 7]
+    spectral = [n for n in match["fslr"] if n.startswith("spectral.")]
+    assert spectral and all(match["lr_scale"][n] == pytest.approx([c] * 3) for n in spectral)
+    assert all(base["lr_scale"][n] == pytest.approx([1.0] * 3) for n in base["fslr"])
+    for name, mults in match["multipliers"].items():
+        if base["fslr"][name][0] == 0:
+            continue
+        expected = 1 / c if name in spectral else 1.0
+        assert all(m == pytest.approx(expected, rel=0.05) for m in mults), (name, mults)
+        # the update measured at steps 4 and 7 ran with the multipliers of the measurement before
+        for j in (1, 2):
+            lr_used = 3e-3 * match["lr_scale"][name][j] * mults[j - 1]
+            actual, wanted = match["fslr"][name][j] * lr_used, base["fslr"][name][j] * 3e-3
+            assert actual == pytest.approx(wanted, rel=0.05), (name, j, actual, wanted)
+    spectral_groups = [g for g in trainer.optimizer.param_groups if g["names"][0] in spectral]
+    assert all(g["lr"] == pytest.approx(3e-3, rel=0.05) for g in spectral_groups)  # c x 1/c
+
+
+def test_a_record_made_at_another_base_lr_is_refused_unless_allowed(tmp_path, datasets):
+    fit(flerm_run(tmp_path / "base", datasets, {"mode": "record", "warmup": 2, "every": 3}, steps=4))
+    doc = flerm_run(tmp_path / "other", datasets, {"mode": "match", "warmup": 2, "every": 3, "base": str(tmp_path / "base")},
+                    steps=4, optimizer={"lr": 1e-3})
+    doc["optimizer"]["hooks"][0]["args"]["base"] = str(tmp_path / "base")
+    with pytest.raises(opzoo.ConfigError, match=r"made at base lr 0\.003 .* this run's base lr is 0\.001.*allow_other_base_lr"):
+        fit(doc)
+    assert not (tmp_path / "other" / "flerm" / "match.json").exists()  # refused before the first update
+    doc["optimizer"]["hooks"][0]["args"]["allow_other_base_lr"] = True
+    fit(doc)
+    rec = json.loads((tmp_path / "other" / "flerm" / "match.json").read_text())
+    assert rec["base_lr"] == [1e-3, 1e-3] and rec["settings"]["allow_other_base_lr"] is True
+    with pytest.raises(opzoo.ConfigError, match="allow_other_base_lr must be true or false"):
+        FlermHook(mode="match", base="x", allow_other_base_lr="yes")
+
+
+def test_clamped_multipliers_are_reported_in_the_log_and_the_record(tmp_path, datasets, caplog):
+    fit(flerm_run(tmp_path / "base", datasets, {"mode": "record", "warmup": 2, "every": 3}, steps=4))
+    path = tmp_path / "base" / "flerm" / "record.json"
+    doc = json.loads(path.read_text())
+    doc["fslr"]["lift.weight"] = [v * 1e5 for v in doc["fslr"]["lift.weight"]]
+    path.write_text(json.dumps(doc))
+    with caplog.at_level("WARNING", logger="opzoo_mup.flerm"):
+        fit(flerm_run(tmp_path / "match", datasets, {"mode": "match", "warmup": 2, "every": 3, "max_multiplier": 100.0,
+                                                      "base": str(tmp_path / "base")}, steps=4))
+    rec = json.loads((tmp_path / "match" / "flerm" / "match.json").read_text())
+    assert rec["multipliers"]["lift.weight"][0] == 100.0
+    assert rec["clamped"] and rec["clamped"][0]["step"] == 1
+    raw = rec["clamped"][0]["raw"]["lift.weight"]
+    assert raw > 1e4  # ~1e5: the base is 1e5 x its own value
+    assert any("clamped" in r.getMessage() and "lift.weight" in r.getMessage() for r in caplog.records)

@@ -166,7 +166,9 @@ def test_elementwise_gradient_clipping_of_spectral_weights_only():
     for p in model.parameters():
         p.grad = torch.randn_like(p) * 0.05
     raw = {n: p.grad.clone() for n, p in model.named_parameters()}
-    hook.before_optimizer_step(None)
+    ctx = opzoo.StepContext(step=0, model=model, optimizer=torch.optim.Adam(model.parameters()), batch={}, loss=0.0,
+                            base_lr=1e-3, fresh_batch=None, loss_fn=None, forward=model, all_reduce_mean=None)
+    hook.before_optimizer_step(ctx)
     for n, p in model.named_parameters():
         g = raw[n]
         if n in hook.factors:  # real and imaginary parts clipped separately, element by element
@@ -221,8 +223,32 @@ def test_checkpoint_and_resume_reproduce_the_run(tmp_path, burgers_file):
     a, b = load_file(full / "model" / "model.safetensors"), load_file(cut / "model" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     # the checkpoint records the factors; resuming with another base is refused
-    with pytest.raises(opzoo.ConfigError, match="other μP factors"):
+    # (the run directory refuses the changed hook argument by name before the hook sees the checkpoint)
+    with pytest.raises(opzoo.ConfigError, match=r"other μP factors|optimizer\.hooks\[0\]\.args\.base_modes: 2 -> 4"):
         doc = _mup_doc(tmp_path / "other", burgers_file)
         shutil.copytree(full, tmp_path / "other")
         doc["optimizer"]["hooks"][0]["args"]["base_modes"] = 4
         Trainer(parse_run_config(doc), show_progress=False).fit()
+
+
+def test_a_non_adam_optimizer_is_a_config_error_quoting_the_papers_scope_unless_allowed(tmp_path, burgers_file):
+    """Theorem 3.5 is the Adam scaling; SGD is refused before the first update, naming the way out."""
+    doc = _mup_doc(tmp_path / "sgd", burgers_file)
+    doc["optimizer"]["name"] = "sgd"
+    trainer = Trainer(parse_run_config(doc), show_progress=False)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    with pytest.raises(opzoo.ConfigError, match=r"mup-fno: optimizer 'SGD' is outside the paper's scope .*"
+                       r"optimizer-dependent … In our work, we focus on the Adam optimizer.*allow_non_adam: true"):
+        trainer.fit()
+    assert all(torch.equal(p, before[n]) for n, p in trainer.model.named_parameters())  # no update was made
+    doc["output_dir"] = str(tmp_path / "sgd-allowed")
+    doc["optimizer"]["hooks"][0]["args"]["allow_non_adam"] = True
+    Trainer(parse_run_config(doc), show_progress=False).fit()
+    assert len(read_log(tmp_path / "sgd-allowed" / "log.jsonl", kind="train")) == 8
+    for name in ("adam", "adamw"):  # the paper's optimizer passes
+        doc["output_dir"] = str(tmp_path / name)
+        doc["optimizer"]["name"] = name
+        doc["optimizer"]["hooks"][0]["args"]["allow_non_adam"] = False
+        Trainer(parse_run_config(doc), show_progress=False).fit()
+    with pytest.raises(opzoo.ConfigError, match="allow_non_adam: expected true or false"):
+        MuPFNO(base_modes=2, allow_non_adam="no")

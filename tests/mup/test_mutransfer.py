@@ -185,6 +185,9 @@ def test_landscape_plot_has_one_curve_per_k_and_stars_each_seed_mean_optimum(tmp
     (lambda d: d["sweep"].update(bogus=1), r"unknown field.*'bogus'"),
     (lambda d: d["run"]["training"].update(steps=0), r"run \(K=2\): training\.steps must be >= 1"),
     (lambda d: d["run"].update(output_dir="x"), r"run\.output_dir: set the top-level output_dir"),
+    (lambda d: d["run"]["optimizer"].update(name="sgd"),
+     r"run\.optimizer\.name: .*'sgd' is outside the paper's scope.*optimizer-dependent.*we focus on the Adam "
+     r"optimizer.*sweep\.mup\.allow_non_adam: true"),
 ])
 def test_bad_configs_are_named_before_any_training(tmp_path, burgers_file, edit, message):
     doc = _config(tmp_path, burgers_file)

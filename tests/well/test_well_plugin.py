@@ -177,3 +177,39 @@ def test_finetune_on_own_data_in_the_models_field_order(tmp_path, capsys):
     assert opzoo_main([*run, "--data", str(tmp_path / "ok.h5"), "--out", str(tmp_path / "run1")]) == 0
     tuned = opzoo.load(str(tmp_path / "run1" / "model"))
     assert tuned.config.fields == ["A", "B"] and tuned.config.mean == model.config.mean
+
+
+def test_pretrained_cfg_is_typed_by_the_well_schema(tmp_path):
+    """The facts a Well checkpoint records are declared (``WellPretrainedCfg``, a subclass of
+    ``opzoo.PretrainedCfg``): every preset's pass; unknown keys, wrong types and time-varying fields
+    that are not fields are refused, naming the file and key; a core backbone knows none of them."""
+    from opzoo.pretrained_cfg import schema_of, validate_pretrained_cfg
+    from opzoo_well import WellFNO, WellPretrainedCfg, WellUNetConvNext
+    from opzoo_well.presets import pretrained_cfg
+
+    assert issubclass(WellPretrainedCfg, opzoo.PretrainedCfg)
+    assert schema_of(WellFNO) is WellPretrainedCfg and schema_of(WellUNetConvNext) is WellPretrainedCfg
+    registry = opzoo.get_registry()
+    for name in opzoo.list_models("well-*"):
+        preset = registry.preset(name)
+        validate_pretrained_cfg(preset.pretrained_cfg, name, schema_of(registry.get("backbone", preset.backbone)))
+
+    model = small_model()
+    model.pretrained_cfg = pretrained_cfg("unet-convnext", "acoustic_scattering_maze", 2)
+    repo = model.save_pretrained(tmp_path / "repo")
+    assert opzoo.from_pretrained(repo).pretrained_cfg == model.pretrained_cfg
+    config = repo / "config.json"
+    good = json.loads(config.read_text())
+    for bad, words in (({"colour": "red"}, "unknown field(s) 'colour'"),
+                       ({"constant_fields": "maze"}, "pretrained_cfg.constant_fields: expected"),
+                       ({"time_varying_fields": ["pressure", "speed"]},
+                        "pretrained_cfg.time_varying_fields: ['speed'] are not in fields")):
+        doc = json.loads(json.dumps(good))
+        doc["pretrained_cfg"].update(bad)
+        config.write_text(json.dumps(doc))
+        with pytest.raises(opzoo.ConfigError) as info:
+            opzoo.from_pretrained(repo)
+        assert str(info.value).startswith(f"{config}: pretrained_cfg") and words in str(info.value)
+    with pytest.raises(opzoo.ConfigError, match=r"unknown field\(s\) 'constant_fields', 'dataset', 'input_format', "
+                                                r"'target' for PretrainedCfg"):
+        validate_pretrained_cfg(good["pretrained_cfg"], "core", opzoo.PretrainedCfg)

@@ -1,35 +1,36 @@
-"""The AOT residual (AOT-POT's adaptive operator-transformation block), DESIGN §6.3.
+"""The AOT residual (registered as residual ``aot``) and its stream adapter, DESIGN §6.3.
 
-The residual state is ``n`` streams ``X [B, n, *S, D]``. Each sub-layer aggregates the streams into
-the branch input with ``h_pre``, redistributes the branch output with ``h_post`` and mixes the
-streams with the doubly stochastic ``H_res``; all three are computed from the input by a pooled,
-RMS-normalized summary of the streams.
+The residual state is an :class:`AOTState`: the streams ``X [B, n, *S, D]`` and their mean over
+the positions. :class:`AOTStreams` makes it (``n`` copies of the latent) and reads it out; each
+sub-layer's :class:`AOTResidual` computes its coefficients from the mean and applies
+``X' = H_res X + h_post ⊗ branch(Σ_i h_pre[i] X[:, i])`` (:mod:`opzoo_aot.equations`). The mean of
+``X'`` follows from the same update applied to the means (``mean_S`` is linear), so no sub-layer
+reads the streams just to pool them (a pass forward and two backward: ~20 % of the residual's time
+on CPU). The coefficients and the stream maps run outside autocast: the coefficients (and
+Sinkhorn) in float64 where the device has it (CPU, CUDA; float32 elsewhere: they are a few numbers
+per sample, and float64 halves to tenths the gradients' errors, docs/accuracy.md), the maps in the
+streams' dtype.
 
-Between sub-layers the network carries an :class:`AOTState`: the streams with the last sub-layer's
-update still pending, and their pooled summary. Applying the update and aggregating for the next
-branch is then one pass over the streams (``u' = h_pre'·(H X + h_post y) = (H^T h_pre')·X + (h_pre'·h_post) y``),
-and the summary follows from the update by linearity (``mean_S(X') = H mean_S(X) + h_post mean_S(y)``),
-so no sub-layer reads the streams just to pool them. The result is the same function as applying
-each update at once; a plain ``[B, n, *S, D]`` tensor is accepted and returned too.
+``compile`` (a residual argument): ``True`` runs the equations through ``torch.compile``
+(``fullgraph``), ``"auto"`` (the default) does so on CUDA only, ``False`` never; the compiled and
+the eager path are the same functions.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import functools
-from typing import Any, Callable, Union
+from typing import Any, Callable, Literal, NamedTuple, Union
 
 import opzoo
 import torch
 from torch import Tensor, nn
 
-from .coefficients import coefficients_cpu, coefficients_torch, compiled_coefficients
-from .sinkhorn import CompileMode, autocast_off, use_compiled
-from .stream_ops import (carry_mean, carry_pooled, combine_streams, combine_streams_torch, expand_streams,
-                         pending_update, pool_streams)
-from .sublayer import fused_sublayer
+from . import equations
 
 __all__ = ["AOTResidual", "AOTStreams", "AOTState", "AOT_ARGS", "check_aot_args"]
+
+CompileMode = Union[bool, Literal["auto"]]
 
 # residual_args understood by the AOT residual, with their defaults (the paper's n=4, 20 iterations, α=0.01)
 AOT_ARGS: dict[str, Any] = dict(
@@ -65,53 +66,45 @@ def _check_dim(dim: Any) -> int:
     return dim
 
 
-@dataclasses.dataclass(eq=False)  # tensors do not compare to a bool
-class AOTState:
-    """The AOT residual state between sub-layers (DESIGN §6.3), made by :meth:`AOTStreams.expand`.
-
-    ``streams [B, n, *S, D]`` with an update pending when ``y`` is set: the current streams are
-    ``X[:, i] = Σ_j H_res[:, i, j] streams[:, j] + h_post[:, i] · y`` (``y [B, *S, D]``,
-    ``H_res [B, n, n]``, ``h_post [B, n]``). ``pooled [B, n, D]`` (float32) is the spatial mean of
-    ``streams``. A registered pytree, so FSDP and ``torch.compile`` see its tensors.
-    """
+class AOTState(NamedTuple):
+    """The residual state between sub-layers: ``streams [B, n, *S, D]`` and ``pooled [B, n, D]``,
+    their mean over the positions (float32 at least). A tuple, so FSDP and torch.compile see its tensors."""
 
     streams: Tensor
     pooled: Tensor
-    y: Tensor | None = None
-    H_res: Tensor | None = None
-    h_post: Tensor | None = None
 
-    def materialize(self) -> Tensor:
-        """The current streams ``[B, n, *S, D]`` (differentiable)."""
-        if self.y is None:
-            return self.streams
-        b, n = self.streams.shape[:2]
-        with autocast_off(self.streams.device):
-            current, _ = combine_streams(self.streams.reshape(b, n, -1), self.y.reshape(b, -1).to(self.streams.dtype),
-                                         self.H_res.to(self.streams.dtype), self.h_post.to(self.streams.dtype))
-        return current.view(self.streams.shape)
-
-    def current_pooled(self) -> Tensor:
-        """``[B, n, D]`` float32: the spatial mean of the current streams (by linearity, no pass over them)."""
-        if self.y is None:
-            return self.pooled
-        b, d = self.y.shape[0], self.pooled.shape[-1]
-        with autocast_off(self.pooled.device):
-            return carry_pooled(self.y.reshape(b, -1, d), self.H_res.float(), self.h_post.float(), self.pooled)
-
-    @property
-    def shape(self) -> torch.Size:
-        """The shape of the current streams, ``[B, n, *S, D]``."""
-        return self.streams.shape
+    @classmethod
+    def of(cls, streams: Tensor) -> "AOTState":
+        """The state of given streams ``[B, n, *S, D]`` (their mean computed)."""
+        return cls(streams, equations.pool(streams))
 
 
-torch.export.register_dataclass(AOTState, serialized_type_name="opzoo_aot.AOTState")
+def _check_state(state: Any, n: int, dim: int, where: str) -> AOTState:
+    X = state.streams if isinstance(state, AOTState) else state
+    if not isinstance(state, AOTState) or X.ndim < 4 or X.shape[1] != n or X.shape[-1] != dim:
+        got = list(X.shape) if isinstance(X, Tensor) else type(X).__name__
+        raise ValueError(f"{where} expects an AOTState with streams [B, {n}, *S, {dim}] (made by the 'aot' "
+                         f"stream adapter's expand, or AOTState.of(streams)), got {type(state).__name__} {got}")
+    return state
 
-State = Union[AOTState, Tensor]
+
+def autocast_off(device: torch.device):
+    """A context that disables autocast on ``device`` (a no-op where autocast is off or absent)."""
+    if torch.amp.is_autocast_available(device.type) and torch.is_autocast_enabled(device.type):
+        return torch.autocast(device_type=device.type, enabled=False)
+    return contextlib.nullcontext()
+
+
+def use_compile(mode: CompileMode, device: torch.device) -> bool:
+    """Whether ``mode`` runs the equations through torch.compile on ``device`` (``auto``: CUDA only).
+    Inside a region that is being compiled already they are traced as they are."""
+    if torch.compiler.is_compiling():
+        return False
+    return device.type == "cuda" if mode == "auto" else bool(mode)
 
 
 class AOTStreams(opzoo.StreamAdapter):
-    """``expand(x [B, *S, D]) -> AOTState`` (n copies); ``collapse(state) -> Σ_i softmax(g)_i X[:, i]``."""
+    """``expand(x [B, *S, D]) -> AOTState`` (n copies of x); ``collapse(state) -> Σ_i softmax(g)_i X[:, i]``."""
 
     def __init__(self, dim: int, n: int = 4):
         super().__init__()
@@ -121,75 +114,62 @@ class AOTStreams(opzoo.StreamAdapter):
     def expand(self, x: Tensor) -> AOTState:
         if x.ndim < 3 or x.shape[-1] != self.dim:
             raise ValueError(f"AOTStreams.expand expects [B, *S, {self.dim}], got {list(x.shape)}")
-        with autocast_off(x.device):
-            streams = expand_streams(x.reshape(x.shape[0], -1), self.n).view(x.shape[0], self.n, *x.shape[1:])
-            pooled = x.reshape(x.shape[0], -1, self.dim).mean(dim=1, dtype=torch.float32)
-        return AOTState(streams, pooled.unsqueeze(1).expand(x.shape[0], self.n, self.dim))
+        pooled = equations.pool(x.unsqueeze(1)).expand(x.shape[0], self.n, self.dim)
+        return AOTState(x.unsqueeze(1).expand(x.shape[0], self.n, *x.shape[1:]), pooled)
 
-    def collapse(self, state: State) -> Tensor:
-        streams = _check_state(state, self.n, self.dim, "AOTStreams.collapse")
-        b, dtype = streams.shape[0], streams.dtype
-        with autocast_off(streams.device):
-            weights = torch.softmax(self.g.float(), dim=0).to(dtype).expand(b, self.n)  # [B, n]
-            pending = isinstance(state, AOTState) and state.y is not None
-            if pending:  # Σ_i w_i (H X + h_post y)_i, without forming H X + h_post y
-                _, out = combine_streams(streams.reshape(b, self.n, -1), state.y.reshape(b, -1).to(dtype),
-                                         state.H_res.to(dtype), state.h_post.to(dtype), weights, need_current=False)
-            else:
-                _, out = combine_streams(streams.reshape(b, self.n, -1), h=weights)
-        return out.view(streams.shape[:1] + streams.shape[2:])
+    def collapse(self, state: AOTState) -> Tensor:
+        X = _check_state(state, self.n, self.dim, "AOTStreams.collapse").streams
+        with autocast_off(X.device):
+            weights = torch.softmax(self.g.float(), dim=0).to(X.dtype).expand(X.shape[0], self.n)
+            return equations.aggregate(weights, X)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, n={self.n}"
 
 
-def _check_state(state: State, n: int, dim: int, where: str) -> Tensor:
-    """The stream tensor of ``state`` (an AOTState or a ``[B, n, *S, D]`` tensor), checked."""
-    streams = state.streams if isinstance(state, AOTState) else state
-    if not isinstance(streams, Tensor) or streams.ndim < 4 or streams.shape[1] != n or streams.shape[-1] != dim:
-        got = list(streams.shape) if isinstance(streams, Tensor) else type(state).__name__
-        raise ValueError(
-            f"{where} expects the stream state [B, {n}, *S, {dim}] (made by the 'aot' stream adapter's "
-            f"expand), got {got}"
-        )
-    return streams
+def _before_branch(state: AOTState, *params_eps_iters) -> tuple[Tensor, Tensor, Tensor]:
+    """``state -> (u [B, *S, D], h_post [B, n], H_res [B, n, n])``: a sub-layer's work before its branch."""
+    X, pooled = state
+    h_pre, h_post, H_res = equations.coefficients(pooled, *params_eps_iters)
+    return equations.aggregate(h_pre.to(X.dtype), X), h_post, H_res
+
+
+def _after_branch(state: AOTState, H_res: Tensor, h_post: Tensor, y: Tensor) -> AOTState:
+    """The updated streams, and their mean by the same update of the means."""
+    X, pooled = state
+    streams = equations.update(X, H_res.to(X.dtype), h_post.to(X.dtype), y.to(X.dtype))
+    pooled = equations.update(pooled, H_res.to(pooled.dtype), h_post.to(pooled.dtype),
+                              equations.pool(y.unsqueeze(1)).squeeze(1))
+    return AOTState(streams, pooled)
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(fn: Callable) -> Callable:
+    return torch.compile(fn, fullgraph=True)
 
 
 class AOTResidual(opzoo.Residual):
-    """One sub-layer's AOT connection: ``forward(X [B, n, *S, D], branch) -> X' [B, n, *S, D]``.
-
+    """One sub-layer's AOT connection: ``forward(state, branch) -> state`` (:class:`AOTState`), with
     ``X'[:, i] = Σ_j H_res[i, j] X[:, j] + h_post[i] · branch(Σ_i h_pre[i] X[:, i])``.
-    ``X`` is an :class:`AOTState` (returned as one, with the update pending) or a plain tensor.
     Constructed as ``AOTResidual(dim, index=k, **residual_args)`` (keys in :data:`AOT_ARGS`).
     """
 
-    def __init__(
-        self,
-        dim: int,
-        index: int = 0,
-        n: int = 4,
-        sinkhorn_iters: int = 20,
-        alpha: float = 0.01,
-        res_bias: float = 4.0,
-        pre_bias: float = 4.0,
-        eps: float = 1e-6,
-        compile: CompileMode = "auto",
-    ):
+    def __init__(self, dim: int, index: int = 0, n: int = 4, sinkhorn_iters: int = 20, alpha: float = 0.01,
+                 res_bias: float = 4.0, pre_bias: float = 4.0, eps: float = 1e-6, compile: CompileMode = "auto"):
         super().__init__()
         check_aot_args(dict(n=n, sinkhorn_iters=sinkhorn_iters, alpha=alpha, res_bias=res_bias,
                             pre_bias=pre_bias, eps=eps, compile=compile))
         self.dim, self.index, self.n = _check_dim(dim), index, n
         self.sinkhorn_iters, self.eps, self.compile = sinkhorn_iters, float(eps), compile
-        nd = n * dim
-        self.phi_pre = nn.Parameter(torch.zeros(nd, n))
-        self.phi_post = nn.Parameter(torch.zeros(nd, n))
-        self.phi_res = nn.Parameter(torch.zeros(nd, n * n))
+        self.phi_pre = nn.Parameter(torch.zeros(n * dim, n))
+        self.phi_post = nn.Parameter(torch.zeros(n * dim, n))
+        self.phi_res = nn.Parameter(torch.zeros(n * dim, n * n))
         # a preferred stream per sub-layer breaks the permutation symmetry of the streams (DESIGN §6.3)
         b_pre = torch.full((n,), -float(pre_bias))
         b_pre[index % n] = float(pre_bias)
         self.b_pre = nn.Parameter(b_pre)
-        self.b_post = nn.Parameter(torch.zeros(n))
-        self.b_res = nn.Parameter(float(res_bias) * torch.eye(n))
+        self.b_post = nn.Parameter(torch.zeros(n))  # h_post = 2σ(0) = 1
+        self.b_res = nn.Parameter(float(res_bias) * torch.eye(n))  # H_res ≈ 0.95·I for res_bias 4
         # the gate scalars are stored as [1] tensors: FSDP2 cannot shard 0-dim parameters
         self.alpha_pre = nn.Parameter(torch.full((1,), float(alpha)))
         self.alpha_post = nn.Parameter(torch.full((1,), float(alpha)))
@@ -199,95 +179,33 @@ class AOTResidual(opzoo.Residual):
     def stream_adapter(cls, dim: int, **residual_args) -> AOTStreams:
         return AOTStreams(dim, n=check_aot_args(residual_args)["n"])
 
-    def coefficients(self, state: State) -> tuple[Tensor, Tensor, Tensor]:
-        """``X -> h_pre [B, n], h_post [B, n], H_res [B, n, n]``, all float32."""
-        streams = _check_state(state, self.n, self.dim, f"AOTResidual (sub-layer {self.index})")
-        with autocast_off(streams.device):
-            if isinstance(state, AOTState):
-                return self._coefficients(state.current_pooled())
-            return self._coefficients(pool_streams(streams.reshape(streams.shape[0], self.n, -1), self.dim))
+    def _params_eps_iters(self) -> tuple:
+        """The coefficient parameters in the coefficients' dtype, then eps and the Sinkhorn iterations."""
+        params = (self.phi_pre, self.phi_post, self.phi_res, self.b_pre, self.b_post, self.b_res,
+                  self.alpha_pre, self.alpha_post, self.alpha_res)
+        dtype = torch.float64 if self.phi_pre.device.type in ("cpu", "cuda", "meta") else torch.float32
+        return (*(p.to(dtype) for p in params), self.eps, self.sinkhorn_iters)
 
-    def _coefficients(self, pooled: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """``pooled [B, n, D]`` float32 -> the coefficients (see :mod:`opzoo_aot.coefficients`)."""
-        params = self._float_parameters()
-        if use_compiled(self.compile, pooled.device):
-            return compiled_coefficients()(pooled, *params, self.eps, self.sinkhorn_iters)
-        fast = coefficients_cpu(pooled, *params, eps=self.eps, iters=self.sinkhorn_iters)
-        if fast is not None:
-            return fast
-        return coefficients_torch(pooled, *params, eps=self.eps, iters=self.sinkhorn_iters)
+    def coefficients(self, state: AOTState) -> tuple[Tensor, Tensor, Tensor]:
+        """``state -> h_pre [B, n], h_post [B, n], H_res [B, n, n]`` (float64 on CPU and CUDA)."""
+        state = _check_state(state, self.n, self.dim, f"AOTResidual (sub-layer {self.index})")
+        with autocast_off(state.pooled.device):
+            return equations.coefficients(state.pooled, *self._params_eps_iters())
 
-    def _coefficient_parameters(self) -> tuple[Tensor, ...]:
-        return (self.phi_pre, self.phi_post, self.phi_res, self.b_pre, self.b_post, self.b_res,
-                self.alpha_pre, self.alpha_post, self.alpha_res)
-
-    def _float_parameters(self) -> list[Tensor]:
-        """The coefficient parameters in float32 (the coefficients are float32 under any autocast)."""
-        return [p.float() for p in self._coefficient_parameters()]
-
-    def _combine(self, *args):
-        if use_compiled(self.compile, args[0].device):
-            return _compiled_combine()(*args)
-        return combine_streams(*args)
-
-    def forward(self, state: State, branch: Callable[[Tensor], Tensor]) -> State:
-        streams = _check_state(state, self.n, self.dim, f"AOTResidual (sub-layer {self.index})")
-        if not isinstance(state, AOTState):
-            return self._forward_tensor(streams, branch)
-        shape, dtype, b = streams.shape, streams.dtype, streams.shape[0]
-        pending = state.y is not None
-        with autocast_off(streams.device):
-            flat = streams.reshape(b, self.n, -1)
-            fused = None
-            if not use_compiled(self.compile, streams.device):
-                y_prev = state.y.reshape(b, -1).to(dtype) if pending else None
-                fused = fused_sublayer(flat, y_prev, state.H_res, state.h_post, state.pooled,
-                                       self._float_parameters(), self.eps, self.sinkhorn_iters)
-            current, u, h_post, H_res, pooled = fused if fused is not None else self._before_branch(state, flat)
-        y = self._branch(branch, u.view(shape[:1] + shape[2:]))
-        return AOTState(current.view(shape), pooled, y, H_res, h_post)
-
-    def _before_branch(self, state: AOTState, flat: Tensor) -> tuple[Tensor, ...]:
-        """What :func:`fused_sublayer` computes, in PyTorch ops: ``flat [B, n, F]`` (the state's
-        streams) -> ``(current, u, h_post, H_res, current_pooled)``."""
-        dtype = flat.dtype
-        if state.y is None:
-            pooled, y_prev, H_prev, h_post_prev = state.pooled, None, None, None
-        else:
-            # one node for both uses of y (the stream map's row and the carried summary)
-            y_prev, y_mean = pending_update(state.y.reshape(flat.shape[0], -1, self.dim), dtype, state.pooled.dtype)
-            pooled = carry_mean(y_mean, state.H_res.float(), state.h_post.float(), state.pooled)
-            H_prev, h_post_prev = state.H_res.to(dtype), state.h_post.to(dtype)
-        h_pre, h_post, H_res = self._coefficients(pooled)
-        current, u = self._combine(flat, y_prev, H_prev, h_post_prev, h_pre.to(dtype))
-        return current, u, h_post, H_res, pooled
-
-    def _branch(self, branch: Callable[[Tensor], Tensor], u: Tensor) -> Tensor:
+    def forward(self, state: AOTState, branch: Callable[[Tensor], Tensor]) -> AOTState:
+        state = _check_state(state, self.n, self.dim, f"AOTResidual (sub-layer {self.index})")
+        X = state.streams
+        before, after = _before_branch, _after_branch
+        if use_compile(self.compile, X.device):
+            before, after = _compiled(_before_branch), _compiled(_after_branch)
+        with autocast_off(X.device):
+            u, h_post, H_res = before(state, *self._params_eps_iters())
         y = branch(u)
         if y.shape != u.shape:
-            raise ValueError(
-                f"AOTResidual (sub-layer {self.index}): the branch must map {list(u.shape)} to the same "
-                f"shape, got {list(y.shape)}"
-            )
-        return y.contiguous()  # once here rather than in every pass over it
-
-    def _forward_tensor(self, streams: Tensor, branch: Callable[[Tensor], Tensor]) -> Tensor:
-        """The residual on a plain ``[B, n, *S, D]`` tensor: pool, aggregate, branch, update."""
-        shape, dtype, b = streams.shape, streams.dtype, streams.shape[0]
-        h_pre, h_post, H_res = self.coefficients(streams)
-        with autocast_off(streams.device):
-            flat = streams.reshape(b, self.n, -1)
-            _, u = self._combine(flat, None, None, None, h_pre.to(dtype), False)
-        y = self._branch(branch, u.view(shape[:1] + shape[2:]))
-        with autocast_off(streams.device):
-            out, _ = self._combine(flat, y.reshape(b, -1).to(dtype), H_res.to(dtype), h_post.to(dtype), None)
-        return out.view(shape)
+            raise ValueError(f"AOTResidual (sub-layer {self.index}): the branch must map {list(u.shape)} to the "
+                             f"same shape, got {list(y.shape)}")
+        with autocast_off(X.device):
+            return after(state, H_res, h_post, y)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, index={self.index}, n={self.n}, sinkhorn_iters={self.sinkhorn_iters}"
-
-
-@functools.lru_cache(maxsize=None)
-def _compiled_combine():
-    """:func:`combine_streams_torch` fused by torch.compile (with the coefficients, the CUDA default)."""
-    return torch.compile(combine_streams_torch, dynamic=True)

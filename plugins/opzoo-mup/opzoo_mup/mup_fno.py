@@ -10,6 +10,9 @@ Everything else keeps multiplier 1. Spectral weights are what layers mark throug
 protocol :class:`opzoo.SpectralLayer` (``spectral_weights(spatial_dims)``), found with
 :func:`opzoo.find_spectral_weights`. Optionally, the gradients of spectral weights are clipped
 element-wise (real and imaginary parts separately) at ``grad_clip`` (the paper's FNO-3D uses 0.01).
+
+Theorem 3.5 is derived for Adam only: with another optimizer (SGD, ...) the hook refuses to run
+(before the first update) unless ``allow_non_adam: true``.
 """
 
 from __future__ import annotations
@@ -24,6 +27,17 @@ import opzoo
 from opzoo.training import OptimizerHook, StepContext
 
 HOOK_NAME = "mup-fno"
+ADAM_SCOPE = ("the paper's scope (μTransfer-FNO, Sec. 3): \"the Maximal Update Parametrization is "
+              "optimizer-dependent … In our work, we focus on the Adam optimizer\"")
+ADAM_OPTIMIZERS = ("adam", "adamw")
+
+
+def non_adam_error(optimizer: str) -> opzoo.ConfigError:
+    """The config error for ``mup-fno`` with a non-Adam optimizer (``optimizer`` as named in the run config)."""
+    return opzoo.ConfigError(
+        f"optimizer.hooks: {HOOK_NAME}: optimizer {optimizer!r} is outside {ADAM_SCOPE}; Theorem 3.5's "
+        "sqrt(log N0 / log N) scaling is the Adam one. Use optimizer.name: adam or adamw, or set "
+        f"{HOOK_NAME} args allow_non_adam: true to apply it anyway")
 
 
 def mup_factor(n_modes: int, base_n_modes: int) -> float:
@@ -43,6 +57,7 @@ class MuPFNO(OptimizerHook):
     Args:
         base_modes: the proxy's kept modes, an int ``K0`` per spatial dim (``N0 = K0^d`` with ``d``
             the dims of each weight) or one int per dim (``N0 = prod``). Required.
+        allow_non_adam: run with an optimizer other than Adam/AdamW (outside the paper's scope).
         grad_clip: element-wise clip value for spectral-weight gradients (``None``: off).
         scale_init: multiply the spectral weights by ``c`` when the model is built (turn off when
             the weights are already μP-scaled, e.g. fine-tuning a model trained with this hook).
@@ -51,7 +66,7 @@ class MuPFNO(OptimizerHook):
     """
 
     def __init__(self, base_modes: int | Sequence[int] | None = None, grad_clip: float | None = None,
-                 scale_init: bool = True, spatial_dims: int | None = None):
+                 scale_init: bool = True, spatial_dims: int | None = None, allow_non_adam: bool = False):
         if base_modes is None:
             raise opzoo.ConfigError(f"{HOOK_NAME}: base_modes is required: the Fourier modes per dim of the base "
                                     "(proxy) model, e.g. args: {base_modes: 4}")
@@ -62,6 +77,10 @@ class MuPFNO(OptimizerHook):
             raise opzoo.ConfigError(f"{HOOK_NAME}: base_modes: must be >= 1, got {base_modes}")
         if grad_clip is not None and (isinstance(grad_clip, bool) or not (isinstance(grad_clip, (int, float)) and grad_clip > 0)):
             raise opzoo.ConfigError(f"{HOOK_NAME}: grad_clip: expected a positive number or null, got {grad_clip!r}")
+        if not isinstance(allow_non_adam, bool):
+            raise opzoo.ConfigError(f"{HOOK_NAME}: allow_non_adam: expected true or false, got {allow_non_adam!r}")
+        self.allow_non_adam = allow_non_adam
+        self._optimizer_checked = False
         self.base_modes = base_modes if isinstance(base_modes, int) else tuple(base_modes)
         self.grad_clip = None if grad_clip is None else float(grad_clip)
         self.scale_init = bool(scale_init)
@@ -120,6 +139,10 @@ class MuPFNO(OptimizerHook):
         return out
 
     def before_optimizer_step(self, ctx: StepContext) -> None:
+        if not self._optimizer_checked:  # the first step, before any update: the hook sees no optimizer earlier
+            if not self.allow_non_adam and not isinstance(ctx.optimizer, (torch.optim.Adam, torch.optim.AdamW)):
+                raise non_adam_error(type(ctx.optimizer).__name__)
+            self._optimizer_checked = True
         if self.grad_clip is None:
             return
         for p in self._spectral:

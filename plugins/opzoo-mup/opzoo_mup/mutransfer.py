@@ -44,7 +44,7 @@ from typing import Any, Literal, Optional, Sequence
 import opzoo
 from opzoo.training import Trainer, TrainingDivergedError, parse_run_config, read_document, read_log
 
-from .mup_fno import HOOK_NAME
+from .mup_fno import ADAM_OPTIMIZERS, HOOK_NAME, non_adam_error
 
 PARAMETRIZATIONS = ("standard", "mup")
 CSV_FIELDS = ("parametrization", "K", "lr", "batch_size", "beta1", "beta2", "seed", "loss", "train_loss",
@@ -133,6 +133,10 @@ def load_config(path: str | os.PathLike, output_dir: str | None = None, device: 
             opzoo.get_registry().get("optimizer_hook", HOOK_NAME)(base_modes=s.proxy_modes, **s.mup)  # validates args
         except TypeError as e:
             fail(f"sweep.mup: {e}")
+        section = cfg.run.get("optimizer")
+        optimizer = str(section.get("name", "adamw")) if isinstance(section, dict) else "adamw"
+        if optimizer not in ADAM_OPTIMIZERS and not s.mup.get("allow_non_adam", False):
+            fail(f"run.optimizer.name: {str(non_adam_error(optimizer)).replace('allow_non_adam', 'sweep.mup.allow_non_adam')}")
         if s.proxy_modes < 2:
             fail(f"sweep.proxy_modes: μP needs at least 2 kept modes (log N0 > 0), got {s.proxy_modes}")
         for key, values in (("target_modes", [s.target_modes]), ("landscape_modes", s.landscape_modes)):

@@ -7,6 +7,7 @@ from .backbones import (
     WellConfig,
     WellFNO,
     WellFnoConfig,
+    WellPretrainedCfg,
     WellTFNO,
     WellUNetClassic,
     WellUNetConvNext,
@@ -15,6 +16,6 @@ from .converter import convert_the_well
 from .datasets import DATASETS, normalization_args
 from .presets import checkpoints, hub_repo, preset_name
 
-__all__ = ["WellBackbone", "WellConfig", "WellFNO", "WellFnoConfig", "WellTFNO", "WellUNetClassic",
+__all__ = ["WellBackbone", "WellConfig", "WellFNO", "WellFnoConfig", "WellPretrainedCfg", "WellTFNO", "WellUNetClassic",
            "WellUNetConvNext", "convert_the_well", "DATASETS", "normalization_args", "checkpoints", "hub_repo",
            "preset_name"]

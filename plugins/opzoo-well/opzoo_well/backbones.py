@@ -18,7 +18,7 @@ With ``normalization="none"`` steps 1 and 4 are the identity (besides the delta'
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import Literal, Optional
 
 import torch
 from torch import Tensor, nn
@@ -82,10 +82,21 @@ class WellConfig(opzoo.ModelConfig):
                                             f"({', '.join(self.fields if n == nv else self.constant_fields)})")
 
 
+@dataclasses.dataclass
+class WellPretrainedCfg(opzoo.PretrainedCfg):
+    """The facts a Well checkpoint records beyond :class:`opzoo.PretrainedCfg`'s (see ``presets.pretrained_cfg``)."""
+
+    constant_fields: Optional[list[str]] = None  # the fields that do not evolve, appended after the time-varying ones
+    dataset: Optional[str] = None  # "The Well: <dataset>"
+    target: Optional[str] = None  # what the network was trained to predict (full next step or delta)
+    input_format: Optional[str] = None  # how frames become the network's channels (The Well's formatter)
+
+
 class WellBackbone(opzoo.Backbone):
     """Physical fields in and out around one of The Well's networks (``self.net``, channels-first)."""
 
     config_class = WellConfig
+    pretrained_cfg_class = WellPretrainedCfg
 
     def __init__(self, config: WellConfig):
         super().__init__(config)

@@ -5,8 +5,8 @@ For a probe ``φ = Σ_nk ω_nk f_nk / sqrt(NK)`` with ``ω ~ N(0, 1)`` and the "
 
 - :class:`KroneckerEMA`: Kronecker-factored covariance over the ``D`` dims of ``Z`` (App. B, Eq. 28):
   ``‖Δf‖² ≈ Π_d E[Z.sum(d).square().sum()] / E[Z.square().sum()]^(D−1)``, expectations as EMAs
-  (β = 0.9, bias-corrected), the quotient in log space. Complex tensors are viewed as real with the
-  real/imaginary pair as one more dim (``Δφ = Σ Re ΔW·Re g + Im ΔW·Im g``); that dim is either summed
+  (Algorithm 1: ``EMA <- (1 − β) EMA + β new``, bias-corrected), the quotient in log space.
+  Complex tensors are viewed as real with the real/imaginary pair as one more dim (``Δφ = Σ Re ΔW·Re g + Im ΔW·Im g``); that dim is either summed
   exactly (``complex_dim="sum"``, default: ``Z = Re(conj(ΔW)·g)`` per entry, Kronecker over the D
   tensor dims) or factored like the others (``"factor"``, D + 1 dims). A Kronecker covariance over
   D + 1 dims implies one over D dims after the sum, so "sum" assumes strictly less; on the small FNO
@@ -17,6 +17,8 @@ For a probe ``φ = Σ_nk ω_nk f_nk / sqrt(NK)`` with ``ω ~ N(0, 1)`` and the "
 - :class:`MonteCarloEstimate`: the unbiased "no assumption" estimator ``mean((Σ Z)²)`` with its
   standard error (Sec. 3.1), the reference.
 - :func:`exact_function_space_lr`: brute force from the gradient of every output (Eqs. 1-2).
+- :func:`finite_difference_fslr`: the truth without linearization: the RMS change of the outputs when
+  only tensor ℓ takes the update just made, divided by its lr (tests and benchmarks).
 """
 
 from __future__ import annotations
@@ -82,26 +84,34 @@ def fslr_from_statistics(stats: Tensor, rule: str = KRONECKER) -> float:
 
 
 class KroneckerEMA:
-    """Bias-corrected EMAs (decay ``beta``) of one tensor's :func:`z_statistics`."""
+    """Bias-corrected EMAs of one tensor's :func:`z_statistics`, in Algorithm 1's form
+    ``EMA <- (1 − β)·EMA + β·new`` (``beta`` is the weight of the newest sample; 1: the newest alone).
 
-    def __init__(self, rule: str = KRONECKER, beta: float = 0.9):
+    A sample is either one probe's ``Z`` (:meth:`update`) or the mean statistics of several probes of
+    the same update (:meth:`update_statistics`, one measurement).
+    """
+
+    def __init__(self, rule: str = KRONECKER, beta: float = 1.0):
         if rule not in RULES:
             raise ValueError(f"unknown estimator rule {rule!r}; expected one of {RULES}")
-        if not 0.0 <= beta < 1.0:
-            raise ValueError(f"beta must be in [0, 1), got {beta}")
+        if not 0.0 < beta <= 1.0:
+            raise ValueError(f"beta (the weight of the newest sample) must be in (0, 1], got {beta}")
         self.rule, self.beta = rule, beta
         self.ema: Tensor | None = None
         self.count = 0
 
     def update(self, z: Tensor) -> None:
-        s = z_statistics(z, self.rule).cpu()
-        self.ema = (1 - self.beta) * s if self.ema is None else self.beta * self.ema + (1 - self.beta) * s
+        self.update_statistics(z_statistics(z, self.rule))
+
+    def update_statistics(self, s: Tensor) -> None:
+        s = s.detach().double().cpu()
+        self.ema = self.beta * s if self.ema is None else (1 - self.beta) * self.ema + self.beta * s
         self.count += 1
 
     def expectations(self) -> Tensor:
         if self.ema is None:
             raise RuntimeError("KroneckerEMA: no sample yet")
-        return self.ema / (1 - self.beta ** self.count)
+        return self.ema / (1 - (1 - self.beta) ** self.count)
 
     def value(self) -> float:
         """The current ``‖Δ_ℓ f‖_RMS`` estimate."""
@@ -168,3 +178,27 @@ def exact_function_space_lr(fn: Callable[[], Tensor], params: Mapping[str, Tenso
             if g is not None:
                 sq[n] += float(z_sample(deltas[n], g).sum()) ** 2
     return {n: math.sqrt(v / max(kept, 1)) for n, v in sq.items()}
+
+
+@torch.no_grad()
+def finite_difference_fslr(fn: Callable[[], Tensor], params: Mapping[str, Tensor], before: Mapping[str, Tensor],
+                           lrs: Mapping[str, float]) -> dict[str, float]:
+    """``RMS(f(W_before + ΔW_ℓ) − f(W_before)) / lr_ℓ`` per tensor, ``ΔW_ℓ = W_ℓ − W_ℓ^before``.
+
+    ``params`` hold the updated values (restored on return); ``fn()`` evaluates the outputs on a fixed
+    sample pool. The lr = 1 function-space lr of the update, to first order in ``ΔW``.
+    """
+    after = {n: p.detach().clone() for n, p in params.items()}
+    try:
+        for n, p in params.items():
+            p.copy_(before[n])
+        f0 = fn()
+        out = {}
+        for n, p in params.items():
+            p.copy_(after[n])
+            out[n] = float((fn() - f0).double().square().mean().sqrt()) / lrs[n]
+            p.copy_(before[n])
+        return out
+    finally:
+        for n, p in params.items():
+            p.copy_(after[n])

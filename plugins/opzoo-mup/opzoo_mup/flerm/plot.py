@@ -26,7 +26,7 @@ def find_records(run_dir: str | os.PathLike) -> list[Path]:
 
 def plot_record(path: str | os.PathLike, out: str | os.PathLike, actual: bool = True) -> Path:
     """Plot one record file; ``actual`` multiplies the lr = 1 values by the lr the measured update used
-    (base lr x the multiplier in effect for it)."""
+    (base lr x the tensor's lr scale x FLeRM's multiplier in effect for it)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -51,7 +51,8 @@ def plot_record(path: str | os.PathLike, out: str | os.PathLike, actual: bool = 
             ys = rec.fslr[name]
             if actual:  # the update measured at a step ran with the multiplier set at the measurement before
                 in_effect = [1.0] + mults.get(name, [1.0] * len(ys))[:-1]
-                ys = [y * lr * mm for y, lr, mm in zip(ys, base_lr, in_effect)]
+                scale = rec.lr_scale[name]
+                ys = [y * lr * sc * mm for y, lr, sc, mm in zip(ys, base_lr, scale, in_effect)]
             pts = [(s, y) for s, y in zip(rec.steps, ys) if y > 0]
             if pts:
                 ax.plot(*zip(*pts), color=color, lw=1.0, marker=".", ms=3, label=group if j == 0 else None)

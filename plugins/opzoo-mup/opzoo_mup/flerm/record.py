@@ -2,11 +2,13 @@
 
 File layout (``RUN_DIR/flerm/record.json`` for a recording run, ``match.json`` for a matching run)::
 
-    {"format": "opzoo-flerm", "version": 1, "mode": "record" | "match",
+    {"format": "opzoo-flerm", "version": 2, "mode": "record" | "match",
      "steps": [1, 100, 200, ...],            # updates done when measured (log.jsonl's "step")
      "fslr": {name: [float per step]},       # ‖Δ_ℓ f‖_RMS of the lr = 1 update
-     "multipliers": {name: [float per step]},  # match mode only: base / current
-     "base_lr": [float per step],            # optimizer.lr · schedule at that step
+     "base_lr": [float per step],            # η0 · schedule at that step
+     "lr_scale": {name: [float per step]},   # the tensor's lr / (η0 · schedule · FLeRM's multiplier)
+     "multipliers": {name: [float per step]},  # match mode only
+     "clamped": [{"step": s, "raw": {name: float}}],  # match mode only: multipliers that were clamped
      "block_lists": {"blocks": 4, ...},      # ModuleList lengths (for depth mapping)
      "readout": [names], "settings": {...}}
 
@@ -29,7 +31,7 @@ from torch import nn
 
 import opzoo
 
-FORMAT, VERSION = "opzoo-flerm", 1
+FORMAT, VERSION = "opzoo-flerm", 2
 
 
 def block_lists(model: nn.Module) -> dict[str, int]:
@@ -61,16 +63,32 @@ class FslrRecord:
     """A loaded record: steps, per-tensor values, and block-list lengths."""
 
     def __init__(self, steps: Sequence[int], fslr: Mapping[str, Sequence[float]], block_lists: Mapping[str, int],
-                 source: str = "<memory>", extra: Mapping[str, Any] | None = None):
+                 source: str = "<memory>", extra: Mapping[str, Any] | None = None,
+                 base_lr: Sequence[float] | None = None, lr_scale: Mapping[str, Sequence[float]] | None = None):
         self.steps, self.fslr, self.block_lists = list(steps), {k: list(v) for k, v in fslr.items()}, dict(block_lists)
         self.source, self.extra = source, dict(extra or {})
+        self.base_lr = list(base_lr) if base_lr is not None else None
+        # no lr scales (a record built in memory): every tensor trained at η0 · schedule
+        self.lr_scale = ({k: list(v) for k, v in lr_scale.items()} if lr_scale is not None
+                         else {k: [1.0] * len(self.steps) for k in self.fslr})
 
-    def at(self, step: int) -> dict[str, float]:
-        """Values of the last measurement at or before ``step`` (the last one past the record's end)."""
+    def _index(self, step: int) -> int:
         i = bisect.bisect_right(self.steps, step) - 1
         if i < 0:
             raise opzoo.ConfigError(f"{self.source}: no measurement at or before step {step} (first: {self.steps[0]})")
-        return {k: v[i] for k, v in self.fslr.items()}
+        return i
+
+    def at(self, step: int, field: str = "fslr") -> dict[str, float]:
+        """Values (``fslr`` or ``lr_scale``) of the last measurement at or before ``step`` (the last one
+        past the record's end)."""
+        i = self._index(step)
+        return {k: v[i] for k, v in getattr(self, field).items()}
+
+    def base_lr_at(self, step: int) -> float | None:
+        """The base lr the record measured at exactly ``step`` (None when it did not measure there)."""
+        if self.base_lr is None or step not in self.steps:
+            return None
+        return self.base_lr[self.steps.index(step)]
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "FslrRecord":
@@ -86,20 +104,29 @@ class FslrRecord:
             raise opzoo.ConfigError(f"{p}: not a JSON FLeRM record ({e})") from None
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             raise opzoo.ConfigError(f"{p}: not an opzoo FLeRM record (key 'format' is not {FORMAT!r})")
+        if doc.get("version") == 1:
+            raise opzoo.ConfigError(f"{p}: a version-1 FLeRM record: its estimates were dominated by the step-1 "
+                                    "warm-up and it lacks the lr scales; record the base again with this version")
         if doc.get("version") != VERSION:
             raise opzoo.ConfigError(f"{p}: FLeRM record version {doc.get('version')!r} is not supported (expected {VERSION})")
-        for key in ("steps", "fslr", "block_lists"):
+        for key in ("steps", "fslr", "block_lists", "base_lr", "lr_scale"):
             if key not in doc:
                 raise opzoo.ConfigError(f"{p}: FLeRM record lacks key {key!r}")
         steps = doc["steps"]
         if not steps or sorted(steps) != steps or not all(isinstance(s, int) for s in steps):
             raise opzoo.ConfigError(f"{p}: 'steps' must be a non-empty increasing list of ints")
-        for name, values in doc["fslr"].items():
-            if len(values) != len(steps):
-                raise opzoo.ConfigError(f"{p}: fslr[{name!r}] has {len(values)} values for {len(steps)} steps")
-            if not all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in values):
-                raise opzoo.ConfigError(f"{p}: fslr[{name!r}] holds a negative or non-finite value")
-        return cls(steps, doc["fslr"], doc["block_lists"], str(p), doc)
+        for key in ("fslr", "lr_scale"):
+            for name, values in doc[key].items():
+                if len(values) != len(steps):
+                    raise opzoo.ConfigError(f"{p}: {key}[{name!r}] has {len(values)} values for {len(steps)} steps")
+                if not all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in values):
+                    raise opzoo.ConfigError(f"{p}: {key}[{name!r}] holds a negative or non-finite value")
+        if set(doc["lr_scale"]) != set(doc["fslr"]):
+            raise opzoo.ConfigError(f"{p}: 'lr_scale' and 'fslr' name different tensors")
+        base_lr = doc["base_lr"]
+        if len(base_lr) != len(steps) or not all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in base_lr):
+            raise opzoo.ConfigError(f"{p}: 'base_lr' must hold one finite lr >= 0 per step")
+        return cls(steps, doc["fslr"], doc["block_lists"], str(p), doc, base_lr, doc["lr_scale"])
 
     @classmethod
     def mean(cls, records: Sequence["FslrRecord"]) -> "FslrRecord":
@@ -109,9 +136,17 @@ class FslrRecord:
             if r.steps != first.steps or set(r.fslr) != set(first.fslr) or r.block_lists != first.block_lists:
                 raise opzoo.ConfigError(f"FLeRM base records {first.source} and {r.source} differ in steps, "
                                         "parameter names or block lists; they cannot be averaged")
+            same_lr = (r.base_lr is None) == (first.base_lr is None) and (r.base_lr is None or all(
+                math.isclose(a, b, rel_tol=1e-6) for a, b in zip(r.base_lr, first.base_lr)))
+            same_scale = all(math.isclose(a, b, rel_tol=1e-6) for k in first.lr_scale
+                             for a, b in zip(r.lr_scale[k], first.lr_scale[k]))
+            if not (same_lr and same_scale):
+                raise opzoo.ConfigError(f"FLeRM base records {first.source} and {r.source} were made at different "
+                                        "base lrs or per-tensor lr scales; they cannot be averaged")
         fslr = {k: [sum(r.fslr[k][i] for r in records) / len(records) for i in range(len(first.steps))]
                 for k in first.fslr}
-        return cls(first.steps, fslr, first.block_lists, " + ".join(r.source for r in records))
+        return cls(first.steps, fslr, first.block_lists, " + ".join(r.source for r in records),
+                   base_lr=first.base_lr, lr_scale=first.lr_scale)
 
 
 def write_record(path: Path, doc: Mapping[str, Any]) -> None:
@@ -138,10 +173,13 @@ def depth_multipliers(base_lists: Mapping[str, int], lists: Mapping[str, int], s
     return out
 
 
-def map_base_values(names: Sequence[str], lists: Mapping[str, int], base: FslrRecord, step: int) -> dict[str, float]:
-    """Base ``‖Δ_ℓ f‖`` of each scaled-model tensor at ``step`` (width by name, depth by block)."""
+def map_base_values(names: Sequence[str], lists: Mapping[str, int], base: FslrRecord, step: int,
+                    field: str = "fslr") -> dict[str, float]:
+    """Base ``‖Δ_ℓ f‖`` (``field="fslr"``) of each scaled-model tensor at ``step`` (width by name, depth by
+    block: a base block's value is shared by the ``k`` blocks it became), or its lr scale (``"lr_scale"``,
+    taken over unshared)."""
     mult = depth_multipliers(base.block_lists, lists, base.source)
-    values = base.at(step)
+    values = base.at(step, field)
     out, missing = {}, []
     for name in names:
         parts = split_block_name(name, lists)
@@ -150,7 +188,7 @@ def map_base_values(names: Sequence[str], lists: Mapping[str, int], base: FslrRe
             k = mult[path]
             key = f"{path}.{index // k}.{rest}"
             if key in values:
-                out[name] = values[key] / k
+                out[name] = values[key] / k if field == "fslr" else values[key]
                 continue
         elif name in values:
             out[name] = values[name]

@@ -1,0 +1,76 @@
+"""Non-finite data, named: which file, which trajectory (its index in the file), how many values.
+
+Training stops at the first batch holding NaN/Inf (:func:`bad_windows_message`); test sets are
+checked before training starts (:func:`check_test_sets`); ``opzoo eval`` checks the trajectories it
+rolls out and can skip them instead (:func:`scan_trajectories`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from ..data.errors import NonFiniteDataError
+from .data import H5Trajectories
+
+
+@dataclass(frozen=True)
+class BadTrajectory:
+    """Trajectory ``index`` (in the file) of ``path``: ``count`` NaN/Inf values, the first in ``first_frame``."""
+
+    path: str
+    index: int  # in the file
+    position: int  # in the (possibly subset) source it was found in
+    count: int
+    first_frame: int
+    frames: int  # frames checked (0 .. frames-1)
+
+    def describe(self) -> str:
+        return (f"{self.path}: trajectory {self.index} holds {self.count} NaN/Inf value(s) "
+                f"(first in frame {self.first_frame} of the {self.frames} checked)")
+
+
+def non_finite_in(values: np.ndarray) -> tuple[int, int]:
+    """``(count, first frame)`` of NaN/Inf in ``values [*S, T, C]`` (``(0, -1)`` if all finite)."""
+    bad = ~np.isfinite(values)
+    count = int(bad.sum())
+    if not count:
+        return 0, -1
+    per_frame = bad.reshape(-1, *values.shape[-2:]).any(axis=(0, 2))
+    return count, int(np.flatnonzero(per_frame)[0])
+
+
+def scan_trajectories(source: H5Trajectories, n: int | None = None, frames: int | None = None) -> list[BadTrajectory]:
+    """Every trajectory among the first ``n`` of ``source`` (a subset: indices reported in the file)
+    with NaN/Inf in frames ``0 .. frames`` (default: all)."""
+    n = len(source) if n is None else min(n, len(source))
+    t = source.n_steps if frames is None else min(frames, source.n_steps)
+    out = []
+    for i in range(n):
+        count, first = non_finite_in(source.read(i, 0, t).numpy())
+        if count:
+            out.append(BadTrajectory(source.path, source.indices[i], i, count, first, t))
+    return out
+
+
+def check_test_sets(test: Sequence[tuple[str, H5Trajectories]], frames: Sequence[int], limit: int | None) -> None:
+    """Refuse NaN/Inf in the frames each test set's evaluation will read, before any training."""
+    bad = [b for (name, src), t in zip(test, frames) for b in scan_trajectories(src, limit, t)]
+    if bad:
+        more = f" and {len(bad) - 1} more trajectory(ies)" if len(bad) > 1 else ""
+        raise NonFiniteDataError(f"non-finite test data: {bad[0].describe()}{more}; nothing was trained. Repair or "
+                                 f"remove it (`opzoo data inspect {bad[0].path}` lists every such trajectory)")
+
+
+def bad_windows_message(windows: Sequence[tuple[H5Trajectories | object, int]], step: int) -> str:
+    """The message for a training batch of ``step`` holding NaN/Inf: ``windows`` are ``(source, sample)``
+    of the windows found bad (``source`` has ``path`` and ``read(sample)``), the first is described."""
+    source, sample = windows[0]
+    count, first = non_finite_in(np.asarray(source.read(sample), dtype=np.float32))
+    n_traj = len({(getattr(s, "path", ""), k) for s, k in windows})
+    more = f" (and {n_traj - 1} more trajectory(ies) in this batch)" if n_traj > 1 else ""
+    return (f"non-finite training data: {source.path}: trajectory {sample} holds {count} NaN/Inf value(s) "
+            f"(first in frame {first}){more}, in the batch of step {step}; stopping before the update. Repair or "
+            f"remove it (`opzoo data inspect {source.path}` lists every such trajectory)")

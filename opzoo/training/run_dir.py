@@ -1,0 +1,309 @@
+"""Run directories that never lie: one run at a time, resumed only under the config it started with.
+
+A run directory holds:
+
+- ``.lock``            an OS-level lock (``fcntl.flock``) held by the run for its whole life, with the
+                       holder's PID, host and start time; a second run on the directory fails at once
+                       naming them. The kernel releases it on any exit, SIGKILL included.
+- ``run_config.json``  the config the run was started with (written once, never overwritten).
+- ``checkpoints/``     see :mod:`opzoo.training.checkpoint` (sha256-verified on resume).
+- ``finished.json``    written last, when the run completed every step and exported its model.
+
+Running again on a directory (:func:`plan_run`): an empty one starts fresh; one holding a run
+resumes only when every run-defining key equals the started config (otherwise the changed keys
+are listed, old -> new); a finished run says so and nothing is touched; ``--new`` (``fresh=True``)
+first moves the old contents aside to ``<dir>.replaced-<time>`` (:func:`move_aside`). Keys in
+:data:`HARMLESS_KEYS` may differ on resume (they change logging, evaluation or bookkeeping, never
+the trained weights).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..errors import ConfigError
+from .checkpoint import checkpoint_name, list_checkpoints, process_alive, resumable_checkpoint
+
+LOCK_NAME = ".lock"
+CONFIG_NAME = "run_config.json"
+FINISHED_NAME = "finished.json"
+
+#: Config keys (fnmatch patterns over dotted paths) that may change between a run and its resume.
+HARMLESS_KEYS = (
+    "output_dir",                     # the directory was moved or is named another way
+    "training.log_every",
+    "training.eval_every",
+    "training.num_workers",           # batches are a function of (seed, step), not of the loader
+    "training.expert_load_threshold",  # warnings only
+    "training.expert_load_window",
+    "checkpoint.every",
+    "checkpoint.keep_last",
+    "checkpoint.resume",
+    "evaluation.*",
+    "data.horizon",                   # evaluation only
+    "data.max_test_trajectories",     # evaluation only
+    "distributed.timeout_s",
+    "distributed.backend",
+    "distributed.find_unused_parameters",
+)
+
+
+class RunDirError(ConfigError):
+    """A run directory that cannot be used as asked (busy, another config, no usable checkpoint)."""
+
+
+class RunDirBusyError(RunDirError):
+    """Another live process holds the run directory's lock."""
+
+
+# ---- the lock ------------------------------------------------------------------------------------
+class RunDirLock:
+    """``fcntl.flock`` on ``<run_dir>/.lock``: exclusive, non-blocking, released on close or exit."""
+
+    def __init__(self, run_dir: str | os.PathLike):
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / LOCK_NAME
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Take the lock or raise RunDirBusyError naming the holder's PID and host. Creates the
+        directory if needed; an existing lock file is not modified (see :meth:`record_holder`)."""
+        import fcntl
+
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except (BlockingIOError, PermissionError):
+            holder = _read_holder(fd)
+            os.close(fd)
+            raise RunDirBusyError(
+                f"{self.run_dir} is in use by another run: {describe_holder(holder)}; wait for it to end, "
+                f"stop it, or choose another output_dir") from None
+        self._fd = fd
+
+    def record_holder(self) -> None:
+        """Write this process's PID, host, start time and command into the lock file."""
+        if self._fd is None:
+            raise RuntimeError("record_holder() before acquire()")
+        info = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                "command": " ".join(sys.argv)}
+        data = (json.dumps(info) + "\n").encode()
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, data, 0)
+        os.fsync(self._fd)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            import fcntl
+
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> "RunDirLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _read_holder(fd: int) -> dict[str, Any]:
+    try:
+        return json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+
+
+def describe_holder(holder: Mapping[str, Any]) -> str:
+    if not holder.get("pid"):
+        return "a process that is starting (PID not yet recorded)"
+    if holder.get("host") == socket.gethostname() and not process_alive(int(holder["pid"])):
+        return f"a process that is starting (the lock file still names PID {holder['pid']}, which has ended)"
+    text = f"PID {holder['pid']} on host {holder.get('host', '?')}"
+    if holder.get("started"):
+        text += f", started {holder['started']}"
+    if holder.get("command"):
+        text += f" ({holder['command']})"
+    return text
+
+
+# ---- comparing configs -------------------------------------------------------------------------
+_ABSENT = "(absent)"
+
+
+def flatten(doc: Any, prefix: str = "") -> dict[str, Any]:
+    """Dotted leaves of a config mapping: ``{"optimizer.lr": 1e-3, "data.datasets[0].path": ...}``
+    (lists of mappings by index, other lists as whole values)."""
+    out: dict[str, Any] = {}
+    if isinstance(doc, Mapping):
+        for k, v in doc.items():
+            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+    elif isinstance(doc, (list, tuple)) and doc and all(isinstance(v, Mapping) for v in doc):
+        for i, v in enumerate(doc):
+            out.update(flatten(v, f"{prefix}[{i}]"))
+    else:
+        out[prefix] = list(doc) if isinstance(doc, tuple) else doc
+    return out
+
+
+def is_harmless(key: str) -> bool:
+    return any(fnmatch.fnmatchcase(key, pattern) for pattern in HARMLESS_KEYS)
+
+
+def config_changes(started: Mapping[str, Any], current: Mapping[str, Any],
+                   defaults: Mapping[str, Any] | None = None) -> list[tuple[str, Any, Any]]:
+    """``(key, old, new)`` for every leaf that differs. A key the started config lacks (added by a
+    newer opzoo) counts as its default value from ``defaults`` (a flattened default config)."""
+    old, new = flatten(started), flatten(current)
+    defaults = defaults or {}
+    changes = []
+    for key in sorted(set(old) | set(new)):
+        a = old.get(key, defaults.get(key, _ABSENT))
+        b = new.get(key, _ABSENT)
+        if a != b and not (key not in old and b is None):
+            changes.append((key, a, b))
+    return changes
+
+
+def format_changes(changes: list[tuple[str, Any, Any]]) -> str:
+    return "; ".join(f"{k}: {json.dumps(a) if a is not _ABSENT else a} -> {json.dumps(b) if b is not _ABSENT else b}"
+                     for k, a, b in changes)
+
+
+# ---- what to do with a directory ---------------------------------------------------------------
+@dataclasses.dataclass
+class RunPlan:
+    """What :func:`plan_run` decided: ``fresh`` (start at step 0), ``resume`` or ``finished``."""
+
+    action: str
+    start: int = 0
+    checkpoint: Path | None = None
+    files: dict[str, Any] | None = None
+    harmless: list[tuple[str, Any, Any]] = dataclasses.field(default_factory=list)
+    restart: bool = False  # a started run without any checkpoint yet: it starts again at step 0
+
+
+def contents(run_dir: Path) -> list[str]:
+    """Names in ``run_dir`` other than its lock file (empty if it does not exist)."""
+    if not run_dir.is_dir():
+        return []
+    return sorted(p.name for p in run_dir.iterdir() if p.name != LOCK_NAME)
+
+
+def read_started_config(run_dir: Path) -> dict[str, Any] | None:
+    """The config the run in ``run_dir`` was started with: ``run_config.json`` or, for a directory of an
+    older opzoo that had none, the config recorded in its newest checkpoint."""
+    path = run_dir / CONFIG_NAME
+    if path.is_file():
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise RunDirError(f"{path}: unreadable ({e}); move the directory aside with --new") from None
+        if not isinstance(doc, dict):
+            raise RunDirError(f"{path}: expected a JSON object")
+        return doc
+    for ckpt in reversed(list_checkpoints(run_dir / "checkpoints")):
+        try:
+            return json.loads((ckpt / "state.json").read_text()).get("config")
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+            continue
+    return None
+
+
+def is_finished(run_dir: Path, steps: int) -> bool:
+    """``finished.json`` says all ``steps`` are done and the final checkpoint is still there."""
+    try:
+        marker = json.loads((run_dir / FINISHED_NAME).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(marker, dict) and marker.get("step") == steps and \
+        (run_dir / "checkpoints" / checkpoint_name(steps)).is_dir()
+
+
+def plan_run(run_dir: str | os.PathLike, config: Mapping[str, Any], defaults: Mapping[str, Any],
+             allow_resume: bool = True) -> RunPlan:
+    """Decide (reading only) how a run with ``config`` (``RunConfig.to_dict()``) uses ``run_dir``.
+
+    Raises RunDirError naming each changed key, or the checkpoint files that failed verification.
+    """
+    run_dir = Path(run_dir)
+    found = contents(run_dir)
+    if not found:
+        return RunPlan("fresh")
+    new_hint = f"pass --new to move the old contents aside (to {run_dir}.replaced-<time>), or choose another output_dir"
+    started = read_started_config(run_dir)
+    if started is None:
+        shown = ", ".join(found[:8]) + (", ..." if len(found) > 8 else "")
+        raise RunDirError(f"{run_dir} is not empty and holds no opzoo run (it has {shown}); {new_hint}")
+    changes = config_changes(started, config, defaults)
+    defining = [c for c in changes if not is_harmless(c[0])]
+    if defining:
+        raise RunDirError(
+            f"{run_dir} holds a run started with another config; it resumes only under the config it was "
+            f"started with ({run_dir / CONFIG_NAME}). Changed: {format_changes(defining)}. "
+            f"Restore these values to resume, or {new_hint}")
+    steps = config["training"]["steps"]
+    if is_finished(run_dir, steps):
+        return RunPlan("finished", start=steps)
+    if not allow_resume:
+        raise RunDirError(f"{run_dir} holds a run and checkpoint.resume is false; {new_hint}")
+    harmless = [c for c in changes if is_harmless(c[0]) and c[0] != "output_dir"]
+    path, files, failures = resumable_checkpoint(run_dir / "checkpoints")
+    if path is None and failures:
+        raise RunDirError(f"{run_dir}: no checkpoint passes verification ({'; '.join(failures)}); "
+                          f"nothing to resume from: {new_hint}")
+    if path is None:
+        return RunPlan("fresh", harmless=harmless, restart=True)
+    return RunPlan("resume", start=int(files["state.json"]["step"]), checkpoint=path, files=files, harmless=harmless)
+
+
+def move_aside(run_dir: str | os.PathLike) -> Path | None:
+    """Move everything in ``run_dir`` except its lock into a new sibling ``<name>.replaced-<time>``
+    (never deleting); returns it, or None when there was nothing to move."""
+    run_dir = Path(run_dir)
+    names = contents(run_dir)
+    if not names:
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    target = run_dir.parent / f"{run_dir.name}.replaced-{stamp}"
+    n = 1
+    while target.exists():
+        n += 1
+        target = run_dir.parent / f"{run_dir.name}.replaced-{stamp}-{n}"
+    target.mkdir()
+    for name in names:
+        os.rename(run_dir / name, target / name)
+    return target
+
+
+def write_json_atomic(path: Path, doc: Mapping[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def write_started_config(run_dir: Path, config: Mapping[str, Any]) -> None:
+    write_json_atomic(run_dir / CONFIG_NAME, config)
+
+
+def mark_finished(run_dir: Path, steps: int, model_dir: Path | None, summary: Mapping[str, Any]) -> None:
+    write_json_atomic(run_dir / FINISHED_NAME, {"step": steps, "model": str(model_dir) if model_dir else None,
+                                                 "finished": time.strftime("%Y-%m-%d %H:%M:%S %Z"), **summary})
+
+
+def clear_finished(run_dir: Path) -> None:
+    (run_dir / FINISHED_NAME).unlink(missing_ok=True)
+
+
+__all__ = ["RunDirLock", "RunDirError", "RunDirBusyError", "RunPlan", "plan_run", "move_aside", "HARMLESS_KEYS",
+           "config_changes"]
