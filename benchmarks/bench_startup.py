@@ -16,6 +16,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 CASES = [  # (label, python -c code or CLI argv, target seconds)
@@ -27,6 +28,7 @@ CASES = [  # (label, python -c code or CLI argv, target seconds)
     ("import opzoo; opzoo.list_models()", ["-c", "import opzoo; opzoo.list_models()"], None),
 ]
 HEAVY = ("torch", "timm", "torchvision", "h5py", "huggingface_hub")
+NEUTRAL_CWD = tempfile.gettempdir()  # not a checkout: `python -m opzoo` must import the installed opzoo
 
 
 def heavy_modules(python: str, args: list[str]) -> str:
@@ -38,14 +40,14 @@ def heavy_modules(python: str, args: list[str]) -> str:
         code = probe + f"import runpy; sys.argv = {['opzoo', *args[2:]]!r}; runpy.run_module({args[1]!r}, run_name='__main__')"
     else:
         code = probe + args[1]
-    out = subprocess.run([python, "-c", code], capture_output=True, text=True)
+    out = subprocess.run([python, "-c", code], capture_output=True, text=True, cwd=NEUTRAL_CWD)
     line = next((x for x in out.stderr.splitlines() if x.startswith("HEAVY")), "HEAVY ?")
     return line[6:] or "none"
 
 
 def time_once(python: str, args: list[str]) -> float:
     t0 = time.perf_counter()
-    subprocess.run([python, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    subprocess.run([python, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, cwd=NEUTRAL_CWD)
     return time.perf_counter() - t0
 
 
