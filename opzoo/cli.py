@@ -14,8 +14,9 @@ from .cli_common import Parser, parse_overrides, run_parser
 def cmd_list(args) -> int:
     from .builder import list_models
 
-    names = list_models(args.pattern, include_aliases=args.aliases)
-    print("\n".join(names) if names else f"no models match {args.pattern!r}")
+    names = list_models(args.pattern, pretrained=args.pretrained, include_aliases=args.aliases)
+    what = "models with published weights" if args.pretrained else "models"
+    print("\n".join(names) if names else f"no {what} match {args.pattern!r}")
     return 0
 
 
@@ -158,6 +159,8 @@ def build_parser(plugin_commands: bool = True) -> argparse.ArgumentParser:
     p = sub.add_parser("list", help="list registered models")
     p.add_argument("pattern", nargs="?", default="*", help="fnmatch pattern, e.g. 'dpot-*'")
     p.add_argument("--aliases", action="store_true", help="also list aliases")
+    p.add_argument("--pretrained", action="store_true", help="only presets with published weights (timm's "
+                                                              "list_models(pretrained=True))")
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("info", help="show a model's config, parameter count and weights")

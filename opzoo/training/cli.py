@@ -58,8 +58,9 @@ def _report(result, finetune: bool = False) -> None:
     if finetune and last and first:
         for r in last:
             zero = next(f.l2_full for f in first if f.name == r.name)
+            base = f"; persistence {r.persistence.l2_full:.4g}" if r.persistence else ""
             print(f"  test l2 full {r.name}: zero-shot {zero:.4g} -> fine-tuned {r.l2_full:.4g} "
-                  f"({100 * (r.l2_full - zero) / zero:+.1f} %)")
+                  f"({100 * (r.l2_full - zero) / zero:+.1f} %){base}")
     elif last:
         for r in last:
             before = next((f.l2_full for f in first if f.name == r.name), None) if first else None
@@ -95,6 +96,20 @@ def _header(line: str) -> None:
         print(line, flush=True)
 
 
+def _say_array_order(paths: Sequence[str], layout: str | None) -> None:
+    """A plain array carries no axis names: say how each one is read, and how to read it otherwise."""
+    from ..data.readers.arrays import SUFFIXES
+
+    for path in paths:
+        if str(path).lower().endswith(SUFFIXES) and (layout or "array").partition(":")[0] == "array":
+            from .data import H5Trajectories
+
+            src = H5Trajectories(path, layout)
+            axes = ["N", *"XYZ"[:len(src.spatial)], "T", "C"]
+            _header(f"data: {path} read as [{', '.join(axes)}] = {list(src.source.shape)} "
+                    f"({'--layout ' + layout if layout else 'the canonical order; another: --layout array:<axes>'})")
+
+
 def cmd_finetune(args) -> int:
     from ..builder import resolve_weights
     from .finetune import finetune_config, recommended_lr
@@ -102,6 +117,7 @@ def cmd_finetune(args) -> int:
 
     pretrained, header = resolve_weights(args.model, args.pretrained)
     _header(header)
+    _say_array_order(args.data, args.layout)
     lr, why = (args.lr, "--lr") if args.lr is not None else recommended_lr(args.model, pretrained)
     _header(f"lr: {lr:g} ({why})")
     cfg = finetune_config(args.model, args.data, args.out, steps=args.steps, batch_size=args.batch_size, lr=lr,
@@ -126,6 +142,7 @@ def _adapt_for(model, data_paths: Sequence[str], resolution, layout: str | None 
     from .build import model_resolution
     from .data import Adapt, H5Trajectories
 
+    _say_array_order(data_paths, layout)
     sources = [H5Trajectories(p, layout) for p in data_paths]
     fields = getattr(model, "pretrained_cfg", {}).get("fields")
     if fields and getattr(model.config, "in_channels", None) == len(fields):  # a model that names its channels

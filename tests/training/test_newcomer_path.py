@@ -122,3 +122,11 @@ def test_timm_names():
     assert opzoo.create_model("dpot-micro").preset_name == "dpot-micro"
     with pytest.raises(opzoo.UnknownNameError, match="dpot-micro"):
         opzoo.create_model("dpot-mirco")
+
+
+def test_opzoo_list_pretrained(capsys):
+    assert main(["list", "--pretrained", "dpot-*"]) == 0
+    names = capsys.readouterr().out.split()
+    assert "dpot-micro" in names and names == opzoo.list_models("dpot-*", pretrained=True)
+    assert main(["list", "--pretrained", "nestor-*"]) == 0
+    assert capsys.readouterr().out.strip() == "no models with published weights match 'nestor-*'"
