@@ -119,21 +119,23 @@ def evaluate_dataset(model: nn.Module, name: str, source: H5Trajectories, adapt:
     return (result, first) if keep_first else result
 
 
+def _result_document(r: DatasetResult) -> dict:
+    """One dataset's entry of ``eval.json`` (its persistence baseline nested in the same form)."""
+    return {"l2_full": r.l2_full, "per_step": r.per_step, "n_trajectories": r.n_trajectories, "horizon": r.horizon,
+            "l2_full_per_trajectory": r.l2_full_per_trajectory,
+            **({"expert_load": r.expert_load} if r.expert_load else {}),
+            **({"skipped_trajectories": r.skipped} if r.skipped else {}),
+            **({"vrmse": r.vrmse} if r.vrmse else {}),
+            **({"persistence": _result_document(r.persistence)} if r.persistence else {})}
+
+
 def write_results(results: Sequence[DatasetResult], out_dir: str | os.PathLike, stem: str = "eval") -> dict[str, Path]:
     """``<stem>.json`` (everything), ``<stem>.csv`` (one row per dataset), ``<stem>_per_step.csv``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / f"{stem}.json", "csv": out / f"{stem}.csv", "per_step_csv": out / f"{stem}_per_step.csv"}
     summary = {"l2_full_mean": sum(r.l2_full for r in results) / len(results),
-               "datasets": {r.name: {"l2_full": r.l2_full, "per_step": r.per_step, "n_trajectories": r.n_trajectories,
-                                     "horizon": r.horizon, "l2_full_per_trajectory": r.l2_full_per_trajectory,
-                                     **({"expert_load": r.expert_load} if r.expert_load else {}),
-                                     **({"skipped_trajectories": r.skipped} if r.skipped else {}),
-                                     **({"vrmse": r.vrmse} if r.vrmse else {}),
-                                     **({"persistence": {"l2_full": r.persistence.l2_full,
-                                                         "per_step": r.persistence.per_step}}
-                                        if r.persistence else {})}
-                            for r in results}}
+               "datasets": {r.name: _result_document(r) for r in results}}
     paths["json"].write_text(json.dumps(strict_json(summary), indent=2, allow_nan=False))
     with open(paths["csv"], "w", newline="") as f:
         w = csv.writer(f)
@@ -158,13 +160,16 @@ def read_results(path: str | os.PathLike) -> list[DatasetResult]:
     def num(v) -> float:
         return float("nan") if v is None else float(v)
 
+    def result(name: str, d: dict) -> DatasetResult:
+        return DatasetResult(name, num(d["l2_full"]), [num(v) for v in d["per_step"]], d["n_trajectories"],
+                             d["horizon"], [num(v) for v in d["l2_full_per_trajectory"]], d.get("expert_load", {}),
+                             d.get("skipped_trajectories", []),
+                             {f: {k: num(v) for k, v in per.items()} for f, per in d.get("vrmse", {}).items()},
+                             result(name, d["persistence"]) if "persistence" in d else None)
+
     path = Path(path)
     try:
         doc = json.loads(path.read_text())
-        return [DatasetResult(name, num(d["l2_full"]), [num(v) for v in d["per_step"]], d["n_trajectories"],
-                              d["horizon"], [num(v) for v in d["l2_full_per_trajectory"]], d.get("expert_load", {}),
-                              d.get("skipped_trajectories", []),
-                              {f: {k: num(v) for k, v in per.items()} for f, per in d.get("vrmse", {}).items()})
-                for name, d in doc["datasets"].items()]
+        return [result(name, d) for name, d in doc["datasets"].items()]
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
         raise OpzooError(f"{path}: not a readable evaluation result ({type(e).__name__}: {e})") from None
