@@ -49,17 +49,20 @@ def _one_line_errors(command):
     return run
 
 
-def _report(result, finetune: bool = False) -> None:
+def _report(result, finetune: bool = False, from_scratch: bool = False) -> None:
+    """The end-of-run summary; ``finetune``: step 0 against the end, named zero-shot / fine-tuned, or
+    random init / trained ``from_scratch``, with the persistence baseline."""
     if not _is_main() or result.already_finished:
         return
     last = result.evals.get(result.steps)
     first = result.evals.get(0)
     print(f"trained {result.steps} steps -> {result.run_dir}")
     if finetune and last and first:
+        before, after = ("random init", "trained") if from_scratch else ("zero-shot", "fine-tuned")
         for r in last:
             zero = next(f.l2_full for f in first if f.name == r.name)
             base = f"; persistence {r.persistence.l2_full:.4g}" if r.persistence else ""
-            print(f"  test l2 full {r.name}: zero-shot {zero:.4g} -> fine-tuned {r.l2_full:.4g} "
+            print(f"  test l2 full {r.name}: {before} {zero:.4g} -> {after} {r.l2_full:.4g} "
                   f"({100 * (r.l2_full - zero) / zero:+.1f} %){base}")
     elif last:
         for r in last:
@@ -125,7 +128,7 @@ def cmd_finetune(args) -> int:
                           pretrained=pretrained, layout=args.layout, overrides=parse_overrides(args.set))
     trainer = Trainer(cfg)
     trainer.command = _command_line()
-    _report(trainer.fit(new=args.new), finetune=pretrained)
+    _report(trainer.fit(new=args.new), finetune=True, from_scratch=not pretrained)
     return 0
 
 
