@@ -399,8 +399,9 @@ def test_a_record_made_at_another_base_lr_is_refused_unless_allowed(tmp_path, da
         fit(doc)
     assert not (tmp_path / "other" / "flerm" / "match.json").exists()  # refused before the first update
     doc["optimizer"]["hooks"][0]["args"]["allow_other_base_lr"] = True
+    doc["output_dir"] = str(tmp_path / "other-allowed")  # the refused run's directory holds its config
     fit(doc)
-    rec = json.loads((tmp_path / "other" / "flerm" / "match.json").read_text())
+    rec = json.loads((tmp_path / "other-allowed" / "flerm" / "match.json").read_text())
     assert rec["base_lr"] == [1e-3, 1e-3] and rec["settings"]["allow_other_base_lr"] is True
     with pytest.raises(opzoo.ConfigError, match="allow_other_base_lr must be true or false"):
         FlermHook(mode="match", base="x", allow_other_base_lr="yes")
