@@ -6,8 +6,8 @@
     model = opzoo.from_pretrained("org/my-finetune")
 """
 
-from importlib import import_module as _import_module
 
+from ._lazy import lazy_exports
 from ._version import __version__
 from .errors import (
     CheckpointError,
@@ -53,17 +53,7 @@ def _plugin_registry():
 _set_registry_source(_plugin_registry)
 
 
-def __getattr__(name):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'opzoo' has no attribute {name!r}")
-    value = getattr(_import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
 
 
 __all__ = [

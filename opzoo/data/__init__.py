@@ -21,8 +21,8 @@ draws them by dataset weight, seeded and DDP-aware; ``TrajectoryDataset`` gives 
 from a list of ``DataSpec``.
 """
 
-from importlib import import_module as _import_module
 
+from opzoo._lazy import lazy_exports
 from opzoo.data.errors import DataFormatError, GeneratorError, NonFiniteDataError, UnknownLayoutError
 
 # imported on first use (PEP 562): the readers need h5py, the generators and datasets torch, and
@@ -40,17 +40,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'opzoo.data' has no attribute {name!r}")
-    value = getattr(_import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
 
 
 __all__ = [

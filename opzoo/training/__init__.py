@@ -6,7 +6,8 @@
 Plugins change optimization through :class:`OptimizerHook` (see ``docs/training.md``).
 """
 
-from importlib import import_module as _import_module
+
+from .._lazy import lazy_exports
 
 # imported on first use (PEP 562), so that the `opzoo` parser (opzoo.training.cli) needs no torch:
 # name -> the module of this package that defines it
@@ -30,17 +31,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'opzoo.training' has no attribute {name!r}")
-    value = getattr(_import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
 
 
 __all__ = [

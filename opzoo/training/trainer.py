@@ -561,12 +561,13 @@ class Trainer:
 
     def _card(self) -> str:
         """This run's model card: base model, data and splits, steps and lr, test errors, command."""
-        from ..builder import resolve_weights
+        from ..builder import is_saved_model_reference, resolve_weights
         from .card import run_card
 
         name = self.cfg.model.name
-        try:
-            base = resolve_weights(name, self.cfg.model.pretrained)[1].removeprefix("weights: ")
+        try:  # a saved repo always brings its weights, whatever model.pretrained says
+            pretrained = True if is_saved_model_reference(name) else self.cfg.model.pretrained
+            base = resolve_weights(name, pretrained)[1].removeprefix("weights: ")
         except OpzooError:  # a bare backbone name
             base = f"backbone {name}, random init"
         a = self.data.adapt

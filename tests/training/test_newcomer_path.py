@@ -130,3 +130,25 @@ def test_opzoo_list_pretrained(capsys):
     assert "dpot-micro" in names and names == opzoo.list_models("dpot-*", pretrained=True)
     assert main(["list", "--pretrained", "nestor-*"]) == 0
     assert capsys.readouterr().out.strip() == "no models with published weights match 'nestor-*'"
+
+
+def test_rollout_runs_the_published_weights_by_default_and_titles_its_plot(capsys, user_file, tmp_path):
+    png = tmp_path / "r.png"
+    assert main(["rollout", "dpot-micro", "--data", str(user_file), "--index", "7", "--plot", str(png),
+                 "--plot-steps", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("weights: dpot-micro pretrained, from package opzoo-fourier")
+    assert "rolled out 3 steps from trajectory 7" in out and png.stat().st_size > 0
+
+
+def test_a_card_for_a_saved_repo_names_it_as_the_base(capsys, user_file, tmp_path):
+    """A run config naming a saved repo (model.pretrained left false) still fine-tunes its weights."""
+    from opzoo.training import Trainer, finetune_config
+
+    base = opzoo.load("dpot-micro", pretrained=True).save_pretrained(tmp_path / "base")
+    cfg = finetune_config(str(base), [str(user_file)], str(tmp_path / "run"), steps=1, batch_size=2,
+                          test_fraction=0.2, pretrained=False, overrides={"evaluation.plots": False})
+    Trainer(cfg, show_progress=False).fit()
+    card = (tmp_path / "run" / "model" / "README.md").read_text()
+    assert f"base_model: {base}" in card and "(a saved opzoo repo)" in card
+    assert "- max lr (one-cycle): 0.001" in card  # the finetune_lr the saved config.json records
