@@ -37,7 +37,8 @@ def heavy_modules(python: str, args: list[str]) -> str:
              f"atexit.register(lambda: sys.__stderr__.write('HEAVY ' + ','.join(m for m in {HEAVY!r} "
              "if m in sys.modules) + '\\n'))\n")
     if args[0] == "-m":
-        code = probe + f"import runpy; sys.argv = {['opzoo', *args[2:]]!r}; runpy.run_module({args[1]!r}, run_name='__main__')"
+        code = probe + (f"import runpy; sys.argv = {['opzoo', *args[2:]]!r}; "
+                        f"runpy.run_module({args[1]!r}, run_name='__main__')")
     else:
         code = probe + args[1]
     out = subprocess.run([python, "-c", code], capture_output=True, text=True, cwd=NEUTRAL_CWD)
