@@ -9,6 +9,7 @@ card and weights, and runs converters.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import tempfile
 from importlib.resources import as_file
@@ -113,7 +114,16 @@ def pretrained_file(source: PretrainedSource, filename: str | None = None) -> It
 def convert_file(converter: str, path: str | os.PathLike, **options: Any) -> ConvertedCheckpoint:
     """Run registered converter ``converter`` on foreign checkpoint ``path``; ``options`` are its keyword
     arguments (a preset's ``PretrainedSource.converter_options``, or ``opzoo convert``'s flags)."""
-    return get_registry().get("converter", converter)(Path(path), **options)
+    fn = get_registry().get("converter", converter)
+    accepted = inspect.signature(fn).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
+        unknown = sorted(set(options) - set(accepted))
+        if unknown:
+            raise ConfigError(
+                f"converter {converter!r} takes no option(s) {', '.join(map(repr, unknown))}"
+                f"{'; it takes ' + ', '.join(map(repr, list(accepted)[1:])) if len(accepted) > 1 else ''}"
+            )
+    return fn(Path(path), **options)
 
 
 def load_preset_weights(model: "Backbone", preset: Preset) -> None:

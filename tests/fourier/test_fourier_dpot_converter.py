@@ -169,3 +169,12 @@ def test_load_pretrained_dpot_s_from_the_hub_cache(tmp_path):
     torch.testing.assert_close(got["blocks.5.mixer.w1"], sd["module.blocks.5.filter.w1"])
     torch.testing.assert_close(got["time_agg.gamma"], sd["module.time_agg_layer.gamma"])
     torch.testing.assert_close(got["out_head.0.weight"], sd["module.out_layer.0.weight"])
+
+
+def test_cli_convert_refuses_an_option_the_converter_does_not_take(official_file, tmp_path, capsys):
+    path, _ = official_file
+    out = tmp_path / "repo"
+    assert cli_main(["convert", "dpot", str(path), str(out), "--dataset", "shear_flow"]) == 2
+    err = capsys.readouterr().err
+    assert "converter 'dpot' takes no option(s) 'dataset'" in err and "Traceback" not in err
+    assert not out.exists()
