@@ -116,9 +116,11 @@ def cmd_plugins(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from .builder import load
+    from .builder import is_saved_model_reference, load, resolve_weights
 
-    model = load(args.name, pretrained=args.pretrained, **parse_overrides(args.set))
+    pretrained, header = resolve_weights(args.name, True if is_saved_model_reference(args.name) else args.pretrained)
+    print(header.replace("(--no-pretrained)", "(export without --pretrained)"))
+    model = load(args.name, pretrained=pretrained, **parse_overrides(args.set))
     out = model.save_pretrained(args.out)
     print(f"wrote {out}/config.json, model.safetensors, README.md")
     return 0
