@@ -6,10 +6,9 @@
     model = opzoo.from_pretrained("org/my-finetune")
 """
 
+
+from ._lazy import lazy_exports
 from ._version import __version__
-from .builder import convert_to_repo, create_model, from_pretrained, list_models, load, push_to_hub, save_pretrained
-from .checkpoints import ConvertedCheckpoint, safe_torch_load
-from .config import ModelConfig, build_dataclass
 from .errors import (
     CheckpointError,
     ConfigError,
@@ -19,25 +18,42 @@ from .errors import (
     UnknownNameError,
     WeightsError,
 )
-from .hookspecs import hookimpl
-from .interfaces import Backbone, Block, FeedForward, IdentityStreams, Mixer, Residual, StreamAdapter
-from .layers.grid import append_grid
-from .models.io_layout import DimMap, time_channel_index
-from .models.pot import PotConfig
-from .models.pot_sizes import POT_SIZES, PotSize, micro_pretrained_cfg, pot_micro_preset_args, pot_preset_args
-from .plugins import get_plugin_host, get_registry, reset_plugins
-from .pretrained_cfg import PretrainedCfg
-from .registry import PretrainedSource, Registry
-from .routing import Router, Routing
-from .spectral import SpectralLayer, SpectralWeight, find_spectral_weights
+from .registry import PretrainedSource, Registry, set_registry_source as _set_registry_source
 
-def __getattr__(name):
-    """The optimizer-hook interface lives with the trainer; import it only when asked for."""
-    if name in ("OptimizerHook", "StepContext"):
-        from .training import hooks
+# Everything that needs torch is imported on first use (PEP 562), so that `opzoo --version`, `--help`
+# and a plugin's `import opzoo` for `opzoo.hookimpl` stay fast: name -> the module that defines it.
+_LAZY = {
+    **dict.fromkeys(["convert_to_repo", "create_model", "from_pretrained", "list_models", "load", "push_to_hub",
+                     "save_pretrained"], ".builder"),
+    **dict.fromkeys(["ConvertedCheckpoint", "safe_torch_load"], ".checkpoints"),
+    **dict.fromkeys(["ModelConfig", "build_dataclass"], ".config"),
+    "hookimpl": ".hookspecs",
+    **dict.fromkeys(["Backbone", "Block", "FeedForward", "IdentityStreams", "Mixer", "Residual", "StreamAdapter"],
+                    ".interfaces"),
+    "append_grid": ".layers.grid",
+    **dict.fromkeys(["DimMap", "time_channel_index"], ".models.io_layout"),
+    "PotConfig": ".models.pot",
+    "PretrainedCfg": ".pretrained_cfg",
+    **dict.fromkeys(["POT_SIZES", "PotSize", "micro_pretrained_cfg", "pot_micro_preset_args", "pot_preset_args"],
+                    ".models.pot_sizes"),
+    **dict.fromkeys(["get_plugin_host", "get_registry", "reset_plugins"], ".plugins"),
+    **dict.fromkeys(["Router", "Routing"], ".routing"),
+    **dict.fromkeys(["SpectralLayer", "SpectralWeight", "find_spectral_weights"], ".spectral"),
+    **dict.fromkeys(["OptimizerHook", "StepContext"], ".training.hooks"),  # the trainer's interface
+}
 
-        return getattr(hooks, name)
-    raise AttributeError(f"module 'opzoo' has no attribute {name!r}")
+
+def _plugin_registry():
+    """The registry the plugin host fills, for :func:`opzoo.registry.get_registry` (host loaded on first use)."""
+    from .plugins import get_plugin_host
+
+    return get_plugin_host().registry
+
+
+_set_registry_source(_plugin_registry)
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
 
 
 __all__ = [

@@ -16,9 +16,10 @@ from importlib.resources import as_file
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
+from .adapt import SHAPE_FIELDS, adapt_model
 from .checkpoints import ConvertedCheckpoint
 from .config import config_document, read_config
-from .errors import ConfigError, HubError
+from .errors import ConfigError, HubError, UnknownNameError, WeightsError
 from .hub import (WEIGHTS_NAME, hub_download, load_state_dict_strict, load_weights, repo_files, upload_folder,
                   verify_weights, write_repo)
 from .model_card import render_card
@@ -57,14 +58,30 @@ def build_model(backbone: str, args: Mapping[str, Any], source: str, overrides: 
     return model
 
 
-def list_models(pattern: str = "*", include_aliases: bool = False) -> list[str]:
-    """Registered preset names matching the fnmatch ``pattern`` (an alias brings in its preset)."""
-    return get_registry().list_models(pattern, include_aliases=include_aliases)
+def list_models(pattern: str = "*", pretrained: bool = False, include_aliases: bool = False) -> list[str]:
+    """Registered preset names matching the fnmatch ``pattern`` (an alias brings in its preset), as
+    ``timm.list_models``; ``pretrained=True`` keeps only presets with published weights."""
+    registry = get_registry()
+    names = registry.list_models(pattern, include_aliases=include_aliases)
+    if pretrained:
+        names = [n for n in names if registry.preset(n).pretrained is not None]
+    return names
 
 
-def create_model(backbone: str, **args: Any) -> "Backbone":
-    """Build registered backbone ``backbone`` from config fields ``args`` (random weights)."""
-    return build_model(backbone, args, f"{backbone} config")
+def create_model(name: str, pretrained: bool = False, **args: Any) -> "Backbone":
+    """timm's name for :func:`load`: a preset, ``hf-hub:``/``local-dir:`` reference or saved directory
+    (``args`` are config overrides); or a registered *backbone* name built from config fields ``args``
+    with random weights, e.g. ``create_model("pot", width=64, ...)``."""
+    registry = get_registry()
+    if registry.has_preset(name) or is_saved_model_reference(name):
+        return load(name, pretrained=pretrained, **args)
+    if name in registry.names("backbone"):
+        if pretrained:
+            raise HubError(f"{name!r} is a bare backbone and has no weights; name a preset "
+                           f"(opzoo.list_models(pretrained=True)) or a saved repo")
+        return build_model(name, args, f"{name} config")
+    raise UnknownNameError("model or backbone", name, [*registry.list_models(include_aliases=True),
+                                                       *registry.names("backbone")])
 
 
 def build_preset(preset: Preset, overrides: Mapping[str, Any] | None = None) -> "Backbone":
@@ -141,10 +158,10 @@ def convert_to_repo(converter: str, path: str | os.PathLike, out_dir: str | os.P
 
 
 # ---- saved repos ---------------------------------------------------------------------------------
-def save_pretrained(model: "Backbone", save_directory: str | os.PathLike) -> Path:
-    """Write config.json, model.safetensors and README.md (the preset's model card, filled in) into
-    ``save_directory``; a failure leaves any earlier repo there as it was."""
-    return _write_model_repo(model, save_directory)
+def save_pretrained(model: "Backbone", save_directory: str | os.PathLike, card: str | None = None) -> Path:
+    """Write config.json, model.safetensors and README.md (model card template ``card``, default the
+    preset's card, filled in) into ``save_directory``; a failure leaves any earlier repo there as it was."""
+    return _write_model_repo(model, save_directory, card)
 
 
 def _write_model_repo(model: "Backbone", save_directory: str | os.PathLike, card: str | None = None) -> Path:
@@ -209,7 +226,9 @@ def load(name: str | os.PathLike, pretrained: bool = False, **overrides: Any) ->
     """A model by preset name, ``hf-hub:org/repo[@rev]``, ``local-dir:PATH`` or existing directory.
 
     ``pretrained=True`` loads a preset's published weights (converted on load when they are in a
-    foreign format); ``overrides`` replace config fields, e.g. ``load("fno-2d", modes=24)``.
+    foreign format); ``overrides`` replace config fields, e.g. ``load("fno-2d", modes=24)``. With
+    ``pretrained=True`` the shape fields ``in_channels``, ``out_channels``, ``in_timesteps`` and
+    ``img_size`` adapt the weights instead (:func:`adapt_loaded`), as timm's ``in_chans`` does.
     """
     name = str(name)
     if name.startswith(HF_HUB_PREFIX):
@@ -223,13 +242,99 @@ def load(name: str | os.PathLike, pretrained: bool = False, **overrides: Any) ->
     if is_saved_model_reference(name):
         return from_pretrained(name, **overrides)
     preset = get_registry().preset(name)
+    if not pretrained:
+        return build_preset(preset, overrides)
+    shape = {k: overrides.pop(k) for k in SHAPE_FIELDS if k in overrides}
     model = build_preset(preset, overrides)
-    if pretrained:
+    try:
         load_preset_weights(model, preset)
-    return model
+    except WeightsError as e:
+        if not overrides:
+            raise
+        raise WeightsError(f"{e}\nThe overrides {sorted(overrides)} change tensors the published weights fix. "
+                           f"With pretrained=True only {', '.join(SHAPE_FIELDS)} adapt the weights at load time; "
+                           f"drop the other overrides, or load with pretrained=False") from None
+    return adapt_loaded(model, preset.name, shape)
+
+
+def adapt_loaded(model: "Backbone", name: str, shape: Mapping[str, Any]) -> "Backbone":
+    """``model`` with its published weights brought to the shape fields ``shape`` (``in_channels``,
+    ``out_channels``, ``in_timesteps``, ``img_size``) by :func:`opzoo.adapt.adapt_model`, as timm does for
+    ``in_chans``: copy what matches, interpolate positional embeddings, initialize the rest.
+
+    ``in_channels`` alone changes ``out_channels`` too when the model maps C -> C (an auto-regressive
+    operator predicts the channels it reads)."""
+    if not shape:
+        return model
+    c = model.config
+    shape = dict(shape)
+    if "in_channels" in shape and "out_channels" not in shape and c.in_channels == c.out_channels:
+        shape["out_channels"] = shape["in_channels"]
+    try:
+        return adapt_model(model, **shape)
+    except ConfigError as e:
+        raise ConfigError(f"{name}: the published weights cannot be adapted to {shape}: {e}. What adapts at load "
+                          f"time: {', '.join(SHAPE_FIELDS)} (with io_layout); other fields must match the weights, "
+                          f"or load with pretrained=False") from None
+
+
+def source_description(source: PretrainedSource, owner: str | None = None) -> str:
+    """Where weights come from, for headers and ``opzoo info``: the Hub repo, file and revision, or the
+    package (with its version) they ship in."""
+    if source.repo_id is not None:
+        text = (f"hf-hub:{source.repo_id} file {source.filename or WEIGHTS_NAME}, "
+                f"revision {source.revision or 'main (latest)'}")
+    else:
+        version = _distribution_version(owner) if owner else None
+        where = f"package {owner} {version}" if version else "directory"
+        text = f"{where}: {source.directory}"
+    return text + (f", converted by {source.converter!r}" if source.converter else "")
+
+
+def _distribution_version(distribution: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except (PackageNotFoundError, ValueError):
+        return None
+
+
+def saved_pretrained_cfg(name: str) -> dict:
+    """The ``pretrained_cfg`` in a saved model's ``config.json`` (only that file is read or fetched)."""
+    from .config import CONFIG_NAME
+
+    name = str(name)
+    if name.startswith(HF_HUB_PREFIX):
+        repo, _, revision = name[len(HF_HUB_PREFIX):].partition("@")
+        return read_config(hub_download(repo, CONFIG_NAME, revision or None))["pretrained_cfg"]
+    path = Path(name.removeprefix(LOCAL_DIR_PREFIX)).expanduser()
+    return read_config(path / CONFIG_NAME)["pretrained_cfg"]
+
+
+def resolve_weights(name: str, pretrained: bool | None) -> tuple[bool, str]:
+    """``(pretrained, header)`` for a command that runs model ``name``: ``pretrained=None`` (the default
+    of ``eval``, ``rollout``, ``finetune``) means a preset's published weights when it has some, else
+    random init; ``header`` is the one line saying which weights run."""
+    name = str(name)
+    if is_saved_model_reference(name):
+        if pretrained is False:
+            raise ConfigError(f"--no-pretrained applies to presets; {name} is a saved model and always loads its weights")
+        return True, f"weights: {name} (a saved opzoo repo)"
+    preset = get_registry().preset(name)
+    if pretrained is None:
+        pretrained = preset.pretrained is not None
+    if pretrained:
+        if preset.pretrained is None:
+            raise HubError(f"preset {preset.name!r} has no published weights; drop --pretrained (or pass "
+                           f"--no-pretrained) to run it from random init")
+        return True, f"weights: {preset.name} pretrained, from {source_description(preset.pretrained, preset.owner)}"
+    why = "--no-pretrained" if preset.pretrained is not None else "this preset publishes no weights"
+    return False, f"weights: {preset.name} random init ({why})"
 
 
 __all__ = [
+    "source_description", "resolve_weights", "saved_pretrained_cfg", "adapt_loaded",
     "build_model", "create_model", "build_preset", "list_models", "load", "from_pretrained", "save_pretrained",
     "push_to_hub", "convert_file", "convert_to_repo", "load_preset_weights", "pretrained_file",
     "is_saved_model_reference",

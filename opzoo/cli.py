@@ -8,14 +8,15 @@ import sys
 from typing import Sequence
 
 from ._version import __version__
-from .cli_common import parse_overrides, run_parser
+from .cli_common import Parser, parse_overrides, run_parser
 
 
 def cmd_list(args) -> int:
     from .builder import list_models
 
-    names = list_models(args.pattern, include_aliases=args.aliases)
-    print("\n".join(names) if names else f"no models match {args.pattern!r}")
+    names = list_models(args.pattern, pretrained=args.pretrained, include_aliases=args.aliases)
+    what = "models with published weights" if args.pretrained else "models"
+    print("\n".join(names) if names else f"no {what} match {args.pattern!r}")
     return 0
 
 
@@ -23,7 +24,7 @@ def _preset_info(name: str, overrides: dict) -> tuple[dict, object]:
     """A registered preset (or alias), built on the meta device: no memory, no weights."""
     import torch
 
-    from .builder import build_preset
+    from .builder import build_preset, source_description
     from .plugins import get_registry
 
     preset = get_registry().preset(name)
@@ -37,7 +38,8 @@ def _preset_info(name: str, overrides: dict) -> tuple[dict, object]:
         "plugin": preset.owner,
         "pretrained": None if src is None else {"location": src.location, "repo_id": src.repo_id,
                                                  "filename": src.filename, "revision": src.revision,
-                                                 "converter": src.converter},
+                                                 "converter": src.converter,
+                                                 "description": source_description(src, preset.owner)},
         "pretrained_cfg": dict(preset.pretrained_cfg),
     }, model
 
@@ -80,12 +82,16 @@ def cmd_info(args) -> int:
     print(f"  parameters: {n_params:,}")
     src = info["pretrained"]
     if src is None:
-        weights = "none published"
+        weights = "none published (random init; train it with `opzoo pretrain` or `opzoo finetune --no-pretrained`)"
     elif "source" in src:
         weights = f"loaded from {src['source']}"
     else:
-        weights = src["location"] + (" / " + src["filename"] if src["filename"] else "")
+        weights = src["description"]
     print(f"  weights:    {weights}")
+    lr = info["pretrained_cfg"].get("finetune_lr")
+    if lr is not None:
+        why = info["pretrained_cfg"].get("finetune_lr_source")
+        print(f"  finetune lr: {lr:g} (`opzoo finetune`'s default{'; ' + why if why else ''})")
     print("  config:")
     for k, v in info["config"].items():
         print(f"    {k}: {json.dumps(v)}")
@@ -110,9 +116,11 @@ def cmd_plugins(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from .builder import load
+    from .builder import is_saved_model_reference, load, resolve_weights
 
-    model = load(args.name, pretrained=args.pretrained, **parse_overrides(args.set))
+    pretrained, header = resolve_weights(args.name, True if is_saved_model_reference(args.name) else args.pretrained)
+    print(header.replace("(--no-pretrained)", "(export without --pretrained)"))
+    model = load(args.name, pretrained=pretrained, **parse_overrides(args.set))
     out = model.save_pretrained(args.out)
     print(f"wrote {out}/config.json, model.safetensors, README.md")
     return 0
@@ -142,14 +150,19 @@ def cmd_demo(args) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="opzoo", description="A zoo of neural operators for time-dependent PDEs.")
+def build_parser(plugin_commands: bool = True) -> argparse.ArgumentParser:
+    """The ``opzoo`` parser; ``plugin_commands=False`` leaves out the commands plugins add, which would
+    import every plugin (and torch): ``opzoo --help`` then names the plugins from their entry-point
+    metadata instead, and a core command never needs them."""
+    parser = Parser(prog="opzoo", description="A zoo of neural operators for time-dependent PDEs.")
     parser.add_argument("--version", action="version", version=f"opzoo {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
 
     p = sub.add_parser("list", help="list registered models")
     p.add_argument("pattern", nargs="?", default="*", help="fnmatch pattern, e.g. 'dpot-*'")
     p.add_argument("--aliases", action="store_true", help="also list aliases")
+    p.add_argument("--pretrained", action="store_true", help="only presets with published weights (timm's "
+                                                              "list_models(pretrained=True))")
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("info", help="show a model's config, parameter count and weights")
@@ -192,10 +205,29 @@ def build_parser() -> argparse.ArgumentParser:
 
     for add_commands in _command_providers():
         add_commands(sub)
-    from .plugins import get_plugin_host
+    if plugin_commands:
+        from .plugins import get_plugin_host
 
-    get_plugin_host().add_commands(sub)
+        get_plugin_host().add_commands(sub)
+    else:
+        names = _plugin_distributions()
+        if names:
+            parser.epilog = (f"Installed plugins ({', '.join(names)}) may add commands; they are not imported for "
+                             f"--help: `opzoo plugins` lists them, `opzoo COMMAND --help` shows one.")
     return parser
+
+
+def _plugin_distributions() -> list[str]:
+    """Distributions with an ``opzoo`` entry point, from metadata only (nothing is imported)."""
+    from importlib.metadata import entry_points
+
+    from .hookspecs import PROJECT_NAME  # the entry-point group opzoo.plugins discovers
+
+    return sorted({ep.dist.name if ep.dist is not None else ep.name for ep in entry_points(group=PROJECT_NAME)})
+
+
+CORE_COMMANDS = frozenset({"list", "info", "plugins", "export", "convert", "push", "demo", "data", "pretrain",
+                           "finetune", "eval", "rollout"})
 
 
 def _command_providers():
@@ -207,8 +239,14 @@ def _command_providers():
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args == ["--version"]:  # before any parser is built: no plugin, no torch
+        print(f"opzoo {__version__}")
+        return 0
+    # a core command (or the top-level --help) needs no plugin imported; anything else may be a plugin's
+    core = not args or args[0] in ("-h", "--help") or args[0] in CORE_COMMANDS
     try:
-        return run_parser(build_parser(), argv)
+        return run_parser(build_parser(plugin_commands=not core), args)
     except BrokenPipeError:  # e.g. `opzoo list | head`: the reader left, which is not an error
         import os
 

@@ -26,6 +26,27 @@ def parse_overrides(pairs: Sequence[str] | None) -> dict:
     return out
 
 
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """``--help`` shows every option's default (as ``ArgumentDefaultsHelpFormatter``), except where the
+    help text already says it or there is none to show (None, False, empty)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if ("default" in text or default is None or default is False or default is argparse.SUPPRESS
+                or default == [] or not action.option_strings):
+            return text
+        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose help shows defaults (sub-commands' too: pass it as ``parser_class``)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
 def run_parser(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the chosen command; an opzoo error is one line on stderr and exit code 2."""
     args = parser.parse_args(argv)
@@ -38,9 +59,9 @@ def run_parser(parser: argparse.ArgumentParser, argv: Sequence[str] | None = Non
 
 def command_group_main(add_commands, prog: str, argv: Sequence[str] | None = None) -> int:
     """``python -m opzoo.<group>.cli ...``: one command group on its own."""
-    parser = argparse.ArgumentParser(prog=prog)
-    add_commands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    parser = Parser(prog=prog)
+    add_commands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser))
     return run_parser(parser, argv)
 
 
-__all__ = ["parse_overrides", "run_parser", "command_group_main"]
+__all__ = ["Parser", "DefaultsHelpFormatter", "parse_overrides", "run_parser", "command_group_main"]

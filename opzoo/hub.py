@@ -142,20 +142,66 @@ def verify_weights(document: Mapping[str, Any], weights_path: str | os.PathLike)
 _REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 
 
+HUB_WAIT_ENV = "OPZOO_HUB_WAIT"  # seconds opzoo waits for the Hub to answer before it gives up (default 3)
+DEFAULT_HUB_WAIT = 3.0
+
+
+def hub_wait() -> float:
+    """How long to keep trying to reach the Hub: ``$OPZOO_HUB_WAIT`` seconds (default 3)."""
+    value = os.environ.get(HUB_WAIT_ENV, "")
+    try:
+        return max(0.0, float(value)) if value else DEFAULT_HUB_WAIT
+    except ValueError:
+        raise HubError(f"{HUB_WAIT_ENV}={value!r} is not a number of seconds") from None
+
+
+def hub_unreachable(wait: float | None = None) -> str | None:
+    """Why the Hub's endpoint cannot be reached (None when it answers): TCP connects retried for at most
+    ``wait`` seconds (:func:`hub_wait`), instead of huggingface_hub's own retries (about 30 s)."""
+    import socket
+    import time
+    from urllib.parse import urlsplit
+
+    url = urlsplit(constants.ENDPOINT)
+    host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)
+    deadline = time.monotonic() + (hub_wait() if wait is None else wait)
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=max(0.5, deadline - time.monotonic())):
+                return None
+        except OSError as e:
+            reason = f"{host}:{port}: {e.strerror or e}"
+        if time.monotonic() + 0.5 >= deadline:
+            return reason
+        time.sleep(0.5)
+
+
+def _fetch_command(repo_id: str, filename: str, revision: str | None) -> str:
+    return f"hf download {repo_id} {filename}{' --revision ' + revision if revision else ''}"
+
+
 def hub_download(repo_id: str, filename: str, revision: str | None = None, **kwargs: Any) -> Path:
-    """``hf_hub_download`` with errors that say what to do, offline included."""
+    """``hf_hub_download`` with one-line errors that name the file and the command that fetches it; when
+    the file is not cached and the Hub cannot be reached, it fails within :func:`hub_wait` seconds."""
     where = f"{repo_id}{'@' + revision if revision else ''}"
+    missing = (f"{filename} of {where} is not in the Hugging Face cache ({constants.HF_HUB_CACHE})")
+    fetch = (f"fetch it on a machine with network with `{_fetch_command(repo_id, filename, revision)}` "
+             f"(into the same cache), or load a local copy of the repo with opzoo.load('local-dir:PATH')")
+    offline = constants.is_offline_mode()
+    if not offline and not kwargs.get("local_files_only"):
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(repo_id, filename, revision=revision, cache_dir=kwargs.get("cache_dir"))
+        if not isinstance(cached, str):
+            reason = hub_unreachable()
+            if reason is not None:
+                raise HubError(f"{missing} and the Hub could not be reached ({reason}, tried for "
+                               f"{hub_wait():g} s; {HUB_WAIT_ENV} sets how long); {fetch}")
     try:
         return Path(hf_hub_download(repo_id, filename, revision=revision, **kwargs))
     except LocalEntryNotFoundError:
-        offline = constants.is_offline_mode()
-        reason = "the Hub is offline (HF_HUB_OFFLINE=1)" if offline else "the Hub could not be reached"
-        raise HubError(
-            f"{filename} of {where} is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and {reason}. "
-            f"Fetch it on a machine with network with `hf download {repo_id}"
-            f"{' --revision ' + revision if revision else ''}` (the same cache), or unset HF_HUB_OFFLINE; "
-            f"a copy of the repo in a local directory loads with opzoo.load('local-dir:PATH')."
-        ) from None
+        reason = "HF_HUB_OFFLINE=1 is set" if offline else "the Hub could not be reached"
+        raise HubError(f"{missing} and {reason}; {fetch}") from None
     except RepositoryNotFoundError:
         raise HubError(f"Hub repo {repo_id!r} not found (or private: log in with `hf auth login`)") from None
     except GatedRepoError:
@@ -187,10 +233,27 @@ def repo_files(repo_or_dir: str | os.PathLike, revision: str | None = None, **kw
 def upload_folder(folder: str | os.PathLike, repo_id: str, *, token: str | None = None, private: bool | None = None,
                   **kwargs: Any):
     """Create Hub repo ``repo_id`` if needed and upload ``folder`` as one commit (``kwargs``: ``revision``,
-    ``commit_message``, ``create_pr``...)."""
+    ``commit_message``, ``create_pr``...). Failures are one-line HubErrors (offline within :func:`hub_wait`)."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    what = f"uploading {folder} to Hub repo {repo_id}"
+    if constants.is_offline_mode():
+        raise HubError(f"{what}: HF_HUB_OFFLINE=1 is set; unset it on a machine with network and run "
+                       f"`opzoo push {folder} {repo_id}` again")
+    reason = hub_unreachable()
+    if reason is not None:
+        raise HubError(f"{what}: the Hub could not be reached ({reason}, tried for {hub_wait():g} s); run "
+                       f"`opzoo push {folder} {repo_id}` again on a machine with network")
     api = HfApi(token=token)
-    api.create_repo(repo_id, private=private, exist_ok=True)
-    return api.upload_folder(repo_id=repo_id, folder_path=str(folder), **kwargs)
+    try:
+        api.create_repo(repo_id, private=private, exist_ok=True)
+        return api.upload_folder(repo_id=repo_id, folder_path=str(folder), **kwargs)
+    except HfHubHTTPError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        login = " (log in with `hf auth login`, with write access to the repo)" if "401" in first or "403" in first else ""
+        raise HubError(f"{what}: {first}{login}") from None
+    except OSError as e:  # the connection dropped half-way
+        raise HubError(f"{what}: the connection failed ({e}); run `opzoo push {folder} {repo_id}` again") from None
 
 
 def push_folder_to_hub(folder: str | os.PathLike, repo_id: str, **kwargs: Any):
@@ -203,6 +266,7 @@ def push_folder_to_hub(folder: str | os.PathLike, repo_id: str, **kwargs: Any):
 
 
 __all__ = [
-    "write_repo", "verify_weights", "repo_files", "push_folder_to_hub", "upload_folder", "load_weights", "load_state_dict_strict",
-    "check_state_dict", "hub_download", "WEIGHTS_NAME", "CARD_NAME",
+    "write_repo", "verify_weights", "repo_files", "push_folder_to_hub", "upload_folder", "load_weights",
+    "load_state_dict_strict", "check_state_dict", "hub_download", "hub_unreachable", "hub_wait", "WEIGHTS_NAME",
+    "CARD_NAME",
 ]

@@ -30,6 +30,9 @@ class PretrainedCfg:
     source: Optional[str] = None  # where the weights came from (e.g. an official checkpoint)
     adapted_from: Optional[str] = None  # the shapes of the model these weights were adapted from
     license: Optional[str] = None
+    # the max lr `opzoo finetune` uses by default for these weights, and where that value comes from
+    finetune_lr: Optional[float] = None
+    finetune_lr_source: Optional[str] = None
 
 
 def _check_values(cfg: PretrainedCfg, where: str) -> None:
@@ -45,6 +48,9 @@ def _check_values(cfg: PretrainedCfg, where: str) -> None:
     fields, channels = getattr(cfg, "fields", None), getattr(cfg, "channels", None)
     if fields is not None and channels is not None and len(fields) != channels:
         raise ConfigError(f"{where}.fields: {len(fields)} names for channels={channels}")
+    lr = getattr(cfg, "finetune_lr", None)
+    if lr is not None and not 0 < lr < 1:
+        raise ConfigError(f"{where}.finetune_lr: a learning rate in (0, 1), got {lr}")
     varying = getattr(cfg, "time_varying_fields", None)
     if varying is not None and fields is not None and set(varying) - set(fields):
         raise ConfigError(f"{where}.time_varying_fields: {sorted(set(varying) - set(fields))} are not in fields "

@@ -21,16 +21,27 @@ draws them by dataset weight, seeded and DDP-aware; ``TrajectoryDataset`` gives 
 from a list of ``DataSpec``.
 """
 
-from opzoo.data.canonical import CanonicalWriter, write_canonical
-from opzoo.data.convert import convert_to_canonical
-from opzoo.data.datasets import TrajectoryDataset, WindowDataset, train_test_split
+
+from opzoo._lazy import lazy_exports
 from opzoo.data.errors import DataFormatError, GeneratorError, NonFiniteDataError, UnknownLayoutError
-from opzoo.data.generators import GENERATORS, generate, make_generator
-from opzoo.data.inspect import inspect_file
-from opzoo.data.mixture import DataSpec, MixtureDataset, make_mixture, make_trajectory_sets
-from opzoo.data.readers import LAYOUTS, SourceInfo, TrajectorySource, detect_layout, open_source
-from opzoo.data.sampler import BalancedSampler
-from opzoo.data.transforms import pad_channels, resize
+
+# imported on first use (PEP 562): the readers need h5py, the generators and datasets torch, and
+# `opzoo --help` builds the `opzoo data` parser without either. name -> the module that defines it.
+_LAZY = {
+    **dict.fromkeys(["CanonicalWriter", "write_canonical"], "opzoo.data.canonical"),
+    "convert_to_canonical": "opzoo.data.convert",
+    **dict.fromkeys(["TrajectoryDataset", "WindowDataset", "train_test_split"], "opzoo.data.datasets"),
+    **dict.fromkeys(["GENERATORS", "generate", "make_generator"], "opzoo.data.generators"),
+    "inspect_file": "opzoo.data.inspect",
+    **dict.fromkeys(["DataSpec", "MixtureDataset", "make_mixture", "make_trajectory_sets"], "opzoo.data.mixture"),
+    **dict.fromkeys(["LAYOUTS", "SourceInfo", "TrajectorySource", "detect_layout", "open_source"], "opzoo.data.readers"),
+    "BalancedSampler": "opzoo.data.sampler",
+    **dict.fromkeys(["pad_channels", "resize"], "opzoo.data.transforms"),
+}
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
+
 
 __all__ = [
     "BalancedSampler",

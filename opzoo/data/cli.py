@@ -12,12 +12,14 @@ import argparse
 import sys
 from typing import Sequence
 
-import torch
-
 from opzoo.cli_common import command_group_main, parse_overrides
 from opzoo.data.errors import DataFormatError, GeneratorError
 
-_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+_DTYPES = ("float32", "float64")
+# the names of opzoo.data.generators.GENERATORS and opzoo.data.readers.LAYOUTS, so that building this
+# parser imports neither torch nor h5py (tests/data/test_cli.py checks they match)
+GENERATOR_KINDS = ("burgers", "darcy", "diffusion-reaction", "ns", "swe")
+LAYOUT_NAMES = ("array", "canonical", "fno-mat", "pdebench-cfd", "pdebench-groups", "pdebench-tensor", "the-well")
 
 
 def _generator_options(items: Sequence[str]) -> dict:
@@ -34,7 +36,9 @@ def run_generate(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None:
             options[name] = value
-    options["dtype"] = _DTYPES[args.dtype]
+    import torch
+
+    options["dtype"] = getattr(torch, args.dtype)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     try:
@@ -69,8 +73,7 @@ def add_data_commands(subparsers: argparse._SubParsersAction) -> argparse.Argume
 
     Each leaf stores its handler as ``func`` (``args.func(args) -> int`` exit code).
     """
-    from opzoo.data.generators import GENERATORS
-    from opzoo.data.readers import LAYOUTS
+    GENERATORS, LAYOUTS = GENERATOR_KINDS, LAYOUT_NAMES
 
     data = subparsers.add_parser("data", help="generate and inspect PDE trajectory files")
     data.set_defaults(func=lambda args: (data.print_help(), 2)[1])
@@ -102,7 +105,9 @@ def add_data_commands(subparsers: argparse._SubParsersAction) -> argparse.Argume
 
     ins = commands.add_parser("inspect", help="print layout, shapes, fields, time steps and statistics of a file")
     ins.add_argument("file")
-    ins.add_argument("--layout", choices=sorted(LAYOUTS), default=None, help="force a layout (default: detect)")
+    ins.add_argument("--layout", default=None, help=f"force a layout: {', '.join(sorted(LAYOUTS))}, or array:<axes> "
+                                                     f"for a .npy/.npz/.pt in another order, e.g. array:NTXYC "
+                                                     f"(default: detected)")
     ins.add_argument("--max-samples", type=int, default=None, help="statistics over at most this many samples")
     ins.set_defaults(func=run_inspect)
     return data

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from timm.layers import Mlp
+from .mlp import Mlp
 
 from ..interfaces import FeedForward
 from .norm_act import make_activation

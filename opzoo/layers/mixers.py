@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from timm.layers import Mlp
+from .mlp import Mlp
 from torch import Tensor
 
 from ..interfaces import Mixer

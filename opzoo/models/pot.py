@@ -21,7 +21,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
-from timm.layers import trunc_normal_
+from ..layers.weight_init import trunc_normal_
 from torch import Tensor, nn
 
 from ..config import ModelConfig

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from timm.layers import Mlp
+from ..layers.mlp import Mlp
 from torch import Tensor, nn
 
 from ..config import ModelConfig

@@ -6,22 +6,33 @@
 Plugins change optimization through :class:`OptimizerHook` (see ``docs/training.md``).
 """
 
-from .checkpoint import CheckpointReadError, latest_checkpoint, list_checkpoints, read_checkpoint
-from .config import RunConfig, load_run_config, parse_run_config, read_document
-from .data import Adapt, H5Trajectories, StepBatchSampler
-from .ema import EMA
-from .evaluate import DatasetResult, evaluate_dataset, write_results
-from .adapt import adapt_model
-from .finetune import adapt_to_data, finetune_config
-from .hooks import OptimizerHook, StepContext
-from .logger import read_log
-from .losses import l2_full, l2_per_step, relative_l2_loss
-from .noise import add_denoising_noise, denoising_noise
-from .optim import build_optimizer, build_param_groups
-from .schedule import one_cycle_factor, schedule_factor
-from .trainer import Trainer, TrainingDivergedError, TrainResult
-from .run_dir import HARMLESS_KEYS, RunDirBusyError, RunDirError
-from .stop import RunStopped
+
+from .._lazy import lazy_exports
+
+# imported on first use (PEP 562), so that the `opzoo` parser (opzoo.training.cli) needs no torch:
+# name -> the module of this package that defines it
+_LAZY = {
+    **dict.fromkeys(["CheckpointReadError", "latest_checkpoint", "list_checkpoints", "read_checkpoint"], ".checkpoint"),
+    **dict.fromkeys(["RunConfig", "load_run_config", "parse_run_config", "read_document"], ".config"),
+    **dict.fromkeys(["Adapt", "H5Trajectories", "StepBatchSampler"], ".data"),
+    "EMA": ".ema",
+    **dict.fromkeys(["DatasetResult", "evaluate_dataset", "write_results"], ".evaluate"),
+    "adapt_model": ".adapt",
+    **dict.fromkeys(["adapt_to_data", "finetune_config"], ".finetune"),
+    **dict.fromkeys(["OptimizerHook", "StepContext"], ".hooks"),
+    "read_log": ".logger",
+    **dict.fromkeys(["l2_full", "l2_per_step", "relative_l2_loss"], ".losses"),
+    **dict.fromkeys(["add_denoising_noise", "denoising_noise"], ".noise"),
+    **dict.fromkeys(["build_optimizer", "build_param_groups"], ".optim"),
+    **dict.fromkeys(["one_cycle_factor", "schedule_factor"], ".schedule"),
+    **dict.fromkeys(["Trainer", "TrainingDivergedError", "TrainResult"], ".trainer"),
+    **dict.fromkeys(["HARMLESS_KEYS", "RunDirBusyError", "RunDirError"], ".run_dir"),
+    "RunStopped": ".stop",
+}
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
+
 
 __all__ = [
     "Trainer", "TrainResult", "TrainingDivergedError", "RunConfig", "load_run_config", "parse_run_config", "read_document",

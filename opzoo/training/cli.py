@@ -7,6 +7,7 @@ its own (also under ``torchrun --nproc_per_node=N -m opzoo.training.cli pretrain
 
 from __future__ import annotations
 
+import argparse
 import functools
 import sys
 from pathlib import Path
@@ -48,17 +49,21 @@ def _one_line_errors(command):
     return run
 
 
-def _report(result, finetune: bool = False) -> None:
+def _report(result, finetune: bool = False, from_scratch: bool = False) -> None:
+    """The end-of-run summary; ``finetune``: step 0 against the end, named zero-shot / fine-tuned, or
+    random init / trained ``from_scratch``, with the persistence baseline."""
     if not _is_main() or result.already_finished:
         return
     last = result.evals.get(result.steps)
     first = result.evals.get(0)
     print(f"trained {result.steps} steps -> {result.run_dir}")
     if finetune and last and first:
+        before, after = ("random init", "trained") if from_scratch else ("zero-shot", "fine-tuned")
         for r in last:
             zero = next(f.l2_full for f in first if f.name == r.name)
-            print(f"  test l2 full {r.name}: zero-shot {zero:.4g} -> fine-tuned {r.l2_full:.4g} "
-                  f"({100 * (r.l2_full - zero) / zero:+.1f} %)")
+            base = f"; persistence {r.persistence.l2_full:.4g}" if r.persistence else ""
+            print(f"  test l2 full {r.name}: {before} {zero:.4g} -> {after} {r.l2_full:.4g} "
+                  f"({100 * (r.l2_full - zero) / zero:+.1f} %){base}")
     elif last:
         for r in last:
             before = next((f.l2_full for f in first if f.name == r.name), None) if first else None
@@ -82,28 +87,66 @@ def cmd_pretrain(args) -> int:
     return 0
 
 
+def _command_line() -> str:
+    """The command as typed (``opzoo ...``), for the model card."""
+    import shlex
+
+    return shlex.join(["opzoo", *sys.argv[1:]])
+
+
+def _header(line: str) -> None:
+    if _is_main():
+        print(line, flush=True)
+
+
+def _say_array_order(paths: Sequence[str], layout: str | None) -> None:
+    """A plain array carries no axis names: say how each one is read, and how to read it otherwise."""
+    from ..data.readers.arrays import SUFFIXES
+
+    for path in paths:
+        if str(path).lower().endswith(SUFFIXES) and (layout or "array").partition(":")[0] == "array":
+            from .data import H5Trajectories
+
+            src = H5Trajectories(path, layout)
+            axes = ["N", *"XYZ"[:len(src.spatial)], "T", "C"]
+            _header(f"data: {path} read as [{', '.join(axes)}] = {list(src.source.shape)} "
+                    f"({'--layout ' + layout if layout else 'the canonical order; another: --layout array:<axes>'})")
+
+
 def cmd_finetune(args) -> int:
-    from .finetune import finetune_config
+    from ..builder import resolve_weights
+    from .finetune import finetune_config, recommended_lr
     from .trainer import Trainer
 
-    cfg = finetune_config(args.model, args.data, args.out, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
+    pretrained, header = resolve_weights(args.model, args.pretrained)
+    _header(header)
+    _say_array_order(args.data, args.layout)
+    lr, why = (args.lr, "--lr") if args.lr is not None else recommended_lr(args.model, pretrained)
+    _header(f"lr: {lr:g} ({why})")
+    cfg = finetune_config(args.model, args.data, args.out, steps=args.steps, batch_size=args.batch_size, lr=lr,
                           resolution=args.resolution, in_timesteps=args.in_timesteps, test_fraction=args.test_fraction,
-                          pretrained=not args.no_pretrained, overrides=parse_overrides(args.set))
-    _report(Trainer(cfg).fit(new=args.new), finetune=True)
+                          pretrained=pretrained, layout=args.layout, overrides=parse_overrides(args.set))
+    trainer = Trainer(cfg)
+    trainer.command = _command_line()
+    _report(trainer.fit(new=args.new), finetune=True, from_scratch=not pretrained)
     return 0
 
 
-def _load_model(name: str, pretrained: bool):
-    from ..builder import load
+def _load_model(name: str, pretrained: bool | None):
+    """The model a command runs, and print the header line saying which weights those are."""
+    from ..builder import load, resolve_weights
 
+    pretrained, header = resolve_weights(name, pretrained)
+    _header(header)
     return load(name, pretrained=pretrained).eval()
 
 
-def _adapt_for(model, data_paths: Sequence[str], resolution):
+def _adapt_for(model, data_paths: Sequence[str], resolution, layout: str | None = None):
     from .build import model_resolution
     from .data import Adapt, H5Trajectories
 
-    sources = [H5Trajectories(p) for p in data_paths]
+    _say_array_order(data_paths, layout)
+    sources = [H5Trajectories(p, layout) for p in data_paths]
     fields = getattr(model, "pretrained_cfg", {}).get("fields")
     if fields and getattr(model.config, "in_channels", None) == len(fields):  # a model that names its channels
         for src in sources:
@@ -144,16 +187,35 @@ def _vrmse_fields(model, src) -> dict[str, int] | None:
     return {n: names.index(n) for n in wanted}
 
 
+def _split_of(src, split: str, test_fraction: float):
+    """The ``split`` (test, train or all) of a file, by training's rule (:func:`opzoo.training.data.split`:
+    the last ``test_fraction`` of the trajectories are the test split)."""
+    from .data import split as split_file
+
+    if split == "all":
+        return src, f"all {len(src)} trajectories"
+    train, test = split_file(src.path, src.layout, None, test_fraction)
+    for part in (train, test):
+        part.channel_index = src.channel_index
+        part.shape = src.shape
+    chosen = test if split == "test" else train
+    idx = chosen.indices
+    return chosen, (f"{split} split: trajectories {idx[0]}-{idx[-1]} of {src.shape[0]} "
+                    f"(test = the last {test_fraction:g} of the file, as in training)")
+
+
 def cmd_eval(args) -> int:
-    from .evaluate import evaluate_dataset, write_results
-    from .plots import plot_error_curves, plot_rollout_panels
+    from .evaluate import evaluate_dataset, with_persistence, write_results
+    from .plots import plot_error_curves, plot_rollout_panels, rollout_title
 
     model = _load_model(args.model, args.pretrained)
-    adapt, sources = _adapt_for(model, args.data, args.resolution)
+    adapt, sources = _adapt_for(model, args.data, args.resolution, args.layout)
+    split = [_split_of(src, args.split, args.test_fraction) for src in sources]
+    sources = [src for src, _ in split]
     bad = _bad_trajectories(sources, adapt, args.horizon, args.max_trajectories, args.skip_bad_trajectories)
     out = Path(args.out)
     results = []
-    for path, src, skipped in zip(args.data, sources, bad):
+    for path, src, (_, which), skipped in zip(args.data, sources, split, bad):
         name = Path(path).stem
         if skipped:
             print(f"{name}: skipped {len(skipped)} trajectory(ies) with NaN/Inf values: "
@@ -162,15 +224,21 @@ def cmd_eval(args) -> int:
                                             max_trajectories=args.max_trajectories, keep_first=True,
                                             exclude=[b.position for b in skipped],
                                             vrmse_fields=_vrmse_fields(model, src))
+        with_persistence(r, src, adapt, args.horizon, batch_size=args.batch_size, max_trajectories=args.max_trajectories,
+                         exclude=[b.position for b in skipped])
         results.append(r)
         for fname, v in r.vrmse.items():
             print(f"{name}: VRMSE {fname}: " + ", ".join(f"{k} {x:.4g}" for k, x in v.items()))
-        shown = next(src.indices[i] for i in range(len(src)) if i not in {b.position for b in skipped})
+        shown = next(i for i in range(len(src)) if i not in {b.position for b in skipped})  # its position in src
         plot_rollout_panels(truth, pred, args.plot_steps, out / f"{name}-panels.png", channel=args.channel,
-                            title=f"{name}, trajectory {shown}")
-        print(f"{name}: l2 full {r.l2_full:.4g} over {r.n_trajectories} trajectories, horizon {r.horizon}")
+                            title=rollout_title(args.model, src, shown, args.channel))
+        print(f"{name}: l2 full {r.l2_full:.4g} (persistence {r.persistence.l2_full:.4g}) over {r.n_trajectories} "
+              f"trajectories ({which}{'' if args.max_trajectories is None else f', first {r.n_trajectories}'}), "
+              f"horizon {r.horizon}")
     paths = write_results(results, out, stem="eval")
-    plot_error_curves({r.name: r.per_step for r in results}, out / "error-vs-step.png")
+    plot_error_curves({r.name: r.per_step for r in results}, out / "error-vs-step.png",
+                      persistence={r.name: r.persistence.per_step for r in results},
+                      title=f"{args.model}: rollout error per step ({args.split})")
     if any(r.expert_load for r in results):  # a model with routers: which PDE goes to which expert
         from .plots import plot_expert_load
 
@@ -186,7 +254,7 @@ def cmd_rollout(args) -> int:
     from .plots import plot_rollout_panels
 
     model = _load_model(args.model, args.pretrained)
-    adapt, (src,) = _adapt_for(model, [args.data], args.resolution)
+    adapt, (src,) = _adapt_for(model, [args.data], args.resolution, args.layout)
     t_in = adapt.in_timesteps
     if not 0 <= args.index < len(src):
         from ..errors import OpzooError
@@ -219,8 +287,10 @@ def cmd_rollout(args) -> int:
         curve = l2_per_step(p[None], truth[None], mask)[0]
         print(f"  l2 full over the {avail} steps with ground truth: {full:.4g}; last step: {float(curve[-1]):.4g}")
         if args.plot:
+            from .plots import rollout_title
+
             plot_rollout_panels(truth, p, args.plot_steps, args.plot, channel=args.channel,
-                                title=f"{Path(args.data).stem}, trajectory {args.index}")
+                                title=rollout_title(args.model, src, args.index, args.channel))
             print(f"  plot: {args.plot}")
     if args.save:
         from safetensors.torch import save_file
@@ -230,6 +300,9 @@ def cmd_rollout(args) -> int:
     return 0
 
 
+LAYOUT_HELP = ("the data files' layout when detection cannot tell (see `opzoo data inspect`): canonical, "
+               "pdebench-groups, pdebench-cfd, pdebench-tensor, fno-mat, the-well, array (.npy/.npz/.pt as "
+               "[N, *S, T, C]) or array:<axes>, e.g. array:NTXYC (default: detected)")
 NEW_HELP = ("start a new run even if the directory holds one: its contents are first moved to "
             "<dir>.replaced-<time> (nothing is deleted); without it, a run resumes only under the config it "
             "was started with")
@@ -249,16 +322,22 @@ def add_training_commands(subparsers) -> None:
         "finetune", help="fine-tune a pretrained model on your HDF5 data (more channels, another resolution or "
                          "T_in adapt its input/output layers); reports zero-shot and fine-tuned errors")
     p.add_argument("model", help="preset or alias (with --no-pretrained for random init), hf-hub:org/repo[@rev], local-dir:PATH or a saved repo dir")
-    p.add_argument("--data", nargs="+", required=True, help="canonical HDF5 file(s) with 'data' [N, *S, T, C]")
+    p.add_argument("--data", nargs="+", required=True, help="your data file(s): HDF5 in any layout opzoo reads, or "
+                                                               ".npy/.npz/.pt arrays [N, *S, T, C]")
     p.add_argument("--out", required=True, help="run directory")
-    p.add_argument("--steps", type=int, default=500)
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--lr", type=float, default=1e-4, help="max learning rate of the one-cycle schedule")
+    p.add_argument("--steps", type=int, default=500, help="optimizer steps")
+    p.add_argument("--batch-size", type=int, default=8, help="trajectory windows per step")
+    p.add_argument("--lr", type=float, help="max learning rate of the one-cycle schedule (default: the model's "
+                                            "recommended finetune_lr in its pretrained_cfg; 1e-3 from random init)")
     p.add_argument("--resolution", type=int, nargs="+",
                    help="train at this resolution, adapting the model's positional embedding (default: the model's)")
     p.add_argument("--in-timesteps", type=int, help="input window T_in, adapting the model's time aggregation")
-    p.add_argument("--test-fraction", type=float, default=0.1)
-    p.add_argument("--no-pretrained", action="store_true", help="start a preset from random weights")
+    p.add_argument("--test-fraction", type=float, default=0.1, help="the last fraction of each file's trajectories "
+                                                                   "held out for testing")
+    p.add_argument("--layout", help=LAYOUT_HELP)
+    p.add_argument("--pretrained", action=argparse.BooleanOptionalAction, default=None,
+                   help="start from the preset's published weights; --no-pretrained: random init "
+                        "(default: published weights when the preset has some)")
     p.add_argument("--set", nargs="*", default=[], metavar="SECTION.KEY=VALUE")
     p.add_argument("--new", action="store_true", help=NEW_HELP)
     p.set_defaults(func=_one_line_errors(cmd_finetune))
@@ -267,16 +346,23 @@ def add_training_commands(subparsers) -> None:
                            ("rollout", "roll out one trajectory and plot ground truth / prediction / error")):
         p = subparsers.add_parser(name, help=helptext)
         p.add_argument("model", help="preset or alias, hf-hub:org/repo[@rev], local-dir:PATH or a saved repo dir (e.g. RUN/model)")
-        p.add_argument("--pretrained", action="store_true", help="load a preset's published weights")
+        p.add_argument("--pretrained", action=argparse.BooleanOptionalAction, default=None,
+                       help="the preset's published weights; --no-pretrained: random init "
+                            "(default: published weights when the preset has some)")
         p.add_argument("--resolution", type=int, nargs="+", help="resize data to this (default: the model's)")
         p.add_argument("--plot-steps", type=int, nargs="+", default=[1, 5, 10], help="rollout steps in the panels")
         p.add_argument("--channel", type=int, default=0, help="channel shown in the panels")
+        p.add_argument("--layout", help=LAYOUT_HELP)
         if name == "eval":
             p.add_argument("--data", nargs="+", required=True)
-            p.add_argument("--out", default="eval_out")
+            p.add_argument("--out", default="eval_out", help="directory of the CSV/JSON results and PNG plots")
             p.add_argument("--horizon", type=int, help="rollout steps (default: whole trajectories)")
-            p.add_argument("--batch-size", type=int, default=8)
-            p.add_argument("--max-trajectories", type=int)
+            p.add_argument("--batch-size", type=int, default=8, help="trajectories rolled out at once")
+            p.add_argument("--split", choices=("test", "train", "all"), default="all",
+                           help="which trajectories of each file: the test split of training (the last "
+                                "--test-fraction of the file), the rest, or all")
+            p.add_argument("--test-fraction", type=float, default=0.1, help="as finetune's --test-fraction")
+            p.add_argument("--max-trajectories", type=int, help="score only the first N trajectories of the split")
             p.add_argument("--skip-bad-trajectories", action="store_true",
                            help="leave out trajectories with NaN/Inf values (counted and listed) instead of refusing")
             p.set_defaults(func=_one_line_errors(cmd_eval))

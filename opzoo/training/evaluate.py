@@ -30,6 +30,30 @@ class DatasetResult:
     expert_load: dict[str, list[float]] = field(default_factory=dict)  # router name -> share per expert (models with routers)
     skipped: list[int] = field(default_factory=list)  # trajectories (indices in the file) left out: NaN/Inf
     vrmse: dict[str, dict[str, float]] = field(default_factory=dict)  # field -> one_step/all/windows (The Well's metric)
+    persistence: "DatasetResult | None" = None  # the same trajectories scored by the persistence baseline
+
+
+class Persistence(nn.Module):
+    """The persistence baseline: every future frame is the last input frame.
+
+    ``rollout(x [B, *S, T_in, C], steps) -> [B, *S, steps, C]``.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[..., -1:, :]
+
+    def rollout(self, x: torch.Tensor, steps: int) -> torch.Tensor:
+        last = x[..., -1:, :]
+        return last.expand(*last.shape[:-2], steps, last.shape[-1]).clone()
+
+
+def with_persistence(result: DatasetResult, source: H5Trajectories, adapt: Adapt, horizon: int | None = None,
+                     batch_size: int = 8, device="cpu", max_trajectories: int | None = None,
+                     exclude: Sequence[int] = ()) -> DatasetResult:
+    """``result`` with ``persistence`` set: the same trajectories and horizon scored by :class:`Persistence`."""
+    result.persistence = evaluate_dataset(Persistence(), result.name, source, adapt, horizon, batch_size, device,
+                                          max_trajectories, exclude=exclude)
+    return result
 
 
 @torch.no_grad()
@@ -95,30 +119,37 @@ def evaluate_dataset(model: nn.Module, name: str, source: H5Trajectories, adapt:
     return (result, first) if keep_first else result
 
 
+def _result_document(r: DatasetResult) -> dict:
+    """One dataset's entry of ``eval.json`` (its persistence baseline nested in the same form)."""
+    return {"l2_full": r.l2_full, "per_step": r.per_step, "n_trajectories": r.n_trajectories, "horizon": r.horizon,
+            "l2_full_per_trajectory": r.l2_full_per_trajectory,
+            **({"expert_load": r.expert_load} if r.expert_load else {}),
+            **({"skipped_trajectories": r.skipped} if r.skipped else {}),
+            **({"vrmse": r.vrmse} if r.vrmse else {}),
+            **({"persistence": _result_document(r.persistence)} if r.persistence else {})}
+
+
 def write_results(results: Sequence[DatasetResult], out_dir: str | os.PathLike, stem: str = "eval") -> dict[str, Path]:
     """``<stem>.json`` (everything), ``<stem>.csv`` (one row per dataset), ``<stem>_per_step.csv``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / f"{stem}.json", "csv": out / f"{stem}.csv", "per_step_csv": out / f"{stem}_per_step.csv"}
     summary = {"l2_full_mean": sum(r.l2_full for r in results) / len(results),
-               "datasets": {r.name: {"l2_full": r.l2_full, "per_step": r.per_step, "n_trajectories": r.n_trajectories,
-                                     "horizon": r.horizon, "l2_full_per_trajectory": r.l2_full_per_trajectory,
-                                     **({"expert_load": r.expert_load} if r.expert_load else {}),
-                                     **({"skipped_trajectories": r.skipped} if r.skipped else {}),
-                                     **({"vrmse": r.vrmse} if r.vrmse else {})}
-                            for r in results}}
+               "datasets": {r.name: _result_document(r) for r in results}}
     paths["json"].write_text(json.dumps(strict_json(summary), indent=2, allow_nan=False))
     with open(paths["csv"], "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["dataset", "l2_full", "n_trajectories", "horizon"])
+        w.writerow(["dataset", "l2_full", "persistence_l2_full", "n_trajectories", "horizon"])
         for r in results:
-            w.writerow([r.name, f"{r.l2_full:.8g}", r.n_trajectories, r.horizon])
+            base = f"{r.persistence.l2_full:.8g}" if r.persistence else ""
+            w.writerow([r.name, f"{r.l2_full:.8g}", base, r.n_trajectories, r.horizon])
     with open(paths["per_step_csv"], "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["dataset", "step", "l2"])
+        w.writerow(["dataset", "step", "l2", "persistence_l2"])
         for r in results:
-            for s, v in enumerate(r.per_step, 1):
-                w.writerow([r.name, s, f"{v:.8g}"])
+            base = r.persistence.per_step if r.persistence else [None] * len(r.per_step)
+            for s, (v, b) in enumerate(zip(r.per_step, base), 1):
+                w.writerow([r.name, s, f"{v:.8g}", "" if b is None else f"{b:.8g}"])
     return paths
 
 
@@ -129,13 +160,16 @@ def read_results(path: str | os.PathLike) -> list[DatasetResult]:
     def num(v) -> float:
         return float("nan") if v is None else float(v)
 
+    def result(name: str, d: dict) -> DatasetResult:
+        return DatasetResult(name, num(d["l2_full"]), [num(v) for v in d["per_step"]], d["n_trajectories"],
+                             d["horizon"], [num(v) for v in d["l2_full_per_trajectory"]], d.get("expert_load", {}),
+                             d.get("skipped_trajectories", []),
+                             {f: {k: num(v) for k, v in per.items()} for f, per in d.get("vrmse", {}).items()},
+                             result(name, d["persistence"]) if "persistence" in d else None)
+
     path = Path(path)
     try:
         doc = json.loads(path.read_text())
-        return [DatasetResult(name, num(d["l2_full"]), [num(v) for v in d["per_step"]], d["n_trajectories"],
-                              d["horizon"], [num(v) for v in d["l2_full_per_trajectory"]], d.get("expert_load", {}),
-                              d.get("skipped_trajectories", []),
-                              {f: {k: num(v) for k, v in per.items()} for f, per in d.get("vrmse", {}).items()})
-                for name, d in doc["datasets"].items()]
+        return [result(name, d) for name, d in doc["datasets"].items()]
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
         raise OpzooError(f"{path}: not a readable evaluation result ({type(e).__name__}: {e})") from None

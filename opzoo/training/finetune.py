@@ -29,24 +29,49 @@ from .data import H5Trajectories
 AXES = "XYZ"
 
 
+FALLBACK_FINETUNE_LR = 1e-4  # a model that records no recommended fine-tuning lr
+SCRATCH_LR = 1e-3  # the pretraining recipe's max lr (DESIGN §8), for a run from random init
+EVALS_PER_RUN = 5  # test-split evaluations during a fine-tuning run (plus step 0)
+
+
+def recommended_lr(model: str, pretrained: bool) -> tuple[float, str]:
+    """``(lr, where it comes from)``: the ``finetune_lr`` recorded in the model's ``pretrained_cfg``
+    (a preset's, or a saved repo's config.json), else opzoo's fallback; from scratch, the pretraining lr."""
+    from ..builder import is_saved_model_reference, saved_pretrained_cfg
+    from ..plugins import get_registry
+
+    saved = is_saved_model_reference(model)  # a saved repo always brings its weights
+    if not pretrained and not saved:
+        return SCRATCH_LR, "the pretraining recipe's max lr (random init)"
+    cfg = saved_pretrained_cfg(model) if saved else get_registry().preset(model).pretrained_cfg
+    lr = cfg.get("finetune_lr")
+    if lr is None:
+        return FALLBACK_FINETUNE_LR, f"opzoo's fallback: {model} records no finetune_lr in its pretrained_cfg"
+    return float(lr), f"recommended in {model}'s pretrained_cfg (finetune_lr)"
+
+
 def finetune_config(model: str, data: Sequence[str], output_dir: str, *, steps: int = 500, batch_size: int = 8,
-                    lr: float = 1e-4, resolution: Sequence[int] | None = None, in_timesteps: int | None = None,
-                    test_fraction: float = 0.1, pretrained: bool = True,
+                    lr: float | None = None, resolution: Sequence[int] | None = None, in_timesteps: int | None = None,
+                    test_fraction: float = 0.1, pretrained: bool = True, layout: str | None = None,
                     overrides: dict[str, Any] | None = None) -> RunConfig:
     """A validated run config that fine-tunes ``model`` (preset, hf-hub:..., or a saved repo dir) on ``data``.
 
-    Defaults follow the pretraining recipe with a 10x smaller max lr and no checkpoints in between;
-    the test split is evaluated before training (zero-shot) and at the end. ``resolution`` and
+    Defaults follow the pretraining recipe with the model's recommended max lr (``lr=None``: see
+    :func:`recommended_lr`) and no checkpoints in between; the test split is evaluated before
+    training (zero-shot), ``EVALS_PER_RUN`` times during it and at the end. ``resolution`` and
     ``in_timesteps`` other than the model's adapt its layers (see the module doc).
     """
+    if lr is None:
+        lr = recommended_lr(model, pretrained)[0]
     document: dict[str, Any] = {
         "output_dir": output_dir,
         "model": {"name": model, "pretrained": pretrained, "adapt": True,
                   "args": {} if in_timesteps is None else {"in_timesteps": int(in_timesteps)}},
-        "data": {"datasets": [{"path": p, "test_fraction": test_fraction} for p in data],
+        "data": {"datasets": [{"path": p, "test_fraction": test_fraction, **({"layout": layout} if layout else {})}
+                              for p in data],
                  "resolution": list(resolution) if resolution else None},
         "optimizer": {"lr": lr},
-        "training": {"steps": steps, "batch_size": batch_size, "eval_every": steps},
+        "training": {"steps": steps, "batch_size": batch_size, "eval_every": -(-steps // EVALS_PER_RUN)},
         "checkpoint": {"every": None},
     }
     for dotted, value in (overrides or {}).items():

@@ -48,7 +48,7 @@ def plot_rollout_panels(truth: torch.Tensor, pred: torch.Tensor, steps: Sequence
     ndim = truth.ndim - 2
     t, p = truth[..., channel], pred[..., channel]
     if ndim == 1:
-        fig, axes = plt.subplots(2, len(steps), figsize=(3.2 * len(steps), 5), squeeze=False)
+        fig, axes = plt.subplots(2, len(steps), figsize=(max(3.2 * len(steps), 6.0), 5), squeeze=False)
         for j, s in enumerate(steps):
             axes[0, j].plot(t[:, s - 1].cpu(), label="ground truth")
             axes[0, j].plot(p[:, s - 1].cpu(), "--", label="prediction")
@@ -57,7 +57,7 @@ def plot_rollout_panels(truth: torch.Tensor, pred: torch.Tensor, steps: Sequence
             axes[1, j].set_title("|error|")
         axes[0, 0].legend(fontsize=7)
     else:
-        fig, axes = plt.subplots(3, len(steps), figsize=(3.0 * len(steps), 8.4), squeeze=False)
+        fig, axes = plt.subplots(3, len(steps), figsize=(max(3.0 * len(steps), 6.0), 8.4), squeeze=False)
         lo, hi = float(t.min()), float(t.max())
         for j, s in enumerate(steps):
             gt, pr = _field2d(t[..., s - 1]), _field2d(p[..., s - 1])
@@ -69,34 +69,57 @@ def plot_rollout_panels(truth: torch.Tensor, pred: torch.Tensor, steps: Sequence
                 axes[row, j].set_xticks([]), axes[row, j].set_yticks([])
                 fig.colorbar(im, ax=axes[row, j], fraction=0.046)
     if title:
-        fig.suptitle(title)
+        fig.suptitle(title, fontsize=10)
     return _save(plt, fig, path)
 
 
-def plot_error_curves(curves: Mapping[str, Sequence[float]], path: str | os.PathLike, title: str = "") -> Path:
-    """Relative L2 error versus rollout step, one line per dataset (log scale)."""
+def rollout_title(model: str, source, position: int, channel: int) -> str:
+    """A rollout plot's title: model, dataset file, channel name and the trajectory's index *in the file*
+    (``source``: the H5Trajectories subset the trajectory was read from, ``position`` its place there)."""
+    names = source.channel_names
+    cname = names[channel] if 0 <= channel < len(names) else f"padded channel {channel}"
+    return (f"{model} on {Path(source.path).name}\nchannel {channel} ({cname}), "
+            f"trajectory {source.indices[position]} of the file")
+
+
+def plot_error_curves(curves: Mapping[str, Sequence[float]], path: str | os.PathLike, title: str = "",
+                      persistence: Mapping[str, Sequence[float]] | None = None,
+                      reference: Mapping[str, Sequence[float]] | None = None,
+                      reference_label: str = "zero-shot", label: str = "model") -> Path:
+    """Relative L2 error versus rollout step, one line per dataset (log scale); per dataset also the
+    ``persistence`` baseline (dotted) and a ``reference`` model, e.g. zero-shot before fine-tuning (dashed)."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name, curve in curves.items():
-        ax.plot(np.arange(1, len(curve) + 1), curve, marker=".", label=name)
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for k, (name, curve) in enumerate(curves.items()):
+        color = f"C{k % 10}"
+        ax.plot(np.arange(1, len(curve) + 1), curve, marker=".", color=color, label=f"{name}: {label}")
+        if reference and name in reference:
+            ref = reference[name]
+            ax.plot(np.arange(1, len(ref) + 1), ref, "--", color=color, alpha=0.8, label=f"{name}: {reference_label}")
+        if persistence and name in persistence:
+            base = persistence[name]
+            ax.plot(np.arange(1, len(base) + 1), base, ":", color=color, alpha=0.8, label=f"{name}: persistence")
     ax.set_xlabel("rollout step")
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_ylabel("relative L2 error")
     ax.set_yscale("log")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    ax.set_title(title or "rollout error per step")
+    ax.legend(fontsize=7)
+    ax.set_title(title or "rollout error per step", fontsize=10)
     return _save(plt, fig, path)
 
 
 def plot_loss(steps: Sequence[int], losses: Sequence[float], path: str | os.PathLike,
-              evals: Mapping[str, tuple[Sequence[int], Sequence[float]]] | None = None) -> Path:
-    """Training loss (and test l2 full per dataset) versus step."""
+              evals: Mapping[str, tuple[Sequence[int], Sequence[float]]] | None = None, title: str = "") -> Path:
+    """Training loss (and test l2 full per dataset at every evaluation, as markers) versus step."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(steps, losses, lw=0.8, label="train loss")
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    ax.plot(steps, losses, lw=0.8, label="train loss (relative L2 of one step, noised inputs)")
     for name, (s, v) in (evals or {}).items():
-        ax.plot(s, v, marker="o", label=f"test l2 full: {name}")
-    ax.set_xlabel("step")
+        ax.plot(s, v, marker="o", ls="-" if len(s) > 2 else "none", label=f"test l2 full (rollout): {name}")
+    ax.set_xlabel("training step")
+    ax.set_ylabel("relative L2 error")
+    ax.set_title(title or "training loss and test error", fontsize=10)
     ax.set_yscale("log")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)

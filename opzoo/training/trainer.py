@@ -32,7 +32,7 @@ from .data import StepBatchSampler, collate, step_generator
 from .distributed import (DistEnv, all_reduce_max, all_reduce_mean, barrier, full_state_dict, init_distributed,
                           shutdown, unwrap, wrap_model)
 from .ema import EMA
-from .evaluate import DatasetResult, evaluate_dataset, write_results
+from .evaluate import DatasetResult, Persistence, evaluate_dataset, write_results
 from .expert_load import ExpertLoadMonitor, step_counts
 from .hooks import StepContext, build_hooks, combined_multipliers, split_hook_state
 from .logger import RunLogger
@@ -47,6 +47,22 @@ NOISE_SALT, FRESH_SALT = 1, 2
 FRESH_INDEX_SALT = 1000  # fresh batch k >= 1 of a step uses salt 1000 + k
 #: A finite loss above this multiple of the run's first loss is flagged as divergence (log and summary).
 DIVERGENCE_FACTOR = 100.0
+
+
+def progress_line(step: int, total: int, start: int, loss: float, lr: float, elapsed: float) -> str:
+    """The line printed every ``training.log_every`` steps when stdout is not a terminal (no bar)."""
+    rate = (step - start) / elapsed if elapsed > 0 else float("nan")
+    eta = (total - step) / rate if rate > 0 else float("nan")
+    return (f"step {step}/{total}  loss {loss:.4g}  lr {lr:.3g}  {rate:.2f} steps/s  "
+            f"ETA {_duration(eta)}")
+
+
+def _duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    m, s = divmod(int(round(seconds)), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
 class TrainingDivergedError(OpzooError):
@@ -112,6 +128,28 @@ class Trainer:
         self.ema = EMA(self.model, t.ema) if t.ema else None
         self.autocast = (self.device.type == "cuda" and t.amp != "off") or t.amp == "bf16"
         self.ckpt_dir = self.run_dir / "checkpoints"
+        self._baselines: dict[str, DatasetResult] = {}
+        self._zero_shot: list[DatasetResult] | None = None
+        self._last_eval: list[DatasetResult] | None = None
+        self.command: str | None = None  # the command line that started the run, for the model card
+
+    @property
+    def from_scratch(self) -> bool:
+        """Whether this run starts from random weights (no published or saved weights loaded)."""
+        m = self.cfg.model
+        return not m.pretrained and not (m.name.startswith(("hf-hub:", "local-dir:")) or Path(m.name).is_dir())
+
+    def model_label(self) -> str:
+        """The model as plots and the card name it: ``NAME (from scratch)`` or ``NAME (fine-tuned)``."""
+        return f"{self.cfg.model.name} ({'from scratch' if self.from_scratch else 'fine-tuned'})"
+
+    def _persistence(self, name: str, source) -> DatasetResult:
+        """The persistence baseline on test set ``name`` (computed once per run: it has no weights)."""
+        if name not in self._baselines:
+            self._baselines[name] = evaluate_dataset(Persistence(), name, source, self.data.adapt, self.cfg.data.horizon,
+                                                     device=self.device,
+                                                     max_trajectories=self.cfg.data.max_test_trajectories)
+        return self._baselines[name]
 
     def _generate_missing(self) -> None:
         from .generate import generate_dataset
@@ -256,6 +294,7 @@ class Trainer:
                 r, first = evaluate_dataset(model, name, source, self.data.adapt, self.cfg.data.horizon,
                                             device=self.device, max_trajectories=self.cfg.data.max_test_trajectories,
                                             autocast=self.autocast, keep_first=True)
+                r.persistence = self._persistence(name, source)
                 results.append(r)
                 firsts[name] = first
         finally:
@@ -266,18 +305,27 @@ class Trainer:
             write_results(results, out, stem=f"step-{step:08d}")
             plots = self.cfg.evaluation.plots if plots is None else plots
             if plots:
-                from .plots import plot_error_curves, plot_rollout_panels
+                from .plots import plot_error_curves, plot_rollout_panels, rollout_title
 
+                label = self.model_label()
+                zero = {r.name: r.per_step for r in self._zero_shot} if self._zero_shot and step > 0 else {}
                 plot_error_curves({r.name: r.per_step for r in results}, out / f"step-{step:08d}-error-vs-step.png",
-                                  title=f"rollout error per step (after {step} steps)")
+                                  title=f"{label}: rollout error per step (after {step} steps)",
+                                  persistence={r.name: r.persistence.per_step for r in results if r.persistence},
+                                  reference=zero, reference_label="step 0" if self.from_scratch else "zero-shot")
                 if any(r.expert_load for r in results):
                     from .plots import plot_expert_load
 
                     plot_expert_load({r.name: r.expert_load for r in results}, out / f"step-{step:08d}-expert-load.png",
                                      title=f"expert load per dataset (after {step} steps)")
-                for name, (truth, pred) in firsts.items():
+                channel = self.cfg.evaluation.plot_channel
+                for name, source in self.data.test:
+                    truth, pred = firsts[name]
                     plot_rollout_panels(truth, pred, self.cfg.evaluation.plot_steps, out / f"step-{step:08d}-{name}.png",
-                                        channel=self.cfg.evaluation.plot_channel, title=f"{name}, trajectory 0")
+                                        channel=channel,
+                                        title=rollout_title(f"{label} after {step} steps", source, 0, channel))
+        if step == 0:
+            self._zero_shot = results
         return results
 
     # ---- the loop -------------------------------------------------------------------------------
@@ -322,6 +370,7 @@ class Trainer:
         if self.env.is_main:
             evals = evals if self.fsdp else self.evaluate(step)
             result.evals[step] = evals
+            self._last_eval = evals
             logger.log({"kind": "eval", "step": step, **{f"l2_full/{r.name}": r.l2_full for r in evals},
                         "l2_full/mean": sum(r.l2_full for r in evals) / len(evals)}, flush=True)
         barrier(self.env)
@@ -395,8 +444,9 @@ class Trainer:
                 record["expert_load"] = routed["load"]
             logger.log(record, flush=step % t.log_every == 0)
             bar.update(1)
-            if step % t.log_every == 0:
-                bar.set_postfix(loss=f"{loss_value:.4g}", lr=f"{base_lr:.2e}")
+            bar.set_postfix(loss=f"{loss_value:.4g}", lr=f"{base_lr:.2e}", refresh=False)
+            if step % t.log_every == 0 and bar.disable and self.env.is_main and self.show_progress is not False:
+                print(progress_line(step, t.steps, start, loss_value, base_lr, time.perf_counter() - t0), flush=True)
             if ckpt_every and step % ckpt_every == 0 and step < t.steps:
                 self._save(step)
                 last_saved = step
@@ -502,10 +552,30 @@ class Trainer:
                                 "channels": a.channels, "in_timesteps": a.in_timesteps,
                                 "datasets": self.data.train.names, "trained_steps": self.cfg.training.steps}
         try:
-            return Path(model.save_pretrained(out))
+            from ..builder import save_pretrained
+
+            return Path(save_pretrained(model, out, card=self._card()))
         finally:
             if backup is not None:
                 model.load_state_dict(backup)
+
+    def _card(self) -> str:
+        """This run's model card: base model, data and splits, steps and lr, test errors, command."""
+        from ..builder import is_saved_model_reference, resolve_weights
+        from .card import run_card
+
+        name = self.cfg.model.name
+        try:  # a saved repo always brings its weights, whatever model.pretrained says
+            pretrained = True if is_saved_model_reference(name) else self.cfg.model.pretrained
+            base = resolve_weights(name, pretrained)[1].removeprefix("weights: ")
+        except OpzooError:  # a bare backbone name
+            base = f"backbone {name}, random init"
+        a = self.data.adapt
+        datasets = [(d.path, te) for d, (_, te) in zip(self.cfg.data.datasets, self.data.test)]
+        return run_card(model_name=name, from_scratch=self.from_scratch, base_weights=base, datasets=datasets,
+                        steps=self.cfg.training.steps, lr=self.cfg.optimizer.lr, batch_size=self.cfg.training.batch_size,
+                        seed=self.cfg.seed, zero_shot=self._zero_shot, final=self._last_eval or [],
+                        command=self.command, resolution=a.resolution, channels=a.channels, in_timesteps=a.in_timesteps)
 
     def export_fsdp(self, out: Path) -> Path | None:
         """Gather the sharded weights (every rank) and save them from an unsharded copy (rank 0)."""
@@ -534,4 +604,5 @@ class Trainer:
         for name in self.data.train.names:
             series[name] = ([r["step"] for r in evals], [r[f"l2_full/{name}"] for r in evals])
         if train:
-            plot_loss([r["step"] for r in train], [r["loss"] for r in train], self.run_dir / "loss.png", series)
+            plot_loss([r["step"] for r in train], [r["loss"] for r in train], self.run_dir / "loss.png", series,
+                      title=f"{self.model_label()}: training loss and test error")

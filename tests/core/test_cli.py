@@ -75,3 +75,22 @@ def test_export_writes_a_loadable_repo(tmp_path, capsys):
 def test_bad_override_syntax(capsys):
     assert main(["export", "simple-op", "x", "--set", "depth"]) == 2
     assert "not of the form key=value" in capsys.readouterr().err
+
+
+def test_core_commands_are_the_parsers_own_and_help_shows_defaults(capsys):
+    """`opzoo --help` and core commands are parsed without importing plugins: CORE_COMMANDS must be
+    exactly the commands the core adds. Every --help shows defaults."""
+    from opzoo.cli import CORE_COMMANDS, build_parser
+
+    parser = build_parser(plugin_commands=False)
+    sub = next(a for a in parser._actions if a.dest == "command")
+    assert set(sub.choices) == CORE_COMMANDS
+    assert "(default: 500)" in sub.choices["finetune"].format_help()
+    assert "--channel CHANNEL     channel shown in the panels (default: 0)" in sub.choices["eval"].format_help()
+
+
+def test_version_prints_without_building_a_parser(capsys):
+    from opzoo.cli import main
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("opzoo ")

@@ -115,3 +115,38 @@ def test_a_config_written_before_the_new_fields_loads_with_their_defaults():
     golden = json.loads(GOLDEN.read_text())
     config = opzoo.PotConfig.from_dict(golden["aot-pot-t"]["config"])
     assert (config.block, config.feedforward, config.block_args, config.feedforward_args) == ("sandwich", "mlp", {}, {})
+
+
+def test_the_core_mlp_and_init_are_timms_without_importing_timm():
+    """opzoo.layers.mlp.Mlp and opzoo.layers.weight_init.trunc_normal_ replace timm's at start-up (timm imports
+    torchvision, seconds): same modules, same seeded weights, same output."""
+    import timm.layers
+
+    from opzoo.layers.mlp import Mlp
+    from opzoo.layers.weight_init import trunc_normal_
+
+    torch.manual_seed(3)
+    ours = Mlp(8, hidden_features=16)
+    torch.manual_seed(3)
+    theirs = timm.layers.Mlp(8, hidden_features=16)
+    assert [n for n, _ in ours.named_modules()] == [n for n, _ in theirs.named_modules()]
+    a, b = ours.state_dict(), theirs.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    x = torch.randn(2, 5, 8)
+    assert torch.equal(ours(x), theirs(x))
+    w1, w2 = torch.empty(64, 32), torch.empty(64, 32)
+    torch.manual_seed(4)
+    trunc_normal_(w1, std=0.02)
+    torch.manual_seed(4)
+    timm.layers.trunc_normal_(w2, std=0.02)
+    assert torch.equal(w1, w2)
+
+
+def test_import_opzoo_does_not_import_timm_or_torchvision():
+    import subprocess
+    import sys
+
+    code = ("import sys, opzoo; opzoo.list_models(); "
+            "print(sorted(m for m in ('timm', 'torchvision') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -72,3 +72,10 @@ def test_module_runs_standalone(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert open_source(out).shape == (2, 32, 3, 1)
+
+
+def test_the_parser_names_every_generator_and_layout_without_importing_them():
+    from opzoo.data import GENERATORS, LAYOUTS
+    from opzoo.data.cli import GENERATOR_KINDS, LAYOUT_NAMES
+
+    assert sorted(GENERATOR_KINDS) == sorted(GENERATORS) and sorted(LAYOUT_NAMES) == sorted(LAYOUTS)

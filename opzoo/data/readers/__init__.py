@@ -11,7 +11,11 @@ pdebench-groups    PDEBench SWE / diffusion-reaction: ``'0000/data'`` ``[T, *S, 
 pdebench-cfd       PDEBench CFD: ``density``, ``pressure``, ``Vx``, ``Vy`` each ``[N, T, *S]``
 pdebench-tensor    PDEBench 1-D and Darcy: ``tensor`` ``[N, T, *S]``
 fno-mat            FNO NS MATLAB v7.3: ``u`` ``[T, Y, X, N]`` on disk
+array[:<axes>]     ``.npy`` / ``.npz`` / tensor-only ``.pt``: one array ``[N, *S, T, C]`` (or ``<axes>``)
 =================  ========================================================================
+
+Detection never guesses: a file that only *might* be in a layout (the FNO layout read from a lone key
+``u`` in a file that is not a ``.mat``) is refused with the candidate layouts and how to name one.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from opzoo.data.readers.canonical import CanonicalSource
 from opzoo.data.readers.fno_mat import FNOMatSource
 from opzoo.data.readers.pdebench import PDEBenchCFDSource, PDEBenchGroupsSource, PDEBenchTensorSource
 from opzoo.data.readers.the_well import TheWellSource
+from opzoo.data.readers.arrays import SUFFIXES as ARRAY_SUFFIXES, ArraySource
 
 #: Layouts in detection order (the first whose ``detect`` matches wins).
 LAYOUTS: dict[str, type[TrajectorySource]] = {
@@ -37,16 +42,25 @@ LAYOUTS: dict[str, type[TrajectorySource]] = {
         PDEBenchCFDSource,
         PDEBenchTensorSource,
         FNOMatSource,
+        ArraySource,
     )
 }
+
+LAYOUT_OPTION = ("name the layout: `--layout NAME` on the command line (opzoo data inspect, eval, rollout, "
+                 "finetune), `layout: NAME` in a run config's dataset, or open_source(path, layout=NAME)")
 
 
 def detect_layout(path: str | os.PathLike) -> str:
     """Name of the layout a file is in; UnknownLayoutError listing what was found otherwise."""
     path = os.fspath(path)
+    if path.lower().endswith(ARRAY_SUFFIXES):
+        return ArraySource.layout
     with open_h5(path) as f:
         for name, cls in LAYOUTS.items():
             if cls.detect(f):
+                doubt = cls.doubt(f, path)
+                if doubt:
+                    raise UnknownLayoutError(describe_ambiguous(path, f, name, doubt))
                 return name
         raise UnknownLayoutError(describe_unknown(path, f))
 
@@ -59,9 +73,24 @@ def open_source(path: str | os.PathLike, layout: str | None = None, **options) -
     """
     if layout is None:
         layout = detect_layout(path)
+    if layout.partition(":")[0] == ArraySource.layout:
+        return ArraySource(path, order=layout, **options)
     if layout not in LAYOUTS:
-        raise ValueError(f"unknown layout '{layout}'; known layouts: {list(LAYOUTS)}")
+        raise ValueError(f"unknown layout '{layout}'; known layouts: {list(LAYOUTS)} (array also as 'array:<axes>')")
     return LAYOUTS[layout](path, **options)
+
+
+def describe_ambiguous(path: str, f: h5py.File, name: str, doubt: str) -> str:
+    """The error for a file that fits layout ``name`` only by a generic key (``doubt`` says why)."""
+    found = "; ".join(f"'{k}' {describe_shape(f[k].shape)}" if isinstance(f[k], h5py.Dataset) else f"'{k}' group"
+                      for k in list(f.keys())[:8])
+    lines = [f"{path}: the layout cannot be told from the file ({found}): {doubt}.",
+             "  candidate layouts:"]
+    lines += [f"    {n}: {cls.expects}" for n, cls in LAYOUTS.items() if n == name]
+    lines += [f"    canonical: rewrite the file as 'data' [N, *S, T, C] (opzoo data convert), or save the array as "
+              f".npy and read it with layout 'array' / 'array:<axes>' (e.g. 'array:TXYNC')"]
+    lines.append(f"  {LAYOUT_OPTION}, e.g. --layout {name}")
+    return "\n".join(lines)
 
 
 def describe_unknown(path: str, f: h5py.File) -> str:
@@ -97,4 +126,6 @@ __all__ = [
     "PDEBenchCFDSource",
     "PDEBenchTensorSource",
     "FNOMatSource",
+    "ArraySource",
+    "LAYOUT_OPTION",
 ]

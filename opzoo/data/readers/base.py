@@ -85,6 +85,12 @@ class TrajectorySource(abc.ABC):
     def detect(cls, f: h5py.File) -> bool:
         """Whether the file looks like it is meant to be in this layout (keys present)."""
 
+    @classmethod
+    def doubt(cls, f: h5py.File, path: str) -> str | None:
+        """Why a file that ``detect`` matched may still not be in this layout (None: no doubt); detection
+        refuses such a file and asks for the layout by name rather than guess."""
+        return None
+
     @abc.abstractmethod
     def _validate(self, f: h5py.File) -> SourceInfo:
         """Check keys, ranks and shapes; raise DataFormatError naming what is wrong."""

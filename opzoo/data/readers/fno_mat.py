@@ -10,9 +10,16 @@ from __future__ import annotations
 import h5py
 import numpy as np
 
+from opzoo.data.errors import describe_shape
 from opzoo.data.readers.base import SourceInfo, TrajectorySource, dt_from_times
 
 U_SHAPE = "[T, Y, X, N] on disk (MATLAB [N, X, Y, T]; 1-3 spatial dims)"
+
+
+def _has_matlab_header(path: str) -> bool:
+    """MATLAB v7.3 files start with a user block reading 'MATLAB 7.3 MAT-file'."""
+    with open(path, "rb") as raw:
+        return raw.read(6) == b"MATLAB"
 
 
 class FNOMatSource(TrajectorySource):
@@ -31,6 +38,17 @@ class FNOMatSource(TrajectorySource):
     @classmethod
     def detect(cls, f: h5py.File) -> bool:
         return "u" in f and isinstance(f["u"], h5py.Dataset)
+
+    @classmethod
+    def doubt(cls, f: h5py.File, path: str) -> str | None:
+        """A key named ``u`` is common; without a ``.mat`` name or FNO's ``a``/``t`` keys it proves nothing."""
+        if path.lower().endswith(".mat") or "a" in f or "t" in f or _has_matlab_header(path):
+            return None
+        u = f["u"]
+        steps, *spatial_reversed, n = u.shape
+        reading = ", ".join(f"{a}={s}" for a, s in zip("XYZ", reversed(spatial_reversed)))
+        return (f"its key 'u' {describe_shape(u.shape)} fits fno-mat only by name (no .mat suffix, no 'a' or 't' key); "
+                f"read as fno-mat it would be N={n}, {reading}, T={steps}, C=1")
 
     def _validate(self, f: h5py.File) -> SourceInfo:
         u = self._require(f, "u", (3, 4, 5), U_SHAPE)

@@ -19,6 +19,11 @@ FNO_MODES = {1: 16, 2: 12, 3: 8}  # the reference scripts' defaults (fourier_1d/
 # synthetic suite (configs/micro/dpot-micro.yaml); the weights ship in this package (pretrained/dpot-micro/)
 
 
+# DPOT's paper gives one lr for every size and stage and no other for fine-tuning
+DPOT_LR_SOURCE = ("DPOT (Hao et al. 2024), sec. 4 and app. A: AdamW with lr 1e-3 and a one-cycle schedule for "
+                  "models of all scales; fine-tuning reuses the recipe")
+
+
 def dpot_args(name: str) -> dict:
     """The POT config of DPOT preset ``name``: DPOT's network at its dims."""
     return opzoo.pot_preset_args(DPOT_SIZES[name])
@@ -33,7 +38,8 @@ def register_presets(registry) -> None:
             pretrained=opzoo.PretrainedSource(DPOT_REPO, OFFICIAL_FILES[name], converter="dpot"),
             card=CARDS / f"{name}.md",
             pretrained_cfg=dict(channels=4, resolution=[128, 128], in_timesteps=10,
-                                normalization="none (inputs as in DPOT's preprocessed mixture)"),
+                                normalization="none (inputs as in DPOT's preprocessed mixture)",
+                                finetune_lr=1e-3, finetune_lr_source=DPOT_LR_SOURCE),
             aliases=("dpot-t",) if name == "dpot-ti" else (),
         )
     registry.register_model(

@@ -22,11 +22,17 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor
 
-try:
-    from torch.fx.experimental.symbolic_shapes import guard_or_true
-except ImportError:  # an older torch without it (pyproject allows >= 2.4): eager sizes are plain ints
-    def guard_or_true(condition) -> bool:
+
+def guard_or_true(condition) -> bool:
+    """torch's ``guard_or_true`` under torch.compile (an unbacked size: assume an expert got inputs); in
+    eager mode sizes are plain ints. Imported on first use: its module costs ~0.5 s at start-up."""
+    if isinstance(condition, bool):
+        return condition
+    try:
+        from torch.fx.experimental.symbolic_shapes import guard_or_true as torch_guard_or_true
+    except ImportError:  # an older torch without it (pyproject allows >= 2.4)
         return bool(condition)
+    return torch_guard_or_true(condition)
 
 from opzoo import Routing
 

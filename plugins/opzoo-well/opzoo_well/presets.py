@@ -140,7 +140,18 @@ def pretrained_cfg(arch: str, dataset_name: str, in_timesteps: int = N_STEPS_INP
         "input_format": "The Well's DefaultChannelsFirstFormatter: time folded into channels (t outer), "
                         "constant fields appended, nan_to_num",
         "source": f"hf-hub:{hub_repo(arch, dataset_name)} (The Well, PolymathicAI/the_well)",
+        **_finetune_lr(arch, dataset_name),
     }
+
+
+def _finetune_lr(arch: str, dataset_name: str) -> dict[str, Any]:
+    """The lr The Well trained this checkpoint with (the best of five on validation, its README's table),
+    as the recommended fine-tuning lr."""
+    reported = REPORTED.get(arch, {}).get(dataset_name)
+    if reported is None:
+        return {}
+    return {"finetune_lr": float(reported[0]),
+            "finetune_lr_source": "The Well's README: the lr this checkpoint was trained with (best of five on validation)"}
 
 
 def checkpoints() -> list[tuple[str, str]]:

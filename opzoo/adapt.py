@@ -1,0 +1,133 @@
+"""Adapting a pretrained model's input and output layers to new data (timm's ``in_chans`` habit).
+
+Fine-tuning data may have more channels, another resolution or another ``T_in`` than the model was
+pretrained on. Instead of refusing, :func:`adapt_model` builds the same architecture with the new
+``in_channels``/``out_channels``, ``in_timesteps`` and ``img_size`` and fills it from the pretrained
+weights by one rule — **copy what matches, initialize the rest**:
+
+- Every tensor whose shape did not change is copied.
+- In a tensor indexed by data channels (the first patch embedding / lifting layer's input, the
+  output layer's rows), channel ``c < C_old`` keeps its pretrained weights; the coordinate-grid
+  inputs keep theirs (they move behind the new channels); time step ``t`` of the new window keeps the
+  weights of the same position counted from the newest frame (``T_old - T_new + t``), so the most
+  recent frames keep theirs.
+- What has no pretrained counterpart is initialized: weights that *read* a new input (new input
+  channels, new hidden units' outgoing columns) start at zero, so the adapted model computes the
+  pretrained function on the old channels at step 0; new output rows and new hidden units keep the
+  fresh initialization of the architecture (seeded by the run's seed).
+- A positional embedding laid out for another resolution is resized bilinearly
+  (``align_corners=False``), as the POT backbone does on the fly.
+
+Fewer channels than the model are not adapted: they are padded with 1.0 and masked (DESIGN §8).
+Which tensors read or write data channels, steps or positions is the backbone's to say: its
+class's :meth:`opzoo.Backbone.io_layout` (the POT backbone's in the core, FNO's in opzoo-fourier).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .errors import ConfigError
+from .models.io_layout import DimMap
+from .registry import get_registry
+
+logger = logging.getLogger("opzoo")
+
+SHAPE_FIELDS = ("in_channels", "out_channels", "in_timesteps", "img_size")
+
+
+def _remap(old: Tensor, fresh: Tensor, maps: Sequence[DimMap], name: str) -> Tensor:
+    """``fresh`` with every slice that has an old counterpart (on all mapped dims) copied from ``old``."""
+    out = fresh.detach().clone()
+    for m in maps:
+        if len(m.index) != fresh.shape[m.dim]:
+            raise ConfigError(f"adapting {name}: layout gives {len(m.index)} indices for dim {m.dim} of size {fresh.shape[m.dim]}")
+        unmatched = [i for i, j in enumerate(m.index) if j is None]
+        if m.fill == "zero" and unmatched:
+            out.index_fill_(m.dim, torch.tensor(unmatched, dtype=torch.long), 0.0)
+    # gather the old tensor onto the new index space, dimension by dimension
+    src, keep = old.detach(), None
+    for m in maps:
+        idx = torch.tensor([j if j is not None else 0 for j in m.index], dtype=torch.long)
+        src = src.index_select(m.dim, idx)
+        valid = torch.tensor([j is not None for j in m.index])
+        shape = [1] * fresh.ndim
+        shape[m.dim] = len(m.index)
+        valid = valid.view(shape)
+        keep = valid if keep is None else keep & valid
+    other = [d for d in range(fresh.ndim) if d not in {m.dim for m in maps}]
+    if any(src.shape[d] != fresh.shape[d] for d in other):
+        raise ConfigError(f"adapting {name}: unmapped dims differ, pretrained {list(old.shape)} vs new {list(fresh.shape)}")
+    return torch.where(keep.expand_as(out), src, out)
+
+
+def adapt_model(model: nn.Module, *, seed: int = 0, **changes: Any) -> nn.Module:
+    """``model`` rebuilt with new ``in_channels``/``out_channels``/``in_timesteps``/``img_size`` (see module doc).
+
+    Returns ``model`` itself when nothing changes. The weights are copied by the rule above; every
+    tensor is checked before the new model is returned, so a failure leaves ``model`` untouched.
+    """
+    unknown = sorted(set(changes) - set(SHAPE_FIELDS))
+    if unknown:
+        raise ConfigError(f"adapt_model: can change only {', '.join(SHAPE_FIELDS)}, not {', '.join(unknown)}")
+    old_cfg = model.config
+    changes = {k: (tuple(v) if k == "img_size" else int(v)) for k, v in changes.items()
+               if v is not None and (tuple(v) if k == "img_size" else v) != _as_cmp(getattr(old_cfg, k))}
+    if not changes:
+        return model
+    cls = type(model)
+    backbone = get_registry().backbone_name(cls)
+    new_cfg = old_cfg.replace(source=f"adapting {backbone} for fine-tuning", **changes)
+    layout = cls.io_layout(old_cfg, new_cfg)
+    if layout is None:
+        raise ConfigError(
+            f"cannot adapt backbone {backbone!r} to {changes}: {cls.__name__} has no io_layout (opzoo.Backbone.io_layout "
+            f"says which of its tensors read or write data channels and steps); give it data with its own shape "
+            f"({_shape_text(old_cfg)})")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        new = cls(new_cfg)
+    old_state, fresh_state = model.state_dict(), new.state_dict()
+    state: dict[str, Tensor] = {}
+    reshaped: list[str] = []
+    for name, fresh in fresh_state.items():
+        if name not in old_state:
+            raise ConfigError(f"adapting {backbone}: the adapted model has a tensor {name!r} the pretrained one lacks")
+        old = old_state[name]
+        rule = layout.get(name)
+        if rule is not None and old.shape != fresh.shape:
+            reshaped.append(f"{name} {list(old.shape)} -> {list(fresh.shape)}"
+                            + (" (interpolated)" if rule == "resize" else " (matching slices copied, rest initialized)"))
+        if rule == "resize" and old.shape != fresh.shape:
+            state[name] = F.interpolate(old.detach().float(), size=tuple(fresh.shape[2:]),
+                                        mode="bilinear" if fresh.ndim == 4 else "trilinear", align_corners=False).to(old.dtype)
+        elif rule is not None and rule != "resize":
+            state[name] = _remap(old, fresh, rule, name)
+        elif old.shape == fresh.shape:
+            state[name] = old.detach().clone()
+        else:
+            raise ConfigError(f"adapting {backbone}: {name} changes shape {list(old.shape)} -> {list(fresh.shape)} "
+                              f"and the layout has no rule for it")
+    new.load_state_dict(state, strict=True)
+    new.preset_name = getattr(model, "preset_name", None)
+    new.pretrained_cfg = {**getattr(model, "pretrained_cfg", {}), "adapted_from": _shape_text(old_cfg)}
+    new.adaptation = reshaped
+    logger.info("adapted %s from %s to %s: %d tensors copied unchanged; %s", backbone, _shape_text(old_cfg),
+                _shape_text(new_cfg), len(state) - len(reshaped), "; ".join(reshaped) or "no tensor changed shape")
+    return new.train(model.training)
+
+
+def _as_cmp(value: Any) -> Any:
+    return tuple(value) if isinstance(value, (list, tuple)) else value
+
+
+def _shape_text(cfg) -> str:
+    parts = [f"in_channels={cfg.in_channels}", f"out_channels={cfg.out_channels}", f"in_timesteps={cfg.in_timesteps}"]
+    if hasattr(cfg, "img_size"):
+        parts.append(f"img_size={list(cfg.img_size)}")
+    return ", ".join(parts)

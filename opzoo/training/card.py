@@ -1,0 +1,86 @@
+"""The model card of a trained or fine-tuned model (its ``README.md``), written by the trainer.
+
+A fine-tuned model is not its base preset: its card names the base model (``base_model:`` in the
+front matter, the Hub convention), the data files and splits, steps and lr, the zero-shot,
+fine-tuned and persistence errors on its test split, and the command that made it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from .evaluate import DatasetResult
+
+
+def base_model_id(name: str) -> str:
+    """``base_model`` for the front matter: a Hub repo id where there is one, else the opzoo name."""
+    if name.startswith("hf-hub:"):
+        return name[len("hf-hub:"):].partition("@")[0]
+    from ..registry import get_registry
+
+    registry = get_registry()
+    if registry.has_preset(name):
+        src = registry.preset(name).pretrained
+        if src is not None and src.repo_id is not None:
+            return src.repo_id
+        return registry.preset(name).name
+    return name.removeprefix("local-dir:")
+
+
+def _fmt(x: float | None) -> str:
+    return "—" if x is None else f"{x:.4g}"
+
+
+def split_text(path: str, test) -> str:
+    """Which trajectories of ``path`` are the test split (``test``: its H5Trajectories)."""
+    idx = list(test.indices)
+    if str(test.path) != str(path):
+        return f"train: all of `{path}`; test: all {len(idx)} trajectories of `{test.path}`"
+    return (f"train: trajectories 0–{idx[0] - 1} of `{path}`; test: trajectories {idx[0]}–{idx[-1]} "
+            f"({len(idx)}, the last ones of the file)")
+
+
+def run_card(*, model_name: str, from_scratch: bool, base_weights: str, datasets: Sequence[tuple[str, object]],
+             steps: int, lr: float, batch_size: int, seed: int, zero_shot: Sequence[DatasetResult] | None,
+             final: Sequence[DatasetResult], command: str | None, resolution: Sequence[int], channels: int,
+             in_timesteps: int) -> str:
+    """The card template (``${parameters}``, ``${config}`` are filled by :func:`opzoo.model_card.render_card`).
+
+    ``datasets``: ``(path, test H5Trajectories)`` per file.
+    """
+    zero = {r.name: r for r in zero_shot or []}
+    kind = "trained from scratch" if from_scratch else "fine-tuned"
+    start_col = "at step 0 (random init)" if from_scratch else "zero-shot"
+    front = ["---", "library_name: opzoo", "license: mit", "tags: [opzoo, neural-operator, pde" +
+             (", fine-tuned]" if not from_scratch else "]")]
+    if not from_scratch:
+        front += [f"base_model: {base_model_id(model_name)}", "base_model_relation: finetune"]
+    front.append("---")
+    files = ", ".join(f"`{Path(p).name}`" for p, _ in datasets)
+    lines = [*front, f"# {Path(model_name).name} {kind} on {files}", "",
+             f"An opzoo model with ${{parameters}} parameters, {kind} by `opzoo` on the data below.", "",
+             "## Base model", "",
+             ("None: random initialization of the architecture of " if from_scratch else "")
+             + f"`{model_name}` ({base_weights}).", "",
+             "## Data", "",
+             *[f"- `{p}` — {split_text(p, test)}" for p, test in datasets],
+             f"- inputs resized to {list(resolution)}, {channels} channel(s), T_in = {in_timesteps}", "",
+             "## Training", "",
+             f"- steps: {steps}", f"- max lr (one-cycle): {lr:g}", f"- batch size: {batch_size}", f"- seed: {seed}", "",
+             "## Evaluation on the test split", "",
+             "Relative L2 over space and time (\"l2 full\"), rolled out auto-regressively from the first "
+             "T_in frames of each test trajectory; persistence repeats the last input frame.", "",
+             f"| dataset | trajectories | horizon | {start_col} | {kind} | persistence |",
+             "|---|---|---|---|---|---|"]
+    for r in final:
+        z = zero.get(r.name)
+        lines.append(f"| {r.name} | {r.n_trajectories} | {r.horizon} | {_fmt(z.l2_full if z else None)} | "
+                     f"{_fmt(r.l2_full)} | {_fmt(r.persistence.l2_full if r.persistence else None)} |")
+    lines += ["", "## Command", "", "```bash", command or "(not started from the opzoo command line)", "```", "",
+              "## Configuration", "", "```json", "${config}", "```", "",
+              "## Usage", "", "```python", "import opzoo", 'model = opzoo.from_pretrained("PATH_OR_REPO")', "```", ""]
+    return "\n".join(lines)
+
+
+__all__ = ["run_card", "base_model_id", "split_text"]

@@ -1,0 +1,51 @@
+"""Hub errors are one line, offline or not, name the exact file and the command that fetches it, and
+come within a bounded wait (issue 27). No network is needed: the Hub endpoint is pointed at a closed
+local port, or HF_HUB_OFFLINE is set."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from huggingface_hub import constants
+
+import opzoo
+from opzoo.cli import main
+
+
+@pytest.fixture
+def no_hub(monkeypatch, tmp_path):
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # the discard port: nothing listens
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("OPZOO_HUB_WAIT", "1")
+
+
+def test_an_uncached_file_without_network_fails_fast_in_one_line(no_hub):
+    t0 = time.perf_counter()
+    with pytest.raises(opzoo.HubError) as info:
+        opzoo.load("dpot-s", pretrained=True)
+    assert time.perf_counter() - t0 < 5  # the bounded wait, not huggingface_hub's ~30 s of retries
+    message = str(info.value)
+    assert "\n" not in message
+    assert "model_S.pth of hzk17/DPOT" in message and "`hf download hzk17/DPOT model_S.pth`" in message
+    assert "could not be reached" in message and "OPZOO_HUB_WAIT" in message
+    assert "HF_HUB_OFFLINE" not in message  # it was not set: no advice to unset it
+
+
+def test_offline_mode_says_so_in_one_line(no_hub, monkeypatch):
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(opzoo.HubError) as info:
+        opzoo.load("dpot-s", pretrained=True)
+    message = str(info.value)
+    assert "\n" not in message and "HF_HUB_OFFLINE=1 is set" in message
+    assert "`hf download hzk17/DPOT model_S.pth`" in message
+
+
+@pytest.mark.parametrize("offline", [False, True])
+def test_push_without_network_is_one_line(no_hub, monkeypatch, tmp_path, capsys, offline):
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", offline)
+    repo = opzoo.load("dpot-micro", pretrained=True).save_pretrained(tmp_path / "repo")
+    assert main(["push", str(repo), "me/my-model"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"opzoo push: error: uploading {repo} to Hub repo me/my-model")
+    assert f"`opzoo push {repo} me/my-model`" in err
