@@ -200,7 +200,8 @@ def _split_of(src, split: str, test_fraction: float):
         part.shape = src.shape
     chosen = test if split == "test" else train
     idx = chosen.indices
-    return chosen, (f"{split} split: trajectories {idx[0]}-{idx[-1]} of {src.shape[0]} "
+    which = f"trajectory {idx[0]}" if len(idx) == 1 else f"trajectories {idx[0]}-{idx[-1]}"
+    return chosen, (f"{split} split: {which} of {src.shape[0]} "
                     f"(test = the last {test_fraction:g} of the file, as in training)")
 
 
