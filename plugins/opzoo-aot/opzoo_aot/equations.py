@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["sinkhorn_knopp", "pool", "coefficients", "aggregate", "read", "update", "mix", "feature_dots"]
+__all__ = ["sinkhorn_knopp", "pool", "coefficients", "aggregate", "update", "mix", "feature_dots"]
 
 
 def sinkhorn_knopp(logits: Tensor, iters: int) -> Tensor:
@@ -58,15 +58,6 @@ def coefficients(pooled: Tensor, phi_pre: Tensor, phi_post: Tensor, phi_res: Ten
 def aggregate(weights: Tensor, X: Tensor) -> Tensor:
     """``weights [B, n], X [B, n, *S, D] -> Σ_i weights[:, i] · X[:, i]``, ``[B, *S, D]``."""
     return mix(weights.unsqueeze(1), X).squeeze(1)
-
-
-def read(weights: Tensor, X: Tensor) -> tuple[Tensor, Tensor]:
-    """``weights [B, n], X [B, n, *S, D] -> (Σ_i weights[:, i] · X[:, i] [B, *S, D], X)``: a sub-layer's
-    aggregate, with the streams passed on. The streams then leave through this one node, whose backward
-    gets both gradients of ``X`` (the aggregate's and that of whatever reads the passed-on streams,
-    the update) and sums them in one pass, ``g_X + weights ⊗ g_u``, instead of autograd materializing
-    ``weights ⊗ g_u`` and adding it (three passes over the streams more)."""
-    return _Read.apply(weights, X)
 
 
 def update(X: Tensor, H_res: Tensor, h_post: Tensor, y: Tensor) -> Tensor:
@@ -117,29 +108,6 @@ class _Mix(torch.autograd.Function):
             g_y = G.new_empty(y.shape)
             torch.bmm(b.unsqueeze(1), G, out=g_y.view(G.shape[0], 1, -1))
         return g_A, g_X, g_b, g_y
-
-
-class _Read(torch.autograd.Function):
-    """:func:`read`: ``(w, X) -> (w X, X)``; ``g_w`` as in :class:`_Mix`."""
-
-    @staticmethod
-    def forward(ctx, w: Tensor, X: Tensor) -> tuple[Tensor, Tensor]:
-        ctx.save_for_backward(w, X)
-        ctx.set_materialize_grads(False)
-        return torch.bmm(w.unsqueeze(1), X.flatten(2)).view(X.shape[:1] + X.shape[2:]), X.view_as(X)
-
-    @staticmethod
-    def backward(ctx, g_u: Tensor | None, g_X: Tensor | None):
-        w, X = ctx.saved_tensors
-        if g_u is None:
-            return None, g_X
-        g_u = g_u.flatten(1).unsqueeze(1)  # [B, 1, F]
-        g_w = feature_dots(g_u, X.flatten(2)).squeeze(1).to(w.dtype) if ctx.needs_input_grad[0] else None
-        if not ctx.needs_input_grad[1]:
-            return g_w, None
-        if g_X is None:
-            return g_w, (w.unsqueeze(2) * g_u).view(X.shape)
-        return g_w, torch.addcmul(g_X.flatten(2), w.unsqueeze(2), g_u).view(X.shape)
 
 
 FEATURE_CHUNK = 1024  # features per float32 partial dot product

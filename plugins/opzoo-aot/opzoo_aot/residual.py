@@ -127,22 +127,19 @@ class AOTStreams(opzoo.StreamAdapter):
         return f"dim={self.dim}, n={self.n}"
 
 
-def _before_branch(state: AOTState, *params_eps_iters) -> tuple[Tensor, AOTState, Tensor, Tensor]:
-    """``state -> (u [B, *S, D], state, h_post [B, n], H_res [B, n, n])``: a sub-layer's work before its
-    branch; the update must read the returned state's streams (:func:`equations.read`)."""
+def _before_branch(state: AOTState, *params_eps_iters) -> tuple[Tensor, Tensor, Tensor]:
+    """``state -> (u [B, *S, D], h_post [B, n], H_res [B, n, n])``: a sub-layer's work before its branch."""
     X, pooled = state
     h_pre, h_post, H_res = equations.coefficients(pooled, *params_eps_iters)
-    u, X = equations.read(h_pre.to(X.dtype), X)
-    return u, AOTState(X, pooled), h_post, H_res
+    return equations.aggregate(h_pre.to(X.dtype), X), h_post, H_res
 
 
 def _after_branch(state: AOTState, H_res: Tensor, h_post: Tensor, y: Tensor) -> AOTState:
     """The updated streams, and their mean by the same update of the means."""
     X, pooled = state
     streams = equations.update(X, H_res.to(X.dtype), h_post.to(X.dtype), y.to(X.dtype))
-    # the means (a few numbers per sample) by plain autograd in the coefficients' dtype
-    pooled_y = equations.pool(y.unsqueeze(1)).to(H_res.dtype)  # [B, 1, D]
-    pooled = torch.baddbmm(h_post.unsqueeze(2) * pooled_y, H_res, pooled.to(H_res.dtype)).to(pooled.dtype)
+    pooled = equations.update(pooled, H_res.to(pooled.dtype), h_post.to(pooled.dtype),
+                              equations.pool(y.unsqueeze(1)).squeeze(1))
     return AOTState(streams, pooled)
 
 
@@ -202,7 +199,7 @@ class AOTResidual(opzoo.Residual):
         if use_compile(self.compile, X.device):
             before, after = _compiled(_before_branch), _compiled(_after_branch)
         with autocast_off(X.device):
-            u, state, h_post, H_res = before(state, *self._params_eps_iters())
+            u, h_post, H_res = before(state, *self._params_eps_iters())
         y = branch(u)
         if y.shape != u.shape:
             raise ValueError(f"AOTResidual (sub-layer {self.index}): the branch must map {list(u.shape)} to the "
