@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from typing import Sequence
 
@@ -49,7 +50,9 @@ class Parser(argparse.ArgumentParser):
 
 def run_parser(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the chosen command; an opzoo error is one line on stderr and exit code 2."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.command_line = shlex.join([parser.prog, *argv])  # as typed, for model cards
     try:
         return int(args.func(args) or 0)
     except OpzooError as e:

@@ -87,13 +87,6 @@ def cmd_pretrain(args) -> int:
     return 0
 
 
-def _command_line() -> str:
-    """The command as typed (``opzoo ...``), for the model card."""
-    import shlex
-
-    return shlex.join(["opzoo", *sys.argv[1:]])
-
-
 def _header(line: str) -> None:
     if _is_main():
         print(line, flush=True)
@@ -127,7 +120,7 @@ def cmd_finetune(args) -> int:
                           resolution=args.resolution, in_timesteps=args.in_timesteps, test_fraction=args.test_fraction,
                           pretrained=pretrained, layout=args.layout, overrides=parse_overrides(args.set))
     trainer = Trainer(cfg)
-    trainer.command = _command_line()
+    trainer.command = args.command_line
     _report(trainer.fit(new=args.new), finetune=True, from_scratch=not pretrained)
     return 0
 

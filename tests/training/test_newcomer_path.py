@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import re
+import shlex
 
 import pytest
 import torch
@@ -80,7 +81,7 @@ def test_finetune_writes_its_own_card_and_reports_progress(capsys, user_file, tm
     row = next(line for line in body.splitlines() if line.startswith("| heat |"))
     zero, tuned, base = (float(x) for x in row.split("|")[4:7])
     assert zero > 0 and tuned > 0 and base > 0
-    assert "## Command\n\n```bash\nopzoo " in body
+    assert f"## Command\n\n```bash\n{shlex.join(['opzoo', *argv])}\n```" in body  # the command as given, not sys.argv
     assert (out / "loss.png").is_file()
 
 
