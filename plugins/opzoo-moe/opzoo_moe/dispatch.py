@@ -24,10 +24,10 @@ from torch import Tensor
 
 
 def guard_or_true(condition) -> bool:
-    """torch's ``guard_or_true`` under torch.compile (an unbacked size: assume an expert got inputs); in
-    eager mode sizes are plain ints. Imported on first use: its module costs ~0.5 s at start-up."""
-    if isinstance(condition, bool):
-        return condition
+    """torch's ``guard_or_true`` while compiling (an unbacked size: assume the expert got inputs); in eager
+    mode sizes are plain ints. Imported only when compiling: its module costs ~0.5 s of ``opzoo list``."""
+    if not torch.compiler.is_compiling():
+        return bool(condition)
     try:
         from torch.fx.experimental.symbolic_shapes import guard_or_true as torch_guard_or_true
     except ImportError:  # an older torch without it (pyproject allows >= 2.4)
