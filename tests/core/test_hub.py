@@ -1,5 +1,4 @@
 import json
-import shutil
 
 import pytest
 import torch
@@ -8,6 +7,7 @@ from safetensors.torch import load_file, save_file
 import opzoo
 from opzoo.errors import ConfigError, HubError, WeightsError
 
+from ..hub_cache import COMMIT, place_in_hf_cache, repo_files
 from .subprocess_utils import run_python
 
 
@@ -147,21 +147,13 @@ def test_preset_without_weights_says_so():
         opzoo.load("simple-op", pretrained=True)
 
 
-def _place_in_hf_cache(repo_dir, cache, repo_id, commit="0123456789abcdef0123456789abcdef01234567", ref="main"):
-    """The real huggingface_hub cache layout: models--org--name/{refs,snapshots}."""
-    root = cache / f"models--{repo_id.replace('/', '--')}"
-    snapshot = root / "snapshots" / commit
-    shutil.copytree(repo_dir, snapshot, dirs_exist_ok=True)
-    (root / "refs").mkdir(parents=True, exist_ok=True)
-    (root / "refs" / ref).write_text(commit)
-    return commit
-
 
 def test_a_cached_repo_loads_offline_with_revision(model, tmp_path):
     model.save_pretrained(tmp_path / "repo")
     cache = tmp_path / "hf-cache"
-    commit = _place_in_hf_cache(tmp_path / "repo", cache, "someorg/simple-demo")
-    _place_in_hf_cache(tmp_path / "repo", cache, "someorg/simple-demo", commit=commit, ref="v1")
+    commit = COMMIT
+    place_in_hf_cache(cache, "someorg/simple-demo", repo_files(tmp_path / "repo"))
+    place_in_hf_cache(cache, "someorg/simple-demo", repo_files(tmp_path / "repo"), ref="v1")
     x = torch.randn(1, 16, 16, 4, 1)
     torch.save(x, tmp_path / "x.pt")
     expected = model.eval()(x)

@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 import opzoo
 from opzoo.cli import main as cli_main
 from .reference_dpot import dpot_forward_official, official_state_dict, write_official_checkpoint
+from ..hub_cache import place_in_hf_cache
 
 SMALL = dict(width=32, depth=2, n_blocks=4, mlp_ratio=2.0, out_layer_dim=8, patch=4, img=16,
              c_in=2, c_out=2, t_in=3, t_out=2, n_cls=5)
@@ -128,16 +129,6 @@ def test_malicious_pickle_is_refused_and_nothing_runs(tmp_path, legacy, capsys):
     assert marker.exists()
 
 
-def _fake_hub_cache(cache: Path, repo: str, filename: str, payload_path: Path) -> None:
-    """The huggingface_hub cache layout: models--org--name/{refs/main, snapshots/<sha>/<file>}."""
-    sha = "0123456789abcdef0123456789abcdef01234567"
-    root = cache / f"models--{repo.replace('/', '--')}"
-    (root / "refs").mkdir(parents=True)
-    (root / "refs" / "main").write_text(sha)
-    snap = root / "snapshots" / sha
-    snap.mkdir(parents=True)
-    os.link(payload_path, snap / filename)
-
 
 def test_load_pretrained_dpot_s_from_the_hub_cache(tmp_path):
     sd = official_state_dict(width=1024, depth=6, n_blocks=8, mlp_ratio=1.0, out_layer_dim=32, patch=8, img=128,
@@ -146,7 +137,7 @@ def test_load_pretrained_dpot_s_from_the_hub_cache(tmp_path):
     assert sum(v.numel() for v in sd.values()) == 30_801_459
     src = tmp_path / "model_S.pth"
     write_official_checkpoint(src, sd, modes=32, act="gelu", normalize=False)
-    _fake_hub_cache(tmp_path / "hub", "hzk17/DPOT", "model_S.pth", src)
+    place_in_hf_cache(tmp_path / "hub", "hzk17/DPOT", {"model_S.pth": src})
     probe = (
         "import torch, opzoo\n"
         "m = opzoo.load('dpot-s', pretrained=True)\n"

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import opzoo
+from ..hub_cache import place_in_hf_cache
 from .conftest import advection_trajectories, heat_trajectories, run_document, tiny_pot_args, write_canonical
 from opzoo.training import Adapt, H5Trajectories, Trainer, finetune_config, parse_run_config
 from opzoo.training.evaluate import evaluate_dataset
@@ -177,18 +178,12 @@ def test_eval_and_rollout_commands_write_results_and_plots(tmp_path, pretrained_
 def test_finetune_preset_with_pretrained_weights_from_the_hub_cache(tmp_path, pretrained_dir, monkeypatch):
     """``finetune PRESET`` loads the preset's published weights (``opzoo.load(name, pretrained=True)``),
     here from a Hugging Face cache in offline mode: the same code path as a download, without network."""
-    import shutil
-
     from huggingface_hub import constants
 
     from opzoo.training.cli import main
 
     cfg = json.loads((pretrained_dir / "config.json").read_text())
-    snapshot = tmp_path / "hub" / "models--opzoo-test--micro" / "snapshots" / ("0" * 40)
-    snapshot.mkdir(parents=True)
-    shutil.copy(pretrained_dir / "model.safetensors", snapshot / "model.safetensors")
-    (tmp_path / "hub" / "models--opzoo-test--micro" / "refs").mkdir()
-    (tmp_path / "hub" / "models--opzoo-test--micro" / "refs" / "main").write_text("0" * 40)
+    place_in_hf_cache(tmp_path / "hub", "opzoo-test/micro", {"model.safetensors": pretrained_dir / "model.safetensors"})
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     registry = opzoo.get_registry()

@@ -32,6 +32,7 @@ from opzoo_well.converter import convert_the_well  # noqa: E402
 from opzoo_well.datasets import STATS_DIR, dataset  # noqa: E402
 
 from .well_files import write_well_file  # noqa: E402
+from ..hub_cache import place_in_hf_cache, repo_files  # noqa: E402
 
 T_IN, STEPS = 2, 3
 CASES = {
@@ -180,17 +181,6 @@ def test_tucker_rank_is_tensorlys():
         assert tucker_rank(shape, 0.5) == list(validate_tucker_rank(shape, rank=0.5)), shape
 
 
-def fake_hub_cache(cache, repo: str, source_dir) -> None:
-    """huggingface_hub's cache layout for ``repo``: models--org--name/{refs/main, snapshots/<sha>/*}."""
-    sha = "0123456789abcdef0123456789abcdef01234567"
-    root = cache / f"models--{repo.replace('/', '--')}"
-    (root / "refs").mkdir(parents=True)
-    (root / "refs" / "main").write_text(sha)
-    snap = root / "snapshots" / sha
-    snap.mkdir(parents=True)
-    for f in source_dir.iterdir():
-        (snap / f.name).write_bytes(f.read_bytes())
-
 
 def test_load_the_published_config_from_the_hub_cache_offline(tmp_path, monkeypatch):
     """``opzoo.load("well-fno-shear_flow", pretrained=True)``: The Well's FNO at its published shear_flow
@@ -203,7 +193,7 @@ def test_load_the_published_config_from_the_hub_cache_offline(tmp_path, monkeypa
     well = well_models.FNO(dim_in=16, dim_out=4, n_spatial_dims=2, spatial_resolution=(128, 256), modes1=16,
                            modes2=16, hidden_channels=128).eval()
     well.save_pretrained(tmp_path / "repo")
-    fake_hub_cache(tmp_path / "hub", "polymathic-ai/FNO-shear_flow", tmp_path / "repo")
+    place_in_hf_cache(tmp_path / "hub", "polymathic-ai/FNO-shear_flow", repo_files(tmp_path / "repo"))
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     model = opzoo.load("well-fno-shear_flow", pretrained=True).eval()
