@@ -391,11 +391,8 @@ class Trainer:
         monitor = ExpertLoadMonitor(t.expert_load_threshold, t.expert_load_window) if has_routers else None
         last_saved = start
         for i, batch in enumerate(self._batches(start), start):
-            bad_data, stopping = self._step_flags(batch, stop)
-            if stopping:
+            if self._stop_requested(stop):
                 self._stop(i, last_saved, stop, logger)
-            if bad_data:
-                self._bad_data(i, logger)
             step = i + 1
             model.train()
             self.optimizer.zero_grad(set_to_none=True)
@@ -408,6 +405,8 @@ class Trainer:
             loss.backward()
             loss_value = float(all_reduce_mean(loss.detach().float(), self.env))
             if not math.isfinite(loss_value):
+                if self._batch_has_bad_data(batch):  # NaN/Inf in the data reach the loss: name the file
+                    self._bad_data(i, logger)
                 self._diverged(i, step, "loss", loss_value, per_sample.detach(), batch["dataset"], names, logger)
             grad_norm = None
             if cfg.optimizer.grad_clip is not None:
@@ -486,12 +485,17 @@ class Trainer:
         first = next((r.get("loss") for r in read_log(path)), None) if path.is_file() else None
         return first if isinstance(first, (int, float)) and math.isfinite(first) else None
 
-    def _step_flags(self, batch: Mapping[str, Tensor], stop: StopSignals) -> tuple[bool, bool]:
-        """(some rank's batch holds NaN/Inf, some rank got SIGTERM/SIGINT), agreed across ranks."""
-        bad = not (bool(torch.isfinite(batch["x"]).all()) and bool(torch.isfinite(batch["y"]).all()))
-        flags = torch.tensor([float(bad), float(stop.signum is not None)], device=self.device)
-        flags = all_reduce_max(flags, self.env)
-        return bool(flags[0] > 0), bool(flags[1] > 0)
+    def _stop_requested(self, stop: StopSignals) -> bool:
+        """Some rank got SIGTERM/SIGINT (agreed across ranks; no device work in a single process)."""
+        if self.env.world_size == 1:
+            return stop.signum is not None
+        flag = torch.tensor([float(stop.signum is not None)], device=self.device)
+        return bool(all_reduce_max(flag, self.env)[0] > 0)
+
+    def _batch_has_bad_data(self, batch: Mapping[str, Tensor]) -> bool:
+        """Some rank's batch holds NaN/Inf (collective: every rank calls it after a non-finite loss)."""
+        bad = ~(torch.isfinite(batch["x"]).all() & torch.isfinite(batch["y"]).all())
+        return bool(all_reduce_max(bad.float().reshape(1), self.env)[0] > 0)
 
     def _stop(self, done: int, last_saved: int, stop: StopSignals, logger: RunLogger) -> None:
         """After ``done`` steps: checkpoint (unless just written), log, raise RunStopped."""
@@ -506,10 +510,8 @@ class Trainer:
     def _bad_data(self, i: int, logger: RunLogger) -> None:
         """The global batch of iteration ``i`` holds NaN/Inf: name the file, trajectory and count."""
         mixture = self.data.train
-        sampler = StepBatchSampler(mixture.window_probabilities(), self.cfg.training.batch_size, self.cfg.seed,
-                                   i, i + 1, 0, 1)
         found = []
-        for index in dict.fromkeys(sampler.global_indices(i).tolist()):
+        for index in dict.fromkeys(self._sampler(i, i + 1).global_indices(i).tolist()):
             k, j = mixture.locate(int(index))
             part = mixture.datasets[k]
             sample, t0 = part.window_position(j)
