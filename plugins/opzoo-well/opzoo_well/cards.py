@@ -32,8 +32,8 @@ README_DIR = {"fno": "fno", "tfno": "tfno", "unet-classic": "unet_classic", "une
 
 
 def card_text(arch: str, dataset_name: str, published: bool = True, source: str | None = None) -> str:
-    """The card template of ``arch`` on ``dataset_name``; ``published=False`` for a converted checkpoint
-    whose config is not the published one (no reported VRMSE then)."""
+    """The card template of ``arch`` on ``dataset_name``; ``published=False`` for a checkpoint converted from
+    a directory, whose weights need not be the published ones (no reported VRMSE then)."""
     a, d = ARCHITECTURES[arch], dataset(dataset_name)
     repo = hub_repo(arch, dataset_name)
     fields = ", ".join(f"`{c}`" for c in d.channels)
@@ -45,8 +45,9 @@ def card_text(arch: str, dataset_name: str, published: bool = True, source: str 
                       f"learning rates on validation: {lr}, {epochs} epochs; the README gives no more detail of the "
                       f"protocol). `opzoo eval` reports VRMSE per field (one step and rollout) next to l2 full.")
     else:
-        evaluation = ("A converted checkpoint whose configuration differs from the published one: The Well reports "
-                      "no result for it. `opzoo eval` reports VRMSE per field next to l2 full.")
+        evaluation = ("A checkpoint converted from a directory: nothing shows that its weights are the published "
+                      "ones, so The Well's reported result is not claimed for it. Evaluate it with `opzoo eval` "
+                      "(VRMSE per field next to l2 full).")
     source = source or f"[`{repo}`](https://huggingface.co/{repo})"
     return f"""---
 library_name: opzoo
