@@ -115,11 +115,27 @@ def adapt_model(model: nn.Module, *, seed: int = 0, **changes: Any) -> nn.Module
                               f"and the layout has no rule for it")
     new.load_state_dict(state, strict=True)
     new.preset_name = getattr(model, "preset_name", None)
-    new.pretrained_cfg = {**getattr(model, "pretrained_cfg", {}), "adapted_from": _shape_text(old_cfg)}
+    new.pretrained_cfg = _adapted_pretrained_cfg(getattr(model, "pretrained_cfg", {}), changes, _shape_text(old_cfg))
     new.adaptation = reshaped
     logger.info("adapted %s from %s to %s: %d tensors copied unchanged; %s", backbone, _shape_text(old_cfg),
                 _shape_text(new_cfg), len(state) - len(reshaped), "; ".join(reshaped) or "no tensor changed shape")
     return new.train(model.training)
+
+
+def _adapted_pretrained_cfg(cfg: dict[str, Any], changes: dict[str, Any], adapted_from: str) -> dict[str, Any]:
+    """The pretrained facts that still hold for the adapted model: the shape facts follow ``changes``; the
+    channel names go when the channels change (they named the pretrained model's channels)."""
+    cfg = {**cfg, "adapted_from": adapted_from}
+    if "in_channels" in changes:
+        cfg.pop("fields", None)
+        cfg.pop("time_varying_fields", None)
+        if "channels" in cfg:
+            cfg["channels"] = changes["in_channels"]
+    if "in_timesteps" in changes and "in_timesteps" in cfg:
+        cfg["in_timesteps"] = changes["in_timesteps"]
+    if "img_size" in changes and "resolution" in cfg:
+        cfg["resolution"] = list(changes["img_size"])
+    return cfg
 
 
 def _as_cmp(value: Any) -> Any:

@@ -110,6 +110,9 @@ def test_load_adapts_the_published_weights_to_new_shapes():
     assert torch.equal(new["time_agg.w"], old["time_agg.w"][-6:])  # the newest frames keep their weights
     assert new["pos_embed"].shape[-2:] == (16, 16) and old["pos_embed"].shape[-2:] == (8, 8)  # interpolated
     assert any("pos_embed" in line and "interpolated" in line for line in model.adaptation)
+    cfg = model.pretrained_cfg  # the shape facts describe the adapted model, not the pretrained one
+    assert (cfg["channels"], cfg["in_timesteps"], cfg["resolution"]) == (3, 6, [64, 64])
+    assert pre.pretrained_cfg["channels"] == 2 and "adapted_from" in cfg
 
 
 def test_a_mismatch_that_cannot_be_adapted_says_what_can():

@@ -22,6 +22,10 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor
 
+from opzoo import Routing
+
+from .routers import expert_counts
+
 
 def guard_or_true(condition) -> bool:
     """torch's ``guard_or_true`` while compiling (an unbacked size: assume the expert got inputs); in eager
@@ -34,9 +38,6 @@ def guard_or_true(condition) -> bool:
         return bool(condition)
     return torch_guard_or_true(condition)
 
-from opzoo import Routing
-
-from .routers import expert_counts
 
 
 def dispatch(x: Tensor, routing: Routing, experts: Sequence[Callable[[Tensor], Tensor]]) -> Tensor:
