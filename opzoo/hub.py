@@ -157,13 +157,19 @@ def hub_wait() -> float:
 
 def hub_unreachable(wait: float | None = None) -> str | None:
     """Why the Hub's endpoint cannot be reached (None when it answers): TCP connects retried for at most
-    ``wait`` seconds (:func:`hub_wait`), instead of huggingface_hub's own retries (about 30 s)."""
+    ``wait`` seconds (:func:`hub_wait`), instead of huggingface_hub's own retries (about 30 s). Behind a
+    proxy (``HTTPS_PROXY``, ``NO_PROXY`` respected) the proxy is what must answer."""
     import socket
     import time
+    import urllib.request
     from urllib.parse import urlsplit
 
     url = urlsplit(constants.ENDPOINT)
     host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)
+    proxy = urllib.request.getproxies().get(url.scheme)
+    if proxy and not urllib.request.proxy_bypass(host):
+        p = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        host, port = p.hostname or host, p.port or (443 if p.scheme == "https" else 80)
     deadline = time.monotonic() + (hub_wait() if wait is None else wait)
     while True:
         try:

@@ -18,6 +18,8 @@ def no_hub(monkeypatch, tmp_path):
     monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # the discard port: nothing listens
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("OPZOO_HUB_WAIT", "1")
+    for var in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)  # the endpoint itself is what must not answer
 
 
 def test_an_uncached_file_without_network_fails_fast_in_one_line(no_hub):
@@ -49,3 +51,20 @@ def test_push_without_network_is_one_line(no_hub, monkeypatch, tmp_path, capsys,
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"opzoo push: error: uploading {repo} to Hub repo me/my-model")
     assert f"`opzoo push {repo} me/my-model`" in err
+
+
+def test_behind_a_proxy_the_proxy_is_what_must_answer(monkeypatch):
+    import socket
+
+    from opzoo.hub import hub_unreachable
+
+    monkeypatch.setattr(constants, "ENDPOINT", "https://127.0.0.1:9")  # not reachable directly
+    for var in ("no_proxy", "NO_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    with socket.socket() as proxy:
+        proxy.bind(("127.0.0.1", 0))
+        proxy.listen()
+        monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{proxy.getsockname()[1]}")
+        assert hub_unreachable(wait=1) is None
+    monkeypatch.delenv("HTTPS_PROXY")
+    assert "127.0.0.1:9" in hub_unreachable(wait=1)
