@@ -104,6 +104,7 @@ def check_parity(arch: str, name: str, spatial: tuple[int, ...], init: dict, tmp
                        "--dataset", name]) == 0
     card = (tmp_path / "opzoo-repo" / "README.md").read_text()
     assert "hub-repo" in card and "ohana2024well" in card and "BSD-3-Clause" in card
+    assert f"T_in={T_IN}, C]" in card and f"with {T_IN} input steps" in card and "Published config" not in card
     model = opzoo.load(str(tmp_path / "opzoo-repo"))
     assert model.config.in_timesteps == T_IN and model.pretrained_cfg["time_varying_fields"] == d.channels
 

@@ -31,7 +31,8 @@ LICENSE_STATUS = (
 README_DIR = {"fno": "fno", "tfno": "tfno", "unet-classic": "unet_classic", "unet-convnext": "unet_convnext"}
 
 
-def card_text(arch: str, dataset_name: str, published: bool = True, source: str | None = None) -> str:
+def card_text(arch: str, dataset_name: str, published: bool = True, source: str | None = None,
+              steps: int = N_STEPS_INPUT) -> str:
     """The card template of ``arch`` on ``dataset_name``; ``published=False`` for a checkpoint converted from
     a directory, whose weights need not be the published ones (no reported VRMSE then)."""
     a, d = ARCHITECTURES[arch], dataset(dataset_name)
@@ -49,6 +50,9 @@ def card_text(arch: str, dataset_name: str, published: bool = True, source: str 
                       "ones, so The Well's reported result is not claimed for it. Evaluate it with `opzoo eval` "
                       "(VRMSE per field next to l2 full).")
     source = source or f"[`{repo}`](https://huggingface.co/{repo})"
+    config_line = ("Published config: " + ", ".join(f"`{k}={v}`" for k, v in a.args.items())
+                   + ", other arguments at The Well's defaults." if published
+                   else "Its arguments are the converted checkpoint's own (its `config.json`).")
     return f"""---
 library_name: opzoo
 license: unknown
@@ -65,9 +69,8 @@ normalization and input formatting are inside it.
 
 ## Architecture
 `${{architecture}}`: The Well's `{a.well_class}` ({a.paper}), implemented in opzoo and computing the
-same function (tested against The Well's own pipeline at small dims). Published config:
-{", ".join(f"`{k}={v}`" for k, v in a.args.items())}, other arguments at The Well's defaults.
-Input `[B, {", ".join("XYZ"[:d.n_spatial_dims])}, T_in={N_STEPS_INPUT}, C]` -> output `[B, {", ".join("XYZ"[:d.n_spatial_dims])}, 1, C]`,
+same function (tested against The Well's own pipeline at small dims). {config_line}
+Input `[B, {", ".join("XYZ"[:d.n_spatial_dims])}, T_in={steps}, C]` -> output `[B, {", ".join("XYZ"[:d.n_spatial_dims])}, 1, C]`,
 channels = the time-varying fields then the constant fields (copied through unchanged).
 Inside: z-score with the dataset's `stats.yaml` ({STATS_SOURCE.format(name=dataset_name)}), time
 folded into channels (The Well's `DefaultChannelsFirstFormatter`), the network, the inverse z-score.
@@ -77,7 +80,7 @@ ${{parameters}} parameters.
 
 ## Training data
 The Well, `{dataset_name}`: {d.n_spatial_dims}D, resolution {res}; time-varying fields {fields};
-constant fields {constants}. Trained by The Well with {N_STEPS_INPUT} input steps to predict the next one.
+constant fields {constants}. Trained by The Well's code with {steps} input steps to predict the next one.
 
 ## Evaluation
 {evaluation}

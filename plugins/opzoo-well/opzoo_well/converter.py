@@ -191,7 +191,7 @@ def convert_the_well(path, dataset: str | None = None) -> opzoo.ConvertedCheckpo
     cfg["source"] = f"The Well checkpoint {path} (converted by opzoo's 'the-well' converter)"
     # the weights of a directory need not be the published ones (a retrained or untrained model has the same
     # config), so its card claims no published result
-    card = card_text(arch, dataset, published=False,
+    card = card_text(arch, dataset, published=False, steps=steps,
                      source=f"`{path}` (a checkpoint of The Well's code, converted by opzoo)")
     return opzoo.ConvertedCheckpoint(architecture=backbone_name(arch), model_args=args,
                                      state_dict=map_state_dict(sd, arch, weights), pretrained_cfg=cfg, preset=preset,
