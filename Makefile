@@ -4,6 +4,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PLUGINS := $(sort $(wildcard plugins/opzoo-*))
 STAMP := $(VENV)/.opzoo-installed
+# The Well 1.1.0, the code that trained its published FNO/TFNO checkpoints (tests/well/test_well_as_trained.py runs
+# it in its own process): beside the venv, not in it, since the test extra installs the fixed the_well 1.2.0
+WELL_1_1_0 := $(VENV)/reference/the_well-1.1.0
 PYTEST_ARGS ?=
 
 .PHONY: install test test-slow demo micro-weights micro-pot bench clean
@@ -14,6 +17,7 @@ $(PY):
 $(STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS)) | $(PY)
 	$(PY) -m pip install --upgrade "pip>=23" "setuptools>=68" wheel
 	$(PY) -m pip install -e ".[test]" $(addprefix -e ,$(PLUGINS))
+	$(PY) -m pip install --no-deps --upgrade --target $(WELL_1_1_0) the_well==1.1.0
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -18,6 +18,7 @@ from .errors import (
     UnknownNameError,
     WeightsError,
 )
+from .provenance import CheckFailed, Fact, PretrainedArtifacts, PretrainedCheck
 from .registry import PretrainedSource, Registry, set_registry_source as _set_registry_source
 
 # Everything that needs torch is imported on first use (PEP 562), so that `opzoo --version`, `--help`
@@ -63,5 +64,5 @@ __all__ = [
     "ConvertedCheckpoint", "convert_to_repo", "safe_torch_load", "append_grid", "pot_preset_args", "pot_micro_preset_args", "micro_pretrained_cfg",
     "OpzooError", "UnknownNameError", "RegistryConflictError", "ConfigError", "WeightsError", "HubError",
     "CheckpointError", "OptimizerHook", "StepContext", "SpectralLayer", "SpectralWeight", "find_spectral_weights",
-    "PretrainedCfg",
+    "PretrainedCfg", "Fact", "PretrainedCheck", "PretrainedArtifacts", "CheckFailed",
 ]

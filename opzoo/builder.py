@@ -20,10 +20,11 @@ from .adapt import SHAPE_FIELDS, adapt_model
 from .checkpoints import ConvertedCheckpoint
 from .config import config_document, read_config
 from .errors import ConfigError, HubError, UnknownNameError, WeightsError
-from .hub import (WEIGHTS_NAME, hub_download, load_state_dict_strict, load_weights, repo_files, upload_folder,
-                  verify_weights, write_repo)
+from .hub import (WEIGHTS_NAME, check_state_dict, hub_download, load_state_dict_strict, load_weights, read_state_dict,
+                  repo_files, upload_folder, verify_weights, write_repo)
 from .model_card import render_card
 from .pretrained_cfg import schema_of, validate_pretrained_cfg
+from .provenance import PretrainedArtifacts, refuse_failed, run_checks, snapshot_revision
 from .registry import Preset, PretrainedSource, get_registry
 
 if TYPE_CHECKING:
@@ -111,6 +112,14 @@ def pretrained_file(source: PretrainedSource, filename: str | None = None) -> It
         yield Path(path)
 
 
+@contextlib.contextmanager
+def pretrained_files(source: PretrainedSource) -> Iterator[dict[str, Path]]:
+    """Local paths of the weights file (first) and of ``source.extra_files``, by name."""
+    names = [source.filename or WEIGHTS_NAME, *source.extra_files]
+    with contextlib.ExitStack() as stack:
+        yield {name: stack.enter_context(pretrained_file(source, name)) for name in names}
+
+
 def convert_file(converter: str, path: str | os.PathLike, **options: Any) -> ConvertedCheckpoint:
     """Run registered converter ``converter`` on foreign checkpoint ``path``; ``options`` are its keyword
     arguments (a preset's ``PretrainedSource.converter_options``, or ``opzoo convert``'s flags)."""
@@ -126,20 +135,34 @@ def convert_file(converter: str, path: str | os.PathLike, **options: Any) -> Con
     return fn(Path(path), **options)
 
 
-def load_preset_weights(model: "Backbone", preset: Preset) -> None:
-    """Load ``preset``'s published weights into ``model`` (converted first when they are foreign)."""
+@contextlib.contextmanager
+def fetch_pretrained(preset: Preset, model_config: Any) -> Iterator[tuple[PretrainedArtifacts, str]]:
+    """``(artifacts, where)``: ``preset``'s published files, fetched (or found in the cache), with the
+    tensors they hold in opzoo's names (converted when they are foreign), for a model of config
+    ``model_config``; ``where`` names them in messages. Runs no check."""
     src = preset.pretrained
     if src is None:
         raise HubError(
             f"preset {preset.name!r} has no published weights; use pretrained=False to train it from "
             f"scratch, or opzoo.from_pretrained(REPO_OR_DIR) for weights you have"
         )
-    with pretrained_file(src) as path:
+    with pretrained_files(src) as files:
+        path = next(iter(files.values()))
         if src.converter is None:
-            load_weights(model, path)
+            state_dict, where = read_state_dict(path), str(path)
         else:
-            converted = convert_file(src.converter, path, **src.converter_options)
-            load_state_dict_strict(model, converted.state_dict, f"{path} (converted by {src.converter!r})")
+            state_dict = convert_file(src.converter, path, **src.converter_options).state_dict
+            where = f"{path} (converted by {src.converter!r})"
+        yield PretrainedArtifacts(preset.name, files, state_dict, model_config, snapshot_revision(path)), where
+
+
+def load_preset_weights(model: "Backbone", preset: Preset) -> None:
+    """Load ``preset``'s published weights into ``model`` (converted first when they are foreign), after
+    its source's checks pass on the real files (:class:`opzoo.PretrainedCheck`); nothing changes otherwise."""
+    with fetch_pretrained(preset, model.config) as (artifacts, where):
+        check_state_dict(model, {k: tuple(v.shape) for k, v in artifacts.state_dict.items()}, where)
+        refuse_failed(preset.name, run_checks(preset.pretrained.checks, artifacts))
+        load_state_dict_strict(model, artifacts.state_dict, where)
 
 
 def convert_to_repo(converter: str, path: str | os.PathLike, out_dir: str | os.PathLike, **options: Any) -> Path:
@@ -226,7 +249,12 @@ def load(name: str | os.PathLike, pretrained: bool = False, **overrides: Any) ->
     """A model by preset name, ``hf-hub:org/repo[@rev]``, ``local-dir:PATH`` or existing directory.
 
     ``pretrained=True`` loads a preset's published weights (converted on load when they are in a
-    foreign format); ``overrides`` replace config fields, e.g. ``load("fno-2d", modes=24)``. With
+    foreign format, after the preset's load checks pass on them) and returns the model in eval mode,
+    as :func:`from_pretrained` and a saved model do: ``y = model(x)`` is inference at once (BatchNorm
+    uses its running statistics, dropout is off). Training code calls ``model.train()`` itself, as in
+    PyTorch (opzoo's trainer does at every step). A preset built with random weights
+    (``pretrained=False``) stays in training mode, like any new ``nn.Module`` and timm's ``create_model``.
+    ``overrides`` replace config fields, e.g. ``load("fno-2d", modes=24)``. With
     ``pretrained=True`` the shape fields ``in_channels``, ``out_channels``, ``in_timesteps`` and
     ``img_size`` adapt the weights instead (:func:`adapt_loaded`), as timm's ``in_chans`` does.
     """
@@ -254,7 +282,7 @@ def load(name: str | os.PathLike, pretrained: bool = False, **overrides: Any) ->
         raise WeightsError(f"{e}\nThe overrides {sorted(overrides)} change tensors the published weights fix. "
                            f"With pretrained=True only {', '.join(SHAPE_FIELDS)} adapt the weights at load time; "
                            f"drop the other overrides, or load with pretrained=False") from None
-    return adapt_loaded(model, preset.name, shape)
+    return adapt_loaded(model, preset.name, shape).eval()
 
 
 def adapt_loaded(model: "Backbone", name: str, shape: Mapping[str, Any]) -> "Backbone":
@@ -336,6 +364,7 @@ def resolve_weights(name: str, pretrained: bool | None) -> tuple[bool, str]:
 __all__ = [
     "source_description", "resolve_weights", "saved_pretrained_cfg", "adapt_loaded",
     "build_model", "create_model", "build_preset", "list_models", "load", "from_pretrained", "save_pretrained",
-    "push_to_hub", "convert_file", "convert_to_repo", "load_preset_weights", "pretrained_file",
+    "push_to_hub", "convert_file", "convert_to_repo", "load_preset_weights", "pretrained_file", "pretrained_files",
+    "fetch_pretrained",
     "is_saved_model_reference",
 ]

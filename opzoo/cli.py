@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from typing import Sequence
@@ -41,6 +42,8 @@ def _preset_info(name: str, overrides: dict) -> tuple[dict, object]:
                                                  "converter": src.converter,
                                                  "description": source_description(src, preset.owner)},
         "pretrained_cfg": dict(preset.pretrained_cfg),
+        "provenance": [dataclasses.asdict(f) for f in preset.provenance],
+        "load_checks": [c.name for c in src.checks] if src is not None else [],
     }, model
 
 
@@ -92,10 +95,36 @@ def cmd_info(args) -> int:
     if lr is not None:
         why = info["pretrained_cfg"].get("finetune_lr_source")
         print(f"  finetune lr: {lr:g} (`opzoo finetune`'s default{'; ' + why if why else ''})")
+    if info.get("load_checks"):
+        print(f"  load checks: {'; '.join(info['load_checks'])} (run on the real files by load(pretrained=True) "
+              f"and `opzoo verify {info['name']}`)")
+    if info.get("provenance"):
+        from .provenance import Fact
+
+        print("  provenance:")
+        for row in info["provenance"]:
+            print(f"    {Fact(**{**row, 'alternatives': tuple(row['alternatives'])}).line()}")
     print("  config:")
     for k, v in info["config"].items():
         print(f"    {k}: {json.dumps(v)}")
     return 0
+
+
+def cmd_verify(args) -> int:
+    """Each preset's published files against every assumption the preset makes about them."""
+    from .errors import ConfigError
+    from .verify import format_table, select_presets, verify
+
+    if not args.names and not args.all:
+        raise ConfigError("name one or more presets (names or patterns, e.g. 'well-fno-*'), or pass --all")
+    rows = verify(select_presets(args.names, args.all))
+    if args.json:
+        print(json.dumps([r.__dict__ for r in rows], indent=2))
+    else:
+        print(format_table(rows))
+        counts = {s: sum(r.status == s for r in rows) for s in ("passed", "FAILED", "not run")}
+        print(f"\n{counts['passed']} passed, {counts['FAILED']} failed, {counts['not run']} not run")
+    return 1 if any(r.status == "FAILED" for r in rows) else 0
 
 
 def cmd_plugins(args) -> int:
@@ -129,7 +158,7 @@ def cmd_export(args) -> int:
 def cmd_convert(args) -> int:
     from .builder import convert_to_repo
 
-    options = {"dataset": args.dataset} if args.dataset else {}
+    options = {**({"dataset": args.dataset} if args.dataset else {}), **parse_overrides(args.option)}
     out = convert_to_repo(args.converter, args.file, args.out, **options)
     print(f"converted {args.file} with {args.converter!r} -> {out}")
     return 0
@@ -171,6 +200,13 @@ def build_parser(plugin_commands: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_info)
 
+    p = sub.add_parser("verify", help="download presets' published files and run every load check on them "
+                                       "(a table: preset, repo, revision, check, result; exit 1 if one fails)")
+    p.add_argument("names", nargs="*", help="preset names or fnmatch patterns, e.g. well-fno-* (quote it)")
+    p.add_argument("--all", action="store_true", help="every preset with published weights")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_verify)
+
     p = sub.add_parser("plugins", help="list loaded plugins with versions, and those that failed")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plugins)
@@ -188,6 +224,8 @@ def build_parser(plugin_commands: bool = True) -> argparse.ArgumentParser:
     p.add_argument("out")
     p.add_argument("--dataset", help="the data set the checkpoint was trained on, for converters that need it "
                                      "(the-well: e.g. shear_flow)")
+    p.add_argument("--option", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="other converter options, e.g. fourier_blocks=dropped for the-well's FNO/TFNO")
     p.set_defaults(func=cmd_convert)
 
     p = sub.add_parser("push", help="upload an opzoo repo directory to the Hugging Face Hub")
@@ -226,7 +264,7 @@ def _plugin_distributions() -> list[str]:
     return sorted({ep.dist.name if ep.dist is not None else ep.name for ep in entry_points(group=PROJECT_NAME)})
 
 
-CORE_COMMANDS = frozenset({"list", "info", "plugins", "export", "convert", "push", "demo", "data", "pretrain",
+CORE_COMMANDS = frozenset({"list", "info", "verify", "plugins", "export", "convert", "push", "demo", "data", "pretrain",
                            "finetune", "eval", "rollout"})
 
 

@@ -64,6 +64,14 @@ def load_state_dict_strict(model: torch.nn.Module, state_dict: Mapping[str, torc
     model.load_state_dict(state_dict, strict=True)
 
 
+def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file (WeightsError naming the file when it is not one)."""
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError) as e:
+        raise WeightsError(f"{path}: not a readable safetensors file ({e})") from None
+
+
 def load_weights(model: torch.nn.Module, path: str | os.PathLike) -> None:
     """Load a safetensors file strictly into ``model``."""
     path = Path(path)
@@ -272,7 +280,7 @@ def push_folder_to_hub(folder: str | os.PathLike, repo_id: str, **kwargs: Any):
 
 
 __all__ = [
-    "write_repo", "verify_weights", "repo_files", "push_folder_to_hub", "upload_folder", "load_weights",
+    "write_repo", "verify_weights", "repo_files", "read_state_dict", "push_folder_to_hub", "upload_folder", "load_weights",
     "load_state_dict_strict", "check_state_dict", "hub_download", "hub_unreachable", "hub_wait", "WEIGHTS_NAME",
     "CARD_NAME",
 ]

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from .errors import RegistryConflictError, UnknownNameError
+from .provenance import Fact, PretrainedCheck
 
 COMPONENT_KINDS = ("mixer", "feedforward", "residual", "block", "backbone", "optimizer_hook", "converter")
 
@@ -34,7 +35,12 @@ class PretrainedSource:
     called with ``converter_options`` as keyword arguments (e.g. the data set a checkpoint was trained on).
     ``directory`` is a local path or a package resource (``importlib.resources.files(pkg) / "dir"``),
     for weights that ship inside a plugin; :meth:`package` builds one. Both kinds are resolved to
-    local files by :func:`opzoo.builder.pretrained_file` and then loaded by the same code.
+    local files by :func:`opzoo.builder.pretrained_files` and then loaded by the same code.
+
+    ``extra_files`` are other files of the repo that the converter or the checks read (e.g. the
+    foreign ``config.json``); they are fetched with the weights, into the same snapshot. ``checks``
+    (:class:`opzoo.PretrainedCheck`) run on the fetched files and tensors before a model is returned:
+    weights that fail one are refused (``opzoo verify`` runs them all and prints a table).
     """
 
     repo_id: str | None = None
@@ -43,6 +49,8 @@ class PretrainedSource:
     converter: str | None = None
     directory: Traversable | Path | None = None
     converter_options: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
+    extra_files: tuple[str, ...] = ()
+    checks: tuple[PretrainedCheck, ...] = dataclasses.field(default=(), hash=False)
 
     def __post_init__(self) -> None:
         if (self.repo_id is None) == (self.directory is None):
@@ -51,6 +59,11 @@ class PretrainedSource:
             raise ValueError("PretrainedSource: revision applies to Hub repos only, not to a directory")
         if isinstance(self.directory, str):
             object.__setattr__(self, "directory", Path(self.directory))
+        object.__setattr__(self, "extra_files", tuple(self.extra_files))
+        object.__setattr__(self, "checks", tuple(self.checks))
+        for check in self.checks:
+            if not isinstance(check, PretrainedCheck):
+                raise TypeError(f"PretrainedSource.checks: expected opzoo.PretrainedCheck, got {type(check).__name__}")
 
     @classmethod
     def package(cls, package: str, path: str, **kwargs: Any) -> "PretrainedSource":
@@ -79,6 +92,7 @@ class Preset:
     pretrained_cfg: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     aliases: tuple[str, ...] = ()
     owner: str = "?"
+    provenance: tuple[Fact, ...] = ()  # where each fact about the preset and its weights comes from
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,8 +192,13 @@ class Registry:
         card: Traversable | Path | str | None = None,
         pretrained_cfg: Mapping[str, Any] | None = None,
         aliases: tuple[str, ...] | list[str] = (),
+        provenance: tuple[Fact, ...] | list[Fact] = (),
     ) -> Preset:
-        """Register preset ``name``: ``backbone`` built with ``args``; ``card`` is its model card."""
+        """Register preset ``name``: ``backbone`` built with ``args``; ``card`` is its model card;
+        ``provenance`` the :class:`opzoo.Fact` rows saying where each fact about it comes from."""
+        for fact in provenance:
+            if not isinstance(fact, Fact):
+                raise TypeError(f"model {name!r}: provenance rows must be opzoo.Fact, got {type(fact).__name__}")
         for key in (name, *aliases):
             if key in self._presets or key in self._aliases:
                 holder = self._presets.get(key) or self._presets[self._aliases[key]]
@@ -193,6 +212,7 @@ class Registry:
             pretrained_cfg=dict(pretrained_cfg or {}),
             aliases=tuple(aliases),
             owner=self._owner,
+            provenance=tuple(provenance),
         )
         self._presets[name] = preset
         for alias in aliases:

@@ -43,6 +43,17 @@ def model_resolution(model: nn.Module) -> tuple[int, ...] | None:
     return tuple(int(r) for r in res) if res else None
 
 
+def select_model_fields(model: nn.Module, sources: list[H5Trajectories]) -> None:
+    """A model that names its channels (``pretrained_cfg['fields']``, one per input channel) reads every
+    file's channels by name, in its own order: a file in another order is reordered, one missing a field
+    is refused naming it. Files of a model without names (or with fewer names than channels: channels
+    padded for a mixture) are read as they are."""
+    fields = list(getattr(model, "pretrained_cfg", {}).get("fields") or [])
+    if fields and getattr(model.config, "in_channels", None) == len(fields):
+        for src in sources:
+            src.select_channels(fields)
+
+
 @dataclass
 class RunData:
     adapt: Adapt
@@ -61,13 +72,7 @@ def build_data(cfg: RunConfig, model: nn.Module) -> RunData:
         raise ConfigError(f"auto-regressive training needs in_channels == out_channels, the model has "
                           f"{mc.in_channels} -> {mc.out_channels}")
     splits = [(d, *split(d.path, d.layout, d.test_path, d.test_fraction)) for d in cfg.data.datasets]
-    fields = list(getattr(model, "pretrained_cfg", {}).get("fields") or [])
-    for _, tr, te in splits:  # a model that names its channels: a file with the same ones in another order
-        for src in (tr, te):
-            names = list(src.source.fields)
-            if fields and sorted(names) == sorted(fields) and names != fields:
-                raise ConfigError(f"{src.path}: channels {names} are the model's fields in another order; "
-                                  f"the model takes {fields} (write the file's channels in that order)")
+    select_model_fields(model, [src for _, tr, te in splits for src in (tr, te)])
     resolution = cfg.data.resolution or model_resolution(model) or splits[0][1].spatial
     for d, tr, te in splits:
         for src in (tr, te):

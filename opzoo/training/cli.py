@@ -135,15 +135,12 @@ def _load_model(name: str, pretrained: bool | None):
 
 
 def _adapt_for(model, data_paths: Sequence[str], resolution, layout: str | None = None):
-    from .build import model_resolution
+    from .build import model_resolution, select_model_fields
     from .data import Adapt, H5Trajectories
 
     _say_array_order(data_paths, layout)
     sources = [H5Trajectories(p, layout) for p in data_paths]
-    fields = getattr(model, "pretrained_cfg", {}).get("fields")
-    if fields and getattr(model.config, "in_channels", None) == len(fields):  # a model that names its channels
-        for src in sources:
-            src.select_channels(fields)
+    select_model_fields(model, sources)
     res = tuple(resolution) if resolution else (model_resolution(model) or sources[0].spatial)
     c = model.config
     return Adapt(res, c.in_channels, c.in_timesteps, c.out_timesteps), sources
@@ -189,8 +186,7 @@ def _split_of(src, split: str, test_fraction: float):
         return src, f"all {len(src)} trajectories"
     train, test = split_file(src.path, src.layout, None, test_fraction)
     for part in (train, test):
-        part.channel_index = src.channel_index
-        part.shape = src.shape
+        part.select_channels(src.channel_names)
     chosen = test if split == "test" else train
     idx = chosen.indices
     which = f"trajectory {idx[0]}" if len(idx) == 1 else f"trajectories {idx[0]}-{idx[-1]}"

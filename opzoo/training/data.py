@@ -37,22 +37,19 @@ class H5Trajectories:
         if len(self.shape) < 4:
             raise ConfigError(f"{path}: trajectories shaped {list(self.shape[1:])}; expected [*S, T, C] with 1-3 spatial dims")
         self.indices = list(range(self.shape[0])) if indices is None else list(indices)
-        self.channel_index: list[int] | None = None  # set by select_channels
 
     def select_channels(self, names: Sequence[str]) -> None:
-        """Read only the channels ``names``, in that order (e.g. a model's ``pretrained_cfg['fields']``)."""
-        have = list(self.source.fields)
-        missing = [n for n in names if n not in have]
-        if missing:
-            raise ConfigError(f"{self.path}: the model needs fields {', '.join(missing)}, "
-                              f"which the file does not have (it has {', '.join(have)})")
-        self.channel_index = [have.index(n) for n in names]
-        self.shape = (*self.shape[:-1], len(names))
+        """Read only the channels ``names``, in that order, matched by name (e.g. a model's
+        ``pretrained_cfg['fields']``): :meth:`opzoo.data.TrajectorySource.select_channels`."""
+        try:
+            self.source.select_channels(list(names))
+        except DataFormatError as e:
+            raise ConfigError(str(e)) from None
+        self.shape = tuple(self.source.shape)
 
     @property
     def channel_names(self) -> list[str]:
-        have = list(self.source.fields)
-        return have if self.channel_index is None else [have[i] for i in self.channel_index]
+        return list(self.source.fields)
 
     @property
     def spatial(self) -> tuple[int, ...]:
@@ -72,8 +69,6 @@ class H5Trajectories:
     def read(self, i: int, t0: int = 0, t1: int | None = None) -> Tensor:
         """Frames ``t0:t1`` of trajectory ``i`` (of this subset): ``[*S, t1-t0, C]`` float32."""
         x = self.source.read(self.indices[i], t0, t1)
-        if self.channel_index is not None:
-            x = x[..., self.channel_index]
         return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
 
 

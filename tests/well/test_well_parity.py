@@ -100,8 +100,10 @@ def check_parity(arch: str, name: str, spatial: tuple[int, ...], init: dict, tmp
     randomize(well, seed=1)
     well.eval()
     well.save_pretrained(tmp_path / "hub-repo")  # PyTorchModelHubMixin: config.json + model.safetensors
+    # the_well 1.2.0 (the test extra) applies the FNO blocks; test_well_as_trained.py covers 1.1.0's dropped ones
+    blocks = ["--option", "fourier_blocks=applied"] if arch in ("fno", "tfno") else []
     assert opzoo_main(["convert", "the-well", str(tmp_path / "hub-repo"), str(tmp_path / "opzoo-repo"),
-                       "--dataset", name]) == 0
+                       "--dataset", name, *blocks]) == 0
     card = (tmp_path / "opzoo-repo" / "README.md").read_text()
     assert "hub-repo" in card and "ohana2024well" in card and "BSD-3-Clause" in card
     assert f"T_in={T_IN}, C]" in card and f"with {T_IN} input steps" in card and "Published config" not in card
@@ -184,23 +186,24 @@ def test_tucker_rank_is_tensorlys():
 
 
 def test_load_the_published_config_from_the_hub_cache_offline(tmp_path, monkeypatch):
-    """``opzoo.load("well-fno-shear_flow", pretrained=True)``: The Well's FNO at its published shear_flow
-    config (19,011,716 parameters), saved by its own ``save_pretrained`` into the Hub cache, converted on
-    load, and one step of physical fields equal to The Well's normalize-format-model-denormalize."""
+    """``opzoo.load("well-fno-shear_flow", pretrained=True, fourier_blocks="applied")``: The Well's FNO at its
+    published shear_flow config (19,011,716 parameters), saved by its own ``save_pretrained`` into the Hub
+    cache, converted on load, and one step of physical fields equal to The Well 1.2.0's
+    normalize-format-model-denormalize (blocks applied)."""
     from huggingface_hub import constants
 
     d = dataset("shear_flow")
     torch.manual_seed(0)
-    well = well_models.FNO(dim_in=16, dim_out=4, n_spatial_dims=2, spatial_resolution=(128, 256), modes1=16,
+    well = well_models.FNO(dim_in=16, dim_out=4, n_spatial_dims=2, spatial_resolution=(256, 512), modes1=16,
                            modes2=16, hidden_channels=128).eval()
     well.save_pretrained(tmp_path / "repo")
     place_in_hf_cache(tmp_path / "hub", "polymathic-ai/FNO-shear_flow", repo_files(tmp_path / "repo"))
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    model = opzoo.load("well-fno-shear_flow", pretrained=True).eval()
+    model = opzoo.load("well-fno-shear_flow", pretrained=True, fourier_blocks="applied")
     # the same repo converted on disk has the published config (config.json has modes3=16), but nothing shows
     # its weights are the published ones: the card claims no published VRMSE
-    converted = convert_the_well(tmp_path / "repo", dataset="shear_flow")
+    converted = convert_the_well(tmp_path / "repo", dataset="shear_flow", fourier_blocks="dropped")
     assert converted.preset == "well-fno-shear_flow" and "0.4450" not in converted.card
     assert "converted from a directory" in converted.card
     assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in well.parameters()) == 19_011_716
@@ -253,7 +256,8 @@ def test_delta_target_matches_the_wells_delta_rollout(tmp_path):
                            modes2=4, hidden_channels=8)
     randomize(well, seed=2)
     well.eval().save_pretrained(tmp_path / "hub-repo")
-    assert opzoo_main(["convert", "the-well", str(tmp_path / "hub-repo"), str(tmp_path / "repo"), "--dataset", name]) == 0
+    assert opzoo_main(["convert", "the-well", str(tmp_path / "hub-repo"), str(tmp_path / "repo"), "--dataset", name,
+                       "--option", "fourier_blocks=applied"]) == 0
     model = opzoo.load(str(tmp_path / "repo"), target="delta")
     data_file = write_well_file(tmp_path / "data" / "part.hdf5", name, spatial, n_traj=2, n_steps=T_IN + STEPS)
     ref_pred, _ = well_reference(tmp_path / "data", name, well, n_traj=2, is_delta=True)

@@ -27,10 +27,13 @@ def test_every_published_checkpoint_is_a_preset(capsys):
     assert len(expected) == 58  # 15 FNO + 15 TFNO + 14 U-Net + 14 CNextU-Net (no U-Nets on post_neutron_star_merger)
     assert "well-fno-shear_flow" in listed and "well-unet-convnext-active_matter" in listed
     src = opzoo.get_registry().preset("well-fno-shear_flow").pretrained
-    assert (src.repo_id, src.filename, src.converter, dict(src.converter_options)) == (
-        "polymathic-ai/FNO-shear_flow", "model.safetensors", "the-well", {"dataset": "shear_flow"})
-    assert hub_repo("unet-convnext", "active_matter") == "polymathic-ai/CNextU-Net-active_matter"
-    assert hub_repo("unet-classic", "MHD_64") == "polymathic-ai/UNET-MHD_64"
+    assert (src.repo_id, src.filename, src.converter, dict(src.converter_options), src.extra_files) == (
+        "polymathic-ai/FNO-shear_flow", "model.safetensors", "the-well",
+        {"dataset": "shear_flow", "fourier_blocks": "dropped"}, ("config.json",))
+    # the ids the Hub pages of UNetClassic-active_matter and UNetConvNext-viscoelastic_instability show
+    assert hub_repo("unet-convnext", "viscoelastic_instability") == "polymathic-ai/UNetConvNext-viscoelastic_instability"
+    assert hub_repo("unet-classic", "active_matter") == "polymathic-ai/UNetClassic-active_matter"
+    assert hub_repo("tfno", "acoustic_scattering_maze") == "polymathic-ai/TFNO-acoustic_scattering_maze"
 
 
 def neuralop_fno_parameters(dim_in: int, dim_out: int, n_dims: int, modes: int = 16, hidden: int = 128) -> int:
@@ -117,7 +120,10 @@ def test_cards_are_rendered_from_the_template():
         assert text == card_text(arch, ds), f"stale card {preset_name(arch, ds)}: run python -m opzoo_well.cards"
     text = card_text("tfno", "shear_flow")
     assert "**0.3626**" in text and "polymathic-ai/TFNO-shear_flow" in text and "license: unknown" in text
-    assert "states no license" in text and "ohana2024well" in text
+    assert "states no license" in text and "ohana2024well" in text and "Reported by The Well" in text
+    assert "A pointwise map, not an FNO" in text and "pull/64" in text and "e430160" in text
+    assert "issues/49" in card_text("unet-classic", "shear_flow") and "issues/49" not in text
+    assert "**unverified**" in text and "06ac146" in text  # shear_flow's stats revisions disagree
 
 
 def test_eval_reports_vrmse_per_field_next_to_l2_full(tmp_path, capsys):
@@ -171,9 +177,14 @@ def test_finetune_on_own_data_in_the_models_field_order(tmp_path, capsys):
         with h5py.File(tmp_path / name, "w") as f:  # opzoo's canonical layout: data [N, *S, T, C] + field names
             f.create_dataset("data", data=data)
             f.attrs["fields"] = order
+    with h5py.File(tmp_path / "other.h5", "w") as f:
+        f.create_dataset("data", data=data)
+        f.attrs["fields"] = ["A", "C"]
     run = ["finetune", str(tmp_path / "model"), "--steps", "2", "--batch-size", "2", "--test-fraction", "0.5"]
-    assert opzoo_main([*run, "--data", str(tmp_path / "swapped.h5"), "--out", str(tmp_path / "run0")]) != 0
-    assert "are the model's fields in another order" in capsys.readouterr().err
+    # fields are matched by name: another order is read in the model's order, a missing field is refused
+    assert opzoo_main([*run, "--data", str(tmp_path / "swapped.h5"), "--out", str(tmp_path / "run0")]) == 0
+    assert opzoo_main([*run, "--data", str(tmp_path / "other.h5"), "--out", str(tmp_path / "run2")]) == 2
+    assert "needs field(s) B, which the file does not have (it has A, C)" in capsys.readouterr().err
     assert opzoo_main([*run, "--data", str(tmp_path / "ok.h5"), "--out", str(tmp_path / "run1")]) == 0
     tuned = opzoo.load(str(tmp_path / "run1" / "model"))
     assert tuned.config.fields == ["A", "B"] and tuned.config.mean == model.config.mean

@@ -15,11 +15,13 @@ def _component_stats(stats: dict, key: str, field: str) -> np.ndarray:
 
 
 def write_well_file(path: Path, name: str, spatial: tuple[int, ...], n_traj: int, n_steps: int, seed: int = 0,
-                    constants_first: bool = True) -> Path:
+                    constants_first: bool = True, reverse_fields: bool = False) -> Path:
     """A file of dataset ``name``'s fields at ``spatial`` with values ``mean + std * noise`` (its stats).
 
     Constant fields are sample-varying and time-invariant, as in The Well; with ``constants_first``
     they come first in ``t0_fields``'s ``field_names``, so that a reader must match channels by name.
+    ``reverse_fields`` lists every group's fields in reverse (values drawn as in the canonical order, so
+    the file holds the same data as with ``reverse_fields=False``, only stored in another order).
     """
     d, stats = dataset(name), read_stats(name)
     rng = np.random.default_rng(seed)
@@ -42,12 +44,14 @@ def write_well_file(path: Path, name: str, spatial: tuple[int, ...], n_traj: int
         everything = [(fld, False) for fld in d.fields] + [(fld, True) for fld in d.constant_fields]
         if constants_first:
             everything.sort(key=lambda item: not item[1])
+        drawn = []
         for fld, constant in everything:
             comp = (len(spatial),) * fld.order
             mean = _component_stats(stats, "mean", fld.name).reshape(comp)
             std = _component_stats(stats, "std", fld.name).reshape(comp)
             shape = (n_traj,) + (() if constant else (n_steps,)) + tuple(spatial) + comp
-            values = (mean + std * rng.standard_normal(shape)).astype(np.float32)
+            drawn.append((fld, constant, (mean + std * rng.standard_normal(shape)).astype(np.float32)))
+        for fld, constant, values in (reversed(drawn) if reverse_fields else drawn):
             ds = groups[fld.order].create_dataset(fld.name, data=values)
             ds.attrs.update(sample_varying=True, time_varying=not constant, dim_varying=[True] * len(spatial))
             names[fld.order].append(fld.name)

@@ -78,6 +78,8 @@ class TrajectorySource(abc.ABC):
         self._file: h5py.File | None = None
         self._pid: int | None = None
         self.info: SourceInfo = self._validate(self._h5())
+        self._all_fields = list(self.info.fields)  # the file's own channels, in the file's order
+        self._channels: list[int] | None = None  # set by select_channels: which of them are read, in order
 
     # -- subclass hooks -------------------------------------------------------------------------
     @classmethod
@@ -132,6 +134,21 @@ class TrajectorySource(abc.ABC):
     def __len__(self) -> int:
         return self.info.n_samples
 
+    def select_channels(self, names: list[str] | tuple[str, ...]) -> None:
+        """Read only the channels ``names``, in that order, matched by name (never by position): a file
+        with a model's fields in another order is reordered. A name the file lacks is refused, naming it.
+        ``fields`` and every later :meth:`read` follow the selection."""
+        have = self._all_fields
+        missing = [n for n in names if n not in have]
+        if missing:
+            raise DataFormatError(f"{self.path}: the model needs field(s) {', '.join(missing)}, which the file does "
+                                  f"not have (it has {', '.join(have)}); fields are matched by name")
+        if len(set(names)) != len(names) or len(set(have)) != len(have):
+            raise DataFormatError(f"{self.path}: field names must be unique to be matched by name; the file has "
+                                  f"{have}, the model asks for {list(names)}")
+        self._channels = [have.index(n) for n in names]
+        self.info.fields = list(names)
+
     def read(self, sample: int, t_start: int = 0, t_stop: int | None = None) -> np.ndarray:
         """Frames ``t_start:t_stop`` of trajectory ``sample`` as float32 ``[*S, t, C]``.
 
@@ -146,6 +163,8 @@ class TrajectorySource(abc.ABC):
             raise IndexError(f"{self.path}: frames {t_start}:{t_stop} out of range [0, {steps}]")
         try:
             window = self._read(self._h5(), sample, t_start, t_stop)
+            if self._channels is not None:
+                window = window[..., self._channels]
         except OSError as exc:
             raise DataFormatError(
                 f"{self.path}: key '{self._key_of(sample)}': reading sample {sample} "

@@ -172,6 +172,10 @@ class WellFnoConfig(WellConfig):
     projection_channels: int = 256
     factorization: Literal["dense", "tucker"] = "dense"
     rank: float = 1.0
+    # "applied": the FNO as neuraloperator defines it (The Well from commit 21e51f6, PyPI 1.2.0);
+    # "dropped": the blocks' output discarded, projection(lifting(x)), as the_well <= 1.1.0 trained the
+    # published checkpoints (fno_net's docstring has the history)
+    fourier_blocks: Literal["applied", "dropped"] = "applied"
 
     @property
     def modes(self) -> list[int]:
@@ -192,7 +196,7 @@ class WellFNO(WellBackbone):
 
     def build_net(self, c: WellFnoConfig) -> nn.Module:
         return FNONet(c.dim_in, c.dim_out, c.modes, c.hidden_channels, c.n_layers, c.lifting_channels,
-                      c.projection_channels, c.factorization, c.rank)
+                      c.projection_channels, c.factorization, c.rank, apply_blocks=c.fourier_blocks == "applied")
 
 
 class WellTFNO(WellFNO):

@@ -6,7 +6,12 @@ the architecture's own, e.g. ``modes1``, ``hidden_channels``, ``init_features``)
 ``model.safetensors``, both written by huggingface_hub's ``PyTorchModelHubMixin``. The architecture
 is read from the state dict's names; the data set is not recorded in the repo, so it is an argument
 (``--dataset``), checked against ``dim_in``/``dim_out``/``n_spatial_dims``. The input steps are
-``(dim_in - n_constant_fields) / n_fields``.
+``(dim_in - n_constant_fields) / n_fields``; the grid is config.json's ``spatial_resolution`` (the grid the
+weights were trained on), else the dataset's.
+
+An FNO or TFNO checkpoint does not say which code trained it, and the two compute different functions
+(``fno_net``'s docstring), so ``fourier_blocks`` is required for them: ``"dropped"`` for weights trained
+by the_well <= 1.1.0 (the published ones), ``"applied"`` for weights trained from commit 21e51f6 on.
 """
 
 from __future__ import annotations
@@ -164,9 +169,39 @@ def steps_and_check(name: str, dim_in: int, dim_out: int, n_dims: int | None, wh
     return (dim_in - nc) // nv
 
 
-def convert_the_well(path, dataset: str | None = None) -> opzoo.ConvertedCheckpoint:
+def fno_blocks_option(arch: str, fourier_blocks: str | None, path: Path) -> dict[str, str]:
+    """The ``fourier_blocks`` config field of an FNO/TFNO checkpoint (required), nothing for the U-Nets."""
+    if arch not in ("fno", "tfno"):
+        if fourier_blocks is not None:
+            raise opzoo.CheckpointError(f"{path}: fourier_blocks applies to FNO and TFNO checkpoints; this one is "
+                                        f"{ARCHITECTURES[arch].well_class}")
+        return {}
+    if fourier_blocks not in ("dropped", "applied"):
+        raise opzoo.CheckpointError(
+            f"{path}: a {ARCHITECTURES[arch].well_class} checkpoint of The Well computes one of two functions, "
+            f"depending on the code that trained it, and the files do not say which: pass fourier_blocks=dropped for "
+            f"weights trained by the_well <= 1.1.0 (the published checkpoints: the blocks' output was dropped), or "
+            f"fourier_blocks=applied for weights trained from commit 21e51f6 (PyPI 1.2.0) on "
+            f"(opzoo convert the-well DIR OUT --dataset NAME --option fourier_blocks=...)"
+            + (f"; got {fourier_blocks!r}" if fourier_blocks is not None else ""))
+    return {"fourier_blocks": fourier_blocks}
+
+
+def trained_resolution(init: Mapping[str, Any], name: str, where: Path) -> list[int] | None:
+    """config.json's ``spatial_resolution`` (the grid the weights were trained on), checked to be a grid."""
+    res = init.get("spatial_resolution")
+    if res is None:
+        return None
+    if not (isinstance(res, (list, tuple)) and all(isinstance(r, int) and r > 0 for r in res)
+            and len(res) == dataset(name).n_spatial_dims):
+        raise opzoo.CheckpointError(f"{where}: spatial_resolution {res!r} is not a {dataset(name).n_spatial_dims}-D grid")
+    return list(res)
+
+
+def convert_the_well(path, dataset: str | None = None, fourier_blocks: str | None = None) -> opzoo.ConvertedCheckpoint:
     """Registered as converter ``the-well``: a Hub repo directory of The Well (or its
-    ``model.safetensors``, with ``config.json`` beside it if present) -> :class:`opzoo.ConvertedCheckpoint`."""
+    ``model.safetensors``, with ``config.json`` beside it if present) -> :class:`opzoo.ConvertedCheckpoint`.
+    ``fourier_blocks`` (``"dropped"`` or ``"applied"``) is required for FNO and TFNO checkpoints."""
     path = Path(path)
     if dataset is None:
         raise opzoo.CheckpointError(f"{path}: the the-well converter needs the data set the checkpoint was trained on "
@@ -174,25 +209,28 @@ def convert_the_well(path, dataset: str | None = None) -> opzoo.ConvertedCheckpo
     config, weights = repo_files(path)
     init, sd = read_init_args(config), read_state_dict(weights)
     arch = detect_architecture(sd, weights)
+    blocks = fno_blocks_option(arch, fourier_blocks, path)
     dim_in, dim_out = io_channels(arch, sd)
     for key, found in (("dim_in", dim_in), ("dim_out", dim_out)):
         if key in init and init[key] != found:
             raise opzoo.CheckpointError(f"{config}: {key}={init[key]} but the weights have {found}")
     n_dims = init.get("n_spatial_dims")
     steps = steps_and_check(dataset, dim_in, dim_out, n_dims, weights)
-    args = model_args(arch, dataset, steps, infer_arch_args(arch, init, sd, n_dims or DATASETS[dataset].n_spatial_dims))
+    resolution = trained_resolution(init, dataset, config)
+    arch_args = infer_arch_args(arch, init, sd, n_dims or DATASETS[dataset].n_spatial_dims) | blocks
+    args = model_args(arch, dataset, steps, arch_args, resolution)
     name = preset_name(arch, dataset)
     registry = opzoo.get_registry()
     config_class = registry.get("backbone", backbone_name(arch)).config_class
     same = registry.has_preset(name) and (config_class.from_dict(registry.preset(name).args, source=name)
                                           == config_class.from_dict(args, source=str(path)))
     preset = name if same else None
-    cfg = pretrained_cfg(arch, dataset, steps)
+    cfg = pretrained_cfg(arch, dataset, steps, resolution)
     cfg["source"] = f"The Well checkpoint {path} (converted by opzoo's 'the-well' converter)"
     # the weights of a directory need not be the published ones (a retrained or untrained model has the same
     # config), so its card claims no published result
-    card = card_text(arch, dataset, published=False, steps=steps,
-                     source=f"`{path}` (a checkpoint of The Well's code, converted by opzoo)")
+    card = card_text(arch, dataset, published=False, steps=steps, fourier_blocks=blocks.get("fourier_blocks"),
+                     resolution=resolution, source=f"`{path}` (a checkpoint of The Well's code, converted by opzoo)")
     return opzoo.ConvertedCheckpoint(architecture=backbone_name(arch), model_args=args,
                                      state_dict=map_state_dict(sd, arch, weights), pretrained_cfg=cfg, preset=preset,
                                      card=card)

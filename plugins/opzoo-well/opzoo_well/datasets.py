@@ -88,7 +88,7 @@ DATASETS: dict[str, WellDataset] = {d.name: d for d in (
                  _vector("magnetic_field", ("log_r", "theta", "phi")), _vector("velocity", ("log_r", "theta", "phi")))),
     WellDataset("rayleigh_benard", 2, (512, 128), (*_scalars("buoyancy", "pressure"), _vector("velocity", XY))),
     WellDataset("rayleigh_taylor_instability", 3, (128, 128, 128), (*_scalars("density"), _vector("velocity", XYZ))),
-    WellDataset("shear_flow", 2, (128, 256), (*_scalars("tracer", "pressure"), _vector("velocity", XY))),
+    WellDataset("shear_flow", 2, (256, 512), (*_scalars("tracer", "pressure"), _vector("velocity", XY))),
     WellDataset("supernova_explosion_64", 3, (64, 64, 64),
                 (*_scalars("density", "pressure", "temperature"), _vector("velocity", XYZ))),
     WellDataset("turbulence_gravity_cooling", 3, (64, 64, 64),

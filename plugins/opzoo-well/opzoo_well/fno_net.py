@@ -6,6 +6,14 @@ Channels-first inside: ``[B, dim_in, *S] -> [B, dim_out, *S]``. The network is
     n_layers x  h <- SpectralConv_i(h) + Conv1x1_i(h) (no bias), GELU except after the last layer
     projection: Conv1x1(hidden -> 256), GELU, Conv1x1(256 -> dim_out)
 
+or, with ``apply_blocks=False``, ``projection(lifting(x))``: the network The Well's published FNO and
+TFNO checkpoints were trained as. From commit 2d8d7ea (2024-06-03) until 21e51f6 / e430160
+(2025-11-17, PR #64 "actually use the FNO blocks"), ``NeuralOpsCheckpointWrapper.forward`` in
+``the_well/benchmark/models/{fno,tfno}/__init__.py`` called each block and dropped its output (every
+git tag up to v1.2.0 and the PyPI wheels 1.0.1 and 1.1.0; the PyPI 1.2.0 wheel has the fix). The
+block parameters exist (so the checkpoints load strictly) but are not computed: they never received a
+gradient.
+
 with neuraloperator 0.3.0's ``SpectralConv`` (``fft_norm="forward"``, a bias per layer): an
 ``rfftn`` over the spatial axes, ``fftshift`` on all but the last, the centred ``modes_k`` frequencies
 on every axis but the last and the first ``modes_last // 2 + 1`` on the last are multiplied by a
@@ -132,9 +140,10 @@ class FNONet(nn.Module):
 
     def __init__(self, dim_in: int, dim_out: int, modes: Sequence[int], hidden_channels: int, n_layers: int = 4,
                  lifting_channels: int = 256, projection_channels: int = 256, factorization: str = "dense",
-                 rank: float = 1.0):
+                 rank: float = 1.0, apply_blocks: bool = True):
         super().__init__()
         d = len(modes)
+        self.apply_blocks = apply_blocks
         self.lifting = PointwiseMLP([dim_in, lifting_channels, hidden_channels], d)
         self.spectral = nn.ModuleList(SpectralConv(hidden_channels, hidden_channels, modes, factorization, rank)
                                       for _ in range(n_layers))
@@ -143,6 +152,8 @@ class FNONet(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         x = self.lifting(x)
+        if not self.apply_blocks:  # the_well <= 1.1.0: the blocks ran and their output was dropped
+            return self.projection(x)
         for i, (spectral, skip) in enumerate(zip(self.spectral, self.skips)):
             x = spectral(x) + skip(x)
             if i < len(self.spectral) - 1:

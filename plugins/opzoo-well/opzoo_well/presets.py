@@ -20,7 +20,9 @@ from typing import Any
 
 import opzoo
 
+from .checks import CONFIG_FILE, checks_for
 from .datasets import DATASETS, STATS_SOURCE, dataset, normalization_args
+from .provenance import preset_facts
 
 CARDS = files("opzoo_well") / "model_cards"
 N_STEPS_INPUT = 4  # the model READMEs: "In the time dimension, the context length was set to 4."
@@ -30,19 +32,18 @@ N_STEPS_INPUT = 4  # the model READMEs: "In the time dimension, the context leng
 class Architecture:
     key: str  # opzoo preset infix and backbone suffix
     well_class: str  # the_well.benchmark.models.<well_class>
-    hub_prefix: str  # polymathic-ai/<hub_prefix>-<dataset>
     args: dict[str, Any]  # The Well's model config (configs/model/*.yaml)
     paper: str
 
 
 ARCHITECTURES = {a.key: a for a in (
-    Architecture("fno", "FNO", "FNO", {"modes1": 16, "modes2": 16, "hidden_channels": 128},
+    Architecture("fno", "FNO", {"modes1": 16, "modes2": 16, "hidden_channels": 128},
                  "Li et al., Fourier Neural Operator for Parametric PDEs, ICLR 2021 (arXiv:2010.08895)"),
-    Architecture("tfno", "TFNO", "TFNO", {"modes1": 16, "modes2": 16, "hidden_channels": 128},
+    Architecture("tfno", "TFNO", {"modes1": 16, "modes2": 16, "hidden_channels": 128},
                  "Kossaifi et al., Multi-Grid Tensorized Fourier Neural Operator, TMLR 2024 (arXiv:2310.00120)"),
-    Architecture("unet-classic", "UNetClassic", "UNET", {"init_features": 48},
+    Architecture("unet-classic", "UNetClassic", {"init_features": 48},
                  "Ronneberger et al., U-Net, MICCAI 2015 (arXiv:1505.04597)"),
-    Architecture("unet-convnext", "UNetConvNext", "CNextU-Net", {"blocks_per_stage": 2, "init_features": 42},
+    Architecture("unet-convnext", "UNetConvNext", {"blocks_per_stage": 2, "init_features": 42},
                  "Liu et al., A ConvNet for the 2020s, CVPR 2022 (arXiv:2201.03545)"),
 )}
 
@@ -89,12 +90,9 @@ REPORTED = {
     },
 }
 
-# The TFNO, U-Net and CNextU-Net READMEs link acoustic_scattering_maze's checkpoint as
-# "<Model>-acoustic_scattering"; the FNO README's link for it is broken, so its id follows the
-# README's "polymathic-ai/FNO-<datasetname>" rule. Neither could be checked against the Hub here.
-HUB_DATASET_NAME = {("tfno", "acoustic_scattering_maze"): "acoustic_scattering",
-                    ("unet-classic", "acoustic_scattering_maze"): "acoustic_scattering",
-                    ("unet-convnext", "acoustic_scattering_maze"): "acoustic_scattering"}
+# The published FNO and TFNO weights were trained with the Fourier blocks' output dropped (fno_net's docstring);
+# their presets compute that function (provenance.py has the sources; checks.py tests it on the real weights).
+AS_TRAINED = {"fno": {"fourier_blocks": "dropped"}, "tfno": {"fourier_blocks": "dropped"}}
 WEIGHTS_FILE = "model.safetensors"  # written by huggingface_hub's PyTorchModelHubMixin.save_pretrained
 
 
@@ -103,7 +101,9 @@ def preset_name(arch: str, dataset_name: str) -> str:
 
 
 def hub_repo(arch: str, dataset_name: str) -> str:
-    return f"polymathic-ai/{ARCHITECTURES[arch].hub_prefix}-{HUB_DATASET_NAME.get((arch, dataset_name), dataset_name)}"
+    """The Hub repo of a checkpoint, by The Well's upload rule (``scripts/huggingface/upload_model.py``:
+    ``polymathic-ai/{model.__class__.__name__}-{dataset_name}``)."""
+    return f"polymathic-ai/{ARCHITECTURES[arch].well_class}-{dataset_name}"
 
 
 def backbone_name(arch: str) -> str:
@@ -111,27 +111,29 @@ def backbone_name(arch: str) -> str:
 
 
 def model_args(arch: str, dataset_name: str, in_timesteps: int = N_STEPS_INPUT,
-               arch_args: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The opzoo config of ``arch`` trained on ``dataset_name`` (The Well's init args + data facts)."""
+               arch_args: dict[str, Any] | None = None, resolution: list[int] | None = None) -> dict[str, Any]:
+    """The opzoo config of ``arch`` trained on ``dataset_name`` (The Well's init args + data facts);
+    ``resolution`` the grid the weights were trained on, when it is not the dataset's current one."""
     d = dataset(dataset_name)
     n = len(d.channels) + len(d.constant_channels)
     return {
         "in_channels": n, "out_channels": n, "in_timesteps": in_timesteps, "out_timesteps": 1,
         "fields": d.channels, "constant_fields": d.constant_channels,
-        "spatial_dims": d.n_spatial_dims, "resolution": list(d.resolution),
+        "spatial_dims": d.n_spatial_dims, "resolution": list(resolution or d.resolution),
         "normalization": "zscore", "target": "full", **normalization_args(dataset_name),
-        **(ARCHITECTURES[arch].args if arch_args is None else arch_args),
+        **(ARCHITECTURES[arch].args | AS_TRAINED.get(arch, {}) if arch_args is None else arch_args),
     }
 
 
-def pretrained_cfg(arch: str, dataset_name: str, in_timesteps: int = N_STEPS_INPUT) -> dict[str, Any]:
+def pretrained_cfg(arch: str, dataset_name: str, in_timesteps: int = N_STEPS_INPUT,
+                   resolution: list[int] | None = None) -> dict[str, Any]:
     d = dataset(dataset_name)
     return {
         "channels": len(d.channels) + len(d.constant_channels),
         "fields": d.channels + d.constant_channels,
         "time_varying_fields": d.channels,
         "constant_fields": d.constant_channels,
-        "resolution": list(d.resolution),
+        "resolution": list(resolution or d.resolution),
         "in_timesteps": in_timesteps,
         "dataset": f"The Well: {dataset_name}",
         "normalization": ("z-score per channel with the dataset's stats.yaml (The Well's ZScoreNormalization, "
@@ -169,7 +171,9 @@ def register_presets(registry) -> None:
             backbone=backbone_name(arch),
             args=model_args(arch, ds),
             pretrained=opzoo.PretrainedSource(hub_repo(arch, ds), WEIGHTS_FILE, converter="the-well",
-                                              converter_options={"dataset": ds}),
+                                              converter_options={"dataset": ds, **AS_TRAINED.get(arch, {})},
+                                              extra_files=(CONFIG_FILE,), checks=checks_for(arch)),
             card=CARDS / f"{name}.md",
             pretrained_cfg=pretrained_cfg(arch, ds),
+            provenance=preset_facts(arch, ds),
         )

@@ -1,0 +1,129 @@
+"""``opzoo verify``: fetch each preset's published files and run every check on them.
+
+For each preset with published weights: download (or find in the Hugging Face cache) the weights and
+the source's ``extra_files``, convert them when they are foreign, check names and shapes against the
+preset built on the ``meta`` device (no memory), then run every :class:`opzoo.PretrainedCheck`. One
+row per check: preset, repo, revision, check, passed or failed, and what was measured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fnmatch
+from typing import Iterable, Iterator
+
+from .errors import ConfigError, HubError, OpzooError, WeightsError
+from .provenance import CheckResult, run_checks
+
+
+@dataclasses.dataclass
+class VerifyRow:
+    preset: str
+    repo: str
+    revision: str
+    check: str
+    status: str  # "passed", "FAILED" or "not run"
+    message: str
+
+
+def select_presets(patterns: Iterable[str], all_presets: bool) -> list[str]:
+    """The presets with published weights that ``patterns`` (names, aliases or fnmatch patterns) name."""
+    from .plugins import get_registry
+
+    registry = get_registry()
+    published = [n for n in registry.list_models() if registry.preset(n).pretrained is not None]
+    if all_presets:
+        return published
+    chosen: list[str] = []
+    for pattern in patterns:
+        if registry.has_preset(pattern):
+            name = registry.preset(pattern).name
+            if registry.preset(name).pretrained is None:
+                raise ConfigError(f"{name} publishes no weights: there is nothing to verify")
+            found = [name]
+        else:
+            found = [n for n in published if fnmatch.fnmatchcase(n, pattern)]
+            if not found:
+                raise ConfigError(f"no preset with published weights matches {pattern!r} (`opzoo list --pretrained`)")
+        chosen += [n for n in found if n not in chosen]
+    return chosen
+
+
+def verify_preset(name: str) -> list[VerifyRow]:
+    """Every check of preset ``name`` on its real files; a file that cannot be had is one 'not run' row."""
+    import torch
+
+    from .builder import build_preset, fetch_pretrained
+    from .hub import check_state_dict
+    from .plugins import get_registry
+
+    preset = get_registry().preset(name)
+    src = preset.pretrained
+    repo = src.location
+    with torch.device("meta"):
+        model = build_preset(preset)
+    try:
+        with fetch_pretrained(preset, model.config) as (artifacts, where):
+            revision = artifacts.revision or (src.revision or "-")
+            try:
+                check_state_dict(model, {k: tuple(v.shape) for k, v in artifacts.state_dict.items()}, where)
+                fits = CheckResult("weights fit the preset", True, f"{len(artifacts.state_dict)} tensors, names and "
+                                                                   f"shapes as {preset.backbone} expects")
+            except WeightsError as e:
+                fits = CheckResult("weights fit the preset", False, " ".join(str(e).split()))
+            results = [fits, *run_checks(src.checks, artifacts)]
+    except (HubError, OpzooError) as e:
+        return [VerifyRow(name, repo, src.revision or "-", "fetch and convert", "not run", " ".join(str(e).split()))]
+    return [VerifyRow(name, repo, revision, r.check, "passed" if r.passed else "FAILED", r.message) for r in results]
+
+
+def offline_reason() -> str | None:
+    """Why nothing can be fetched (offline mode, or the Hub unreachable within the usual wait), or None."""
+    from huggingface_hub import constants
+
+    from .hub import hub_unreachable, hub_wait
+
+    if constants.is_offline_mode():
+        return "HF_HUB_OFFLINE=1 is set"
+    reason = hub_unreachable()
+    return None if reason is None else f"the Hub could not be reached ({reason}, tried for {hub_wait():g} s)"
+
+
+@contextlib.contextmanager
+def cache_only() -> Iterator[None]:
+    """Every Hub look-up inside answers from the cache alone (huggingface_hub's offline mode), so that
+    verifying many presets without a network costs no wait per file."""
+    from huggingface_hub import constants
+
+    previous, constants.HF_HUB_OFFLINE = constants.HF_HUB_OFFLINE, True
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = previous
+
+
+def verify(names: list[str]) -> list[VerifyRow]:
+    """Rows for every check of every preset in ``names``. Without a network, the presets whose files are
+    in the cache are verified; when none is, a one-line HubError says what ``opzoo verify`` needs."""
+    offline = offline_reason()
+    with cache_only() if offline else contextlib.nullcontext():
+        rows = [row for name in names for row in verify_preset(name)]
+    if offline and all(r.status == "not run" for r in rows):
+        raise HubError(f"opzoo verify downloads each preset's published files from the Hugging Face Hub, and {offline}; "
+                       f"none of the {len(names)} preset(s) has its files in the cache. Run it on a machine with "
+                       f"network, or fetch the files first (`opzoo info NAME` names the repo; `hf download REPO`)")
+    return rows
+
+
+def format_table(rows: list[VerifyRow]) -> str:
+    head = ("preset", "repo", "revision", "check", "result")
+    cells = [head] + [(r.preset, r.repo, r.revision[:12], r.check, r.status) for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(head))]
+    lines = ["  ".join(c[i].ljust(widths[i]) for i in range(len(head))).rstrip() for c in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    details = [f"- {r.preset} / {r.check}: {r.message}" for r in rows]
+    return "\n".join(lines + ["", *details])
+
+
+__all__ = ["VerifyRow", "select_presets", "verify", "verify_preset", "offline_reason", "cache_only", "format_table"]

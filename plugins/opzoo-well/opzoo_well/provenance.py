@@ -1,0 +1,157 @@
+"""Where every fact about The Well's datasets and checkpoints comes from: one table (``python -m
+opzoo_well.provenance`` renders it into ``docs/the-well-provenance.md``; ``opzoo info`` shows a preset's rows).
+
+Sources are paths in PolymathicAI/the_well at a commit (read with ``git log`` / ``git show``), or URLs.
+A fact the record does not settle is unverified and lists its alternatives; where a load can test it
+on the real files, a load check does (``checks.py``).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from opzoo.provenance import Fact
+
+from .datasets import DATASETS, dataset
+
+REPO = "PolymathicAI/the_well"
+HEAD = "215f55d838d161964a49ce28d3dc1517c6e74b90"  # 2026-06-25, the newest commit read
+UPLOAD_SCRIPT = "671f66caad717e08d013d9bdcb04c2a1447974f9"  # 2025-09-15, last change of the upload script, configs, READMEs
+V1_1_0 = "d5ea89f2200104c4e030afec79f7f144bc6bf85b"  # tag v1.1.0 (2025-04-03)
+BLOCKS_DROPPED = "2d8d7eaf9eb46b96f215abf39c94b6be4bf9ea5c"  # 2024-06-03 "Added gradient checkpointing"
+FNO_FIX = "21e51f6313ccd520e1f0af78e7f74ec649e8b80a"  # 2025-11-17 "actually use the FNO blocks"
+TFNO_FIX = "e4301602e57f2dddeaa87856dda49bbba47c663b"  # 2025-11-17 "actually use the TFNO blocks"
+SHEAR_FLOW_REGENERATED = "06ac146ccd56a63777fe0befe4b1993865c807b1"  # 2024-12-01 "New shear_flow data informations (#200)"
+STATS_SHIPPED = "75c6b4948fda27d78fee7ac418fbb00711791784"  # 2025-04-07 "Add missing statistics"
+ISSUE_49 = "https://github.com/PolymathicAI/the_well/issues/49"
+PR_64 = "https://github.com/PolymathicAI/the_well/pull/64"
+
+MODEL_DIR = {"fno": "fno", "tfno": "tfno", "unet-classic": "unet_classic", "unet-convnext": "unet_convnext"}
+
+
+def at(path: str, commit: str = HEAD) -> str:
+    return f"{REPO} {path} @ {commit[:7]}"
+
+
+# stats.yaml revisions since the YAML stats appeared (495bcfe, 2024-09-20: 495bcfe, 06ac146 for shear_flow,
+# d4dd9f2 2025-02-12, a86893c 2025-04-11, 75c6b49 shipped); for all other datasets every revision agrees on
+# mean and std. The checkpoints do not record which one their training read.
+STATS_ALTERNATIVES = {
+    "MHD_64": ("495bcfe (2024-09-20): no velocity entry, which the code of that time left unnormalized; "
+               "density mean 0.9654 (now 1.0015), magnetic_field std [0.5286, 0.3115, 0.3144] (now [0.5287, 0.3171, 0.3201])",
+               "d4dd9f2 (2025-02-12) and later: the shipped values"),
+    "planetswe": ("495bcfe (2024-09-20): velocity mean and std with theta and phi swapped: std [13.8956, 7.2242] "
+                  "(now [7.2242, 13.8956])",
+                  "d4dd9f2 (2025-02-12) and later: the shipped values"),
+    "shear_flow": ("06ac146 (2024-12-01, the regenerated data): stds about 15-20 % lower: tracer 0.2869, pressure "
+                   "0.0696, velocity [0.4052, 0.0942] (now 0.3583, 0.0821, [0.4019, 0.1042])",
+                   "d4dd9f2 (2025-02-12) and later: the shipped values"),
+    "acoustic_scattering_maze": ("495bcfe / 06ac146 (2024): no speed_of_sound entry (a constant field), which the "
+                                 "code of that time left unnormalized",
+                                 "d4dd9f2 (2025-02-12) and later: the shipped values"),
+}
+
+
+def dataset_facts(name: str) -> list[Fact]:
+    d = dataset(name)
+    meta = f"datasets/{name}/{name}.yaml"
+    res = " x ".join(map(str, d.resolution))
+    facts = [
+        Fact("resolution", res + (f" (regenerated data; 128 x 256 before {SHEAR_FLOW_REGENERATED[:7]}, 2024-12-01)"
+                                  if name == "shear_flow" else ""),
+             at(meta) + " spatial_resolution" + (f"; changed in {SHEAR_FLOW_REGENERATED[:7]}" if name == "shear_flow" else "")),
+        Fact("fields, in order", ", ".join(d.channels) + " (files are matched by name, not position)",
+             at(meta) + " field_names"),
+        Fact("constant fields", ", ".join(d.constant_channels) or "none", at(meta) + " constant_field_names"),
+    ]
+    stats = f"stats.yaml @ {STATS_SHIPPED[:7]} (shipped in opzoo_well/stats/)"
+    if name in STATS_ALTERNATIVES:
+        facts.append(Fact("normalization stats", stats, at(f"datasets/{name}/stats.yaml", STATS_SHIPPED)
+                          + "; history: git log -- that path", verified=False, alternatives=STATS_ALTERNATIVES[name]))
+    else:
+        facts.append(Fact("normalization stats", stats + "; every revision since 495bcfe (2024-09-20) agrees",
+                          at(f"datasets/{name}/stats.yaml", STATS_SHIPPED) + "; git log -- that path"))
+    return facts
+
+
+def checkpoint_facts(arch: str, name: str) -> list[Fact]:
+    from .presets import ARCHITECTURES, N_STEPS_INPUT, REPORTED, hub_repo
+
+    a = ARCHITECTURES[arch]
+    readme = f"the_well/benchmark/models/{MODEL_DIR[arch]}/README.md"
+    lr, epochs, vrmse = REPORTED[arch][name]
+    facts = [
+        Fact("Hub repo", hub_repo(arch, name),
+             at("scripts/huggingface/upload_model.py", UPLOAD_SCRIPT)
+             + ": repo_id = f'polymathic-ai/{model.__class__.__name__}-{dataset_name}'; ids of this form in " + ISSUE_49),
+        Fact("architecture", f"The Well's {a.well_class}, " + ", ".join(f"{k}={v}" for k, v in a.args.items())
+             + ", other arguments at the class defaults",
+             at(f"the_well/benchmark/configs/model/{MODEL_DIR[arch]}.yaml", UPLOAD_SCRIPT)),
+        Fact("input steps", f"{N_STEPS_INPUT} -> 1", at(readme, UPLOAD_SCRIPT) + ' ("the context length was set to 4"); '
+             + at("the_well/benchmark/configs/model_upload.yaml", UPLOAD_SCRIPT) + " n_steps_input: 4"),
+        Fact("normalization", "z-score of inputs and target with stats.yaml, full next step as target",
+             at(f"the_well/benchmark/configs/data/{name}.yaml", V1_1_0) + " use_normalization: True; "
+             + at("the_well/data/datamodule.py", V1_1_0) + " (ZScoreNormalization, WellDataset)"),
+        Fact("reported test VRMSE", f"{vrmse} (lr {lr}, {epochs} epochs), as reported by The Well",
+             at(readme, UPLOAD_SCRIPT)),
+        Fact("weights license", "not stated", at(readme, UPLOAD_SCRIPT) + " (the Hub card's source) states none; "
+             "the Hub repo's own card could not be read here", verified=False,
+             alternatives=("a license on the Hub repo's card: check it before redistributing",)),
+    ]
+    if arch.startswith("unet"):
+        facts.append(Fact("reported result reproduced", "not reproduced by The Well's own code for "
+                          "viscoelastic_instability (VRMSE 0.947 for UNetConvNext and 3.95 for UNetClassic, measured "
+                          "with the Hub weights)", ISSUE_49, verified=False,
+                          alternatives=("the README's number, if another evaluation protocol produced it",)))
+    else:
+        fix = FNO_FIX if arch == "fno" else TFNO_FIX
+        facts.append(Fact(
+            "Fourier blocks", "dropped: the weights were trained as projection(lifting(x)), a pointwise map",
+            at(f"the_well/benchmark/models/{arch}/__init__.py", BLOCKS_DROPPED) + " to " + fix[:7]
+            + f" (NeuralOpsCheckpointWrapper.forward dropped each block's output; fixed 2025-11-17, {PR_64}); every "
+              f"tag up to v1.2.0 and the PyPI wheels 1.0.1 and 1.1.0 have it, the Hub weights were uploaded "
+              f"2025-03-28, and {ISSUE_49} reproduces the README's FNO/TFNO numbers with them",
+            verified=False,
+            alternatives=("blocks applied (weights trained after the fix): the load check measures the block weights "
+                          "and refuses; load with fourier_blocks='applied' then",)))
+    return facts
+
+
+def preset_facts(arch: str, name: str) -> list[Fact]:
+    """The rows of preset ``well-<arch>-<name>``: the checkpoint's, then its dataset's."""
+    return checkpoint_facts(arch, name) + dataset_facts(name)
+
+
+def markdown_table() -> str:
+    """The whole table, as docs/the-well-provenance.md shows it."""
+    from .presets import checkpoints, preset_name
+
+    def row(subject: str, f: Fact) -> str:
+        alt = "<br>".join(f.alternatives)
+        cells = (subject, f.topic, f.value, f.status, f.source, alt)
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+    lines = [
+        "# The Well: where each fact comes from",
+        "",
+        "Generated by `python -m opzoo_well.provenance docs/the-well-provenance.md` from the table in",
+        "`plugins/opzoo-well/opzoo_well/provenance.py` (a test fails when this file is out of date).",
+        f"Sources are paths in {REPO} at a commit, read with `git log` / `git show`, or URLs.",
+        "UNVERIFIED rows are facts the public record does not settle; their alternatives are listed, and",
+        "where the files can tell, a load check (`opzoo verify`) tests the assumption on the real weights.",
+        "",
+        "| subject | fact | value | status | source | alternatives |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name in DATASETS:
+        lines += [row(f"dataset {name}", f) for f in dataset_facts(name)]
+    for arch, name in checkpoints():
+        lines += [row(preset_name(arch, name), f) for f in checkpoint_facts(arch, name)]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("docs/the-well-provenance.md")
+    out.write_text(markdown_table())
+    print(f"wrote {out}")
