@@ -20,7 +20,7 @@ from .adapt import SHAPE_FIELDS, adapt_model
 from .checkpoints import ConvertedCheckpoint
 from .config import config_document, read_config
 from .errors import ConfigError, HubError, UnknownNameError, WeightsError
-from .hub import (WEIGHTS_NAME, check_state_dict, hub_download, load_state_dict_strict, load_weights, read_state_dict,
+from .hub import (WEIGHTS_NAME, hub_download, load_state_dict_strict, load_weights, read_state_dict,
                   repo_files, upload_folder, verify_weights, write_repo)
 from .model_card import render_card
 from .pretrained_cfg import schema_of, validate_pretrained_cfg
@@ -160,7 +160,7 @@ def load_preset_weights(model: "Backbone", preset: Preset) -> None:
     """Load ``preset``'s published weights into ``model`` (converted first when they are foreign), after
     its source's checks pass on the real files (:class:`opzoo.PretrainedCheck`); nothing changes otherwise."""
     with fetch_pretrained(preset, model.config) as (artifacts, where):
-        check_state_dict(model, {k: tuple(v.shape) for k, v in artifacts.state_dict.items()}, where)
+        # the checks first: where an assumption fails they say which and what to do, before a bare shape error
         refuse_failed(preset.name, run_checks(preset.pretrained.checks, artifacts))
         load_state_dict_strict(model, artifacts.state_dict, where)
 

@@ -33,10 +33,14 @@ class PretrainedCfg:
     # the max lr `opzoo finetune` uses by default for these weights, and where that value comes from
     finetune_lr: Optional[float] = None
     finetune_lr_source: Optional[str] = None
+    # how the upstream scored these weights on its test split, for `opzoo eval --windows all`: the protocol in
+    # words (with its source) and the batch size whose batch means it averages
+    test_protocol: Optional[str] = None
+    test_batch_size: Optional[int] = None
 
 
 def _check_values(cfg: PretrainedCfg, where: str) -> None:
-    for key in ("channels", "in_timesteps"):
+    for key in ("channels", "in_timesteps", "test_batch_size"):
         value = getattr(cfg, key, None)
         if value is not None and value < 1:
             raise ConfigError(f"{where}.{key}: must be >= 1, got {value}")

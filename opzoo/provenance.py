@@ -90,13 +90,16 @@ class CheckResult:
 
 
 def run_checks(checks: tuple[PretrainedCheck, ...], artifacts: PretrainedArtifacts) -> list[CheckResult]:
-    """Every check on ``artifacts``, none skipped because another failed."""
+    """Every check on ``artifacts``, none skipped because another failed. A check that cannot run on these
+    files (a tensor it reads is missing, say) fails, with the reason: it confirmed nothing."""
     results = []
     for check in checks:
         try:
             results.append(CheckResult(check.name, True, check.run(artifacts)))
         except CheckFailed as e:
             results.append(CheckResult(check.name, False, str(e)))
+        except (KeyError, IndexError, ValueError, TypeError, AttributeError, OSError) as e:
+            results.append(CheckResult(check.name, False, f"could not run on these files ({type(e).__name__}: {e})"))
     return results
 
 

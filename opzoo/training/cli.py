@@ -8,6 +8,7 @@ its own (also under ``torchrun --nproc_per_node=N -m opzoo.training.cli pretrain
 from __future__ import annotations
 
 import argparse
+import json
 import functools
 import sys
 from pathlib import Path
@@ -194,6 +195,43 @@ def _split_of(src, split: str, test_fraction: float):
                     f"(test = the last {test_fraction:g} of the file, as in training)")
 
 
+def _eval_every_window(args, model, adapt, sources, split) -> int:
+    """``opzoo eval --windows all``: one-step scores over every window, pooled over the files in order."""
+    from ..errors import OpzooError
+    from .evaluate import evaluate_windows
+    from .logger import strict_json
+
+    cfg = model.pretrained_cfg or {}
+    batch = args.batch_size or cfg.get("test_batch_size") or 8
+    fields = _vrmse_fields(model, sources[0])
+    if fields is None or any(_vrmse_fields(model, s) != fields for s in sources):
+        raise OpzooError("--windows all pools the files, so they must hold the same named channels")
+    where = "; ".join(which for _, which in split)
+    r = evaluate_windows(model, sources, adapt, batch, fields, name=", ".join(Path(p).name for p in args.data))
+    protocol = cfg.get("test_protocol")
+    from_cfg = args.batch_size is None and cfg.get("test_batch_size")
+    print(f"protocol: every window (T_in={adapt.in_timesteps} -> 1, stride 1) of {where}, {r.n_windows} windows in "
+          f"file order, one-step scores as the mean of batch means (batch size {batch}"
+          f"{', the model pretrained_cfg.test_batch_size' if from_cfg else ''})")
+    if protocol:
+        print(f"  this is {protocol}, when the files are that test split, in that order"
+              + ("" if from_cfg else f"; note: its batch size is {cfg.get('test_batch_size')}, not {batch}"
+                 if cfg.get("test_batch_size") else ""))
+    else:
+        print("  not an upstream's published protocol for this model: compare it only with scores made the same way")
+    for name, v in r.vrmse.items():
+        print(f"VRMSE {name}: {v:.4g} (persistence {r.persistence_vrmse[name]:.4g})")
+    print(f"l2 one step: {r.l2:.4g} (persistence {r.persistence_l2:.4g})")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {"protocol": "every window, one step, mean of batch means", "upstream_protocol": protocol,
+           "files": list(args.data), "split": where, "n_windows": r.n_windows, "batch_size": r.batch_size,
+           "vrmse": r.vrmse, "l2": r.l2, "persistence": {"vrmse": r.persistence_vrmse, "l2": r.persistence_l2}}
+    (out / "eval_windows.json").write_text(json.dumps(strict_json(doc), indent=2, allow_nan=False))
+    print(f"wrote {out / 'eval_windows.json'}")
+    return 0
+
+
 def cmd_eval(args) -> int:
     from .evaluate import evaluate_dataset, with_persistence, write_results
     from .plots import plot_error_curves, plot_rollout_panels, rollout_title
@@ -202,6 +240,10 @@ def cmd_eval(args) -> int:
     adapt, sources = _adapt_for(model, args.data, args.resolution, args.layout)
     split = [_split_of(src, args.split, args.test_fraction) for src in sources]
     sources = [src for src, _ in split]
+    if args.windows == "all":
+        _bad_trajectories(sources, adapt, None, None, False)
+        return _eval_every_window(args, model, adapt, sources, split)
+    args.batch_size = args.batch_size or 8
     bad = _bad_trajectories(sources, adapt, args.horizon, args.max_trajectories, args.skip_bad_trajectories)
     out = Path(args.out)
     results = []
@@ -347,7 +389,13 @@ def add_training_commands(subparsers) -> None:
             p.add_argument("--data", nargs="+", required=True)
             p.add_argument("--out", default="eval_out", help="directory of the CSV/JSON results and PNG plots")
             p.add_argument("--horizon", type=int, help="rollout steps (default: whole trajectories)")
-            p.add_argument("--batch-size", type=int, default=8, help="trajectories rolled out at once")
+            p.add_argument("--batch-size", type=int, help="trajectories rolled out at once (default 8); with --windows "
+                                                           "all, windows per batch (default: the model's "
+                                                           "pretrained_cfg.test_batch_size, else 8)")
+            p.add_argument("--windows", choices=("first", "all"), default="first",
+                           help="first: roll out from the first T_in frames of each trajectory; all: predict one step "
+                                "from every window of every trajectory, pooled over the files in order, as a mean of "
+                                "batch means (The Well's test protocol on its test files, for well-* models)")
             p.add_argument("--split", choices=("test", "train", "all"), default="all",
                            help="which trajectories of each file: the test split of training (the last "
                                 "--test-fraction of the file), the rest, or all")

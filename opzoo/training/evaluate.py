@@ -119,6 +119,62 @@ def evaluate_dataset(model: nn.Module, name: str, source: H5Trajectories, adapt:
     return (result, first) if keep_first else result
 
 
+@dataclass
+class WindowsResult:
+    """One-step scores over every window of every trajectory of a list of files, pooled in file order."""
+
+    name: str
+    n_windows: int
+    batch_size: int
+    vrmse: dict[str, float]  # field (and "full", the mean over fields) -> mean over batches of batch means
+    l2: float  # relative L2 of the one-step prediction, the same mean of batch means
+    persistence_vrmse: dict[str, float]
+    persistence_l2: float
+
+
+@torch.no_grad()
+def evaluate_windows(model: nn.Module, sources: Sequence[H5Trajectories], adapt: Adapt, batch_size: int,
+                     vrmse_fields: dict[str, int], name: str = "all files", device="cpu") -> WindowsResult:
+    """Every window (``T_in`` frames and the next one, stride 1) of every trajectory of ``sources``, in order,
+    predicted one step ahead: VRMSE per field and relative L2 as the mean over consecutive batches of
+    ``batch_size`` windows of each batch's mean, the last batch possibly short. With a model's upstream test
+    batch size and the upstream's test files this is The Well's test score (``Trainer.validation_loop``
+    with ``full=True``: its DataLoader runs over the concatenated files without shuffling)."""
+    was_training = model.training
+    model.eval()
+    t_in, fields = adapt.in_timesteps, list(vrmse_fields.values())
+    windows = [(src, i, t) for src in sources for i in range(len(src)) for t in range(src.n_steps - t_in)]
+    sums = {"model": torch.zeros(len(fields) + 1, dtype=torch.float64),
+            "persistence": torch.zeros(len(fields) + 1, dtype=torch.float64)}
+    n_batches = 0
+    try:
+        for start in tqdm(range(0, len(windows), batch_size), desc=f"every window of {name}", unit="batch",
+                          disable=None, leave=False):
+            frames, mask = zip(*(adapt.frames(src.read(i, t, t + t_in + 1)) for src, i, t in windows[start:start + batch_size]))
+            frames = torch.stack(frames).to(device)
+            truth, x = frames[..., t_in:, :].float(), frames[..., :t_in, :]
+            for key, pred in (("model", model(x).float()), ("persistence", x[..., -1:, :].float())):
+                per = vrmse(pred, truth)[:, 0, fields].double().mean(0)  # [fields]: this batch's mean
+                sums[key][:-1] += per
+                sums[key][-1] += l2_full(pred, truth, mask[0].to(device)).double().mean().cpu()
+            n_batches += 1
+    finally:
+        model.train(was_training)
+    if not n_batches:
+        from ..errors import ConfigError
+
+        raise ConfigError(f"{name}: no window of T_in={t_in} frames and the next one in the trajectories")
+    means = {k: (v / n_batches).tolist() for k, v in sums.items()}
+
+    def per_field(values: list[float]) -> dict[str, float]:
+        out = dict(zip(vrmse_fields, values[:-1]))
+        out["full"] = sum(values[:-1]) / len(fields)
+        return out
+
+    return WindowsResult(name, len(windows), batch_size, per_field(means["model"]), means["model"][-1],
+                         per_field(means["persistence"]), means["persistence"][-1])
+
+
 def _result_document(r: DatasetResult) -> dict:
     """One dataset's entry of ``eval.json`` (its persistence baseline nested in the same form)."""
     return {"l2_full": r.l2_full, "per_step": r.per_step, "n_trajectories": r.n_trajectories, "horizon": r.horizon,

@@ -127,11 +127,11 @@ def physical_batch(name: str, spatial: tuple[int, ...], steps: int, seed: int = 
     stats = yaml.safe_load((STATS_DIR / f"{name}.yaml").read_text())
     norm = ZScoreNormalization(stats, [f.name for f in d.fields], [f.name for f in d.constant_fields])
     g = torch.Generator().manual_seed(seed)
-    mean, std = torch.tensor(norm.flattened_means["variable"]), torch.tensor(norm.flattened_stds["variable"])
+    mean, std = torch.as_tensor(norm.flattened_means["variable"]), torch.as_tensor(norm.flattened_stds["variable"])
     frames = mean + std * torch.randn(2, 4 + steps, *spatial, len(d.channels), generator=g, dtype=torch.float64)
     batch = {"input_fields": frames[:, :4].float(), "output_fields": frames[:, 4:].float()}
     if d.constant_channels:
-        cm, cs = torch.tensor(norm.flattened_means["constant"]), torch.tensor(norm.flattened_stds["constant"])
+        cm, cs = torch.as_tensor(norm.flattened_means["constant"]), torch.as_tensor(norm.flattened_stds["constant"])
         batch["constant_fields"] = (cm + cs * torch.randn(2, *spatial, len(d.constant_channels), generator=g,
                                                           dtype=torch.float64)).float()
     return batch
@@ -330,3 +330,51 @@ def test_converter_asks_which_code_trained_an_fno_and_keeps_its_grid(tmp_path, c
     model = opzoo.load(str(out))
     assert model.config.resolution == [128, 256] and model.pretrained_cfg["resolution"] == [128, 256]
     assert model.config.fourier_blocks == "dropped" and "A pointwise map" in (out / "README.md").read_text()
+
+
+# ---- comparable numbers ----------------------------------------------------------------------------
+def test_eval_every_window_is_the_wells_test_score(tmp_path, capsys):
+    """``opzoo eval --windows all`` against The Well's own test loop: WellDataset over the test directory
+    (every window, files in order), a DataLoader without shuffling at the model's test batch size,
+    ``Trainer.rollout_model(train=False)``, VRMSE per batch mean then the mean over batches, the last batch short."""
+    from the_well.benchmark.metrics import VRMSE
+    from the_well.data.datasets import WellDataset
+
+    name, spatial, t_in, batch = "acoustic_scattering_maze", (16, 32), 2, 3
+    d = dataset(name)
+    torch.manual_seed(0)
+    well = well_models.UNetConvNext(dim_in=t_in * 3 + 2, dim_out=3, n_spatial_dims=2, spatial_resolution=spatial,
+                                    init_features=4, stages=2, blocks_per_stage=1).eval()
+    well.save_pretrained(tmp_path / "hub-repo")
+    assert opzoo_main(["convert", "the-well", str(tmp_path / "hub-repo"), str(tmp_path / "model"), "--dataset", name]) == 0
+    config = json.loads((tmp_path / "model" / "config.json").read_text())
+    config["pretrained_cfg"].update(test_batch_size=batch, test_protocol="The Well's test (for this test)")
+    (tmp_path / "model" / "config.json").write_text(json.dumps(config))
+    files = [write_well_file(tmp_path / "test" / f"part{i}.hdf5", name, spatial, n_traj=2, n_steps=6, seed=i)
+             for i in range(2)]
+
+    ds = WellDataset(path=str(tmp_path / "test"), normalization_path=str(STATS_DIR / f"{name}.yaml"),
+                     n_steps_input=t_in, n_steps_output=1, boundary_return_type=None, return_grid=False,
+                     use_normalization=False)
+    assert len(ds) == 16  # 2 files x 2 trajectories x (6 - 2) windows: the last batch of 3 holds one
+    stats = yaml.safe_load((STATS_DIR / f"{name}.yaml").read_text())
+    trainer = types.SimpleNamespace(dset_norm=ZScoreNormalization(stats, ds.core_field_names, ds.core_constant_field_names),
+                                    is_delta=False, max_rollout_steps=1, device=torch.device("cpu"))
+    trainer.normalize = types.MethodType(Trainer.normalize, trainer)
+    trainer.denormalize = types.MethodType(Trainer.denormalize, trainer)
+    loader = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=False)
+    total = torch.zeros(3, dtype=torch.float64)
+    with torch.no_grad():
+        for b in loader:
+            pred, ref = Trainer.rollout_model(trainer, well, b, DefaultChannelsFirstFormatter(ds.metadata), train=False)
+            total += VRMSE.eval(pred, ref, ds.metadata).mean(0).mean(0).double() / len(loader)  # [C]
+
+    assert opzoo_main(["eval", str(tmp_path / "model"), "--data", *map(str, files), "--windows", "all",
+                       "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "16 windows" in out and "batch size 3, the model pretrained_cfg.test_batch_size" in out
+    assert "this is The Well's test (for this test)" in out
+    result = json.loads((tmp_path / "out" / "eval_windows.json").read_text())
+    ours = torch.tensor([result["vrmse"][c] for c in d.channels], dtype=torch.float64)
+    torch.testing.assert_close(ours, total, rtol=1e-4, atol=0)
+    assert result["vrmse"]["full"] == pytest.approx(float(total.mean()), rel=1e-4)

@@ -224,3 +224,27 @@ def test_pretrained_cfg_is_typed_by_the_well_schema(tmp_path):
     with pytest.raises(opzoo.ConfigError, match=r"unknown field\(s\) 'constant_fields', 'dataset', 'input_format', "
                                                 r"'target' for PretrainedCfg"):
         validate_pretrained_cfg(good["pretrained_cfg"], "core", opzoo.PretrainedCfg)
+
+
+def test_the_provenance_table_in_the_docs_is_current_and_every_row_has_a_source():
+    """docs/the-well-provenance.md is rendered from opzoo_well.provenance (python -m opzoo_well.provenance); every
+    preset's rows are on it and in `opzoo info`, unverified facts list alternatives."""
+    from pathlib import Path
+
+    from opzoo_well.provenance import STATS_ALTERNATIVES, markdown_table
+
+    doc = Path(__file__).resolve().parents[2] / "docs" / "the-well-provenance.md"
+    assert doc.read_text() == markdown_table(), "stale: python -m opzoo_well.provenance docs/the-well-provenance.md"
+    registry = opzoo.get_registry()
+    for name in opzoo.list_models("well-*"):
+        facts = registry.preset(name).provenance
+        topics = {f.topic for f in facts}
+        assert {"Hub repo", "resolution", "fields, in order", "normalization stats", "weights license",
+                "reported test VRMSE", "test protocol"} <= topics, name
+        assert all(f.source and (f.verified or f.alternatives) for f in facts), name
+    assert {"MHD_64", "planetswe", "shear_flow"} <= set(STATS_ALTERNATIVES)
+    for ds in ("MHD_64", "planetswe", "shear_flow"):
+        facts = registry.preset(f"well-fno-{ds}").provenance
+        assert not next(f for f in facts if f.topic == "normalization stats").verified
+    assert next(f for f in registry.preset("well-fno-active_matter").provenance
+                if f.topic == "normalization stats").verified

@@ -7,6 +7,7 @@ from importlib.resources import files
 import opzoo
 
 from .dpot_converter import OFFICIAL_FILES
+from .provenance import HEADS_CHECK, dpot_facts
 
 CARDS = files("opzoo_fourier") / "model_cards"
 DPOT_REPO = "hzk17/DPOT"
@@ -35,12 +36,14 @@ def register_presets(registry) -> None:
             name,
             backbone="pot",
             args=dpot_args(name),
-            pretrained=opzoo.PretrainedSource(DPOT_REPO, OFFICIAL_FILES[name], converter="dpot"),
+            pretrained=opzoo.PretrainedSource(DPOT_REPO, OFFICIAL_FILES[name], converter="dpot",
+                                              checks=(HEADS_CHECK,) if name == "dpot-l" else ()),
             card=CARDS / f"{name}.md",
             pretrained_cfg=dict(channels=4, resolution=[128, 128], in_timesteps=10,
                                 normalization="none (inputs as in DPOT's preprocessed mixture)",
                                 finetune_lr=1e-3, finetune_lr_source=DPOT_LR_SOURCE),
             aliases=("dpot-t",) if name == "dpot-ti" else (),
+            provenance=dpot_facts(name, DPOT_REPO, OFFICIAL_FILES[name]),
         )
     registry.register_model(
         "dpot-micro",

@@ -93,6 +93,17 @@ REPORTED = {
 # The published FNO and TFNO weights were trained with the Fourier blocks' output dropped (fno_net's docstring);
 # their presets compute that function (provenance.py has the sources; checks.py tests it on the real weights).
 AS_TRAINED = {"fno": {"fourier_blocks": "dropped"}, "tfno": {"fourier_blocks": "dropped"}}
+# The Well's test batch size per dataset (the_well/benchmark/configs/data/<dataset>.yaml @ v1.1.0, d5ea89f):
+# its test score is a mean of batch means, so `opzoo eval --windows all` uses it to score the same way
+TEST_BATCH_SIZE = {
+    "acoustic_scattering_maze": 64, "active_matter": 64, "convective_envelope_rsg": 1, "gray_scott_reaction_diffusion": 256,
+    "helmholtz_staircase": 24, "MHD_64": 2, "planetswe": 32, "post_neutron_star_merger": 1, "rayleigh_benard": 64,
+    "rayleigh_taylor_instability": 2, "shear_flow": 32, "supernova_explosion_64": 2, "turbulence_gravity_cooling": 2,
+    "turbulent_radiative_layer_2D": 64, "viscoelastic_instability": 32,
+}
+TEST_PROTOCOL = ("The Well's test score (the_well/benchmark/trainer/training.py @ v1.1.0: Trainer.validation_loop "
+                 "with full=True over the test split's files: every window of 4 input steps and the next one, "
+                 "one-step VRMSE per field, averaged per batch and then over batches)")
 WEIGHTS_FILE = "model.safetensors"  # written by huggingface_hub's PyTorchModelHubMixin.save_pretrained
 
 
@@ -142,6 +153,7 @@ def pretrained_cfg(arch: str, dataset_name: str, in_timesteps: int = N_STEPS_INP
         "input_format": "The Well's DefaultChannelsFirstFormatter: time folded into channels (t outer), "
                         "constant fields appended, nan_to_num",
         "source": f"hf-hub:{hub_repo(arch, dataset_name)} (The Well, PolymathicAI/the_well)",
+        "test_protocol": TEST_PROTOCOL, "test_batch_size": TEST_BATCH_SIZE[dataset_name],
         **_finetune_lr(arch, dataset_name),
     }
 

@@ -76,7 +76,7 @@ def dataset_facts(name: str) -> list[Fact]:
 
 
 def checkpoint_facts(arch: str, name: str) -> list[Fact]:
-    from .presets import ARCHITECTURES, N_STEPS_INPUT, REPORTED, hub_repo
+    from .presets import ARCHITECTURES, N_STEPS_INPUT, REPORTED, TEST_BATCH_SIZE, hub_repo
 
     a = ARCHITECTURES[arch]
     readme = f"the_well/benchmark/models/{MODEL_DIR[arch]}/README.md"
@@ -95,6 +95,12 @@ def checkpoint_facts(arch: str, name: str) -> list[Fact]:
              + at("the_well/data/datamodule.py", V1_1_0) + " (ZScoreNormalization, WellDataset)"),
         Fact("reported test VRMSE", f"{vrmse} (lr {lr}, {epochs} epochs), as reported by The Well",
              at(readme, UPLOAD_SCRIPT)),
+        Fact("test protocol", "every window (4 -> 1, stride 1) of the test files, one-step VRMSE, mean of batch means "
+             f"with batch size {TEST_BATCH_SIZE[name]} (`opzoo eval --windows all`)",
+             at("the_well/benchmark/trainer/training.py", V1_1_0) + " Trainer.validation_loop(full=True); "
+             + at(f"the_well/benchmark/configs/data/{name}.yaml", V1_1_0) + " batch_size",
+             verified=False, alternatives=("the batch size at the time the README's numbers were computed, if it "
+                                           "differed (it changes only the weight of the last, short batch)",)),
         Fact("weights license", "not stated", at(readme, UPLOAD_SCRIPT) + " (the Hub card's source) states none; "
              "the Hub repo's own card could not be read here", verified=False,
              alternatives=("a license on the Hub repo's card: check it before redistributing",)),
