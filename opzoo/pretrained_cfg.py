@@ -37,6 +37,9 @@ class PretrainedCfg:
     # words (with its source) and the batch size whose batch means it averages
     test_protocol: Optional[str] = None
     test_batch_size: Optional[int] = None
+    # the files a trained model saw, each {"file": name, "content_hash": ..., "trajectories": N, "train": [first,
+    # last] or "all" or None, "test": [first, last] or "all" or None}, so that `opzoo eval` scores held-out data
+    training_data: Optional[list[dict[str, Any]]] = None
 
 
 def _check_values(cfg: PretrainedCfg, where: str) -> None:

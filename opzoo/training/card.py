@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from .evaluate import DatasetResult
+from .evaluate import DatasetResult, headline
 
 
 def base_model_id(name: str) -> str:
@@ -25,7 +25,13 @@ def base_model_id(name: str) -> str:
         if src is not None and src.repo_id is not None:
             return src.repo_id
         return registry.preset(name).name
-    return name.removeprefix("local-dir:")
+    return Path(name.removeprefix("local-dir:")).name  # a local model: its folder's name, not the path
+
+
+def _portable(base_weights: str, model_name: str) -> str:
+    """The weights line without the base model's local path."""
+    local = model_name.removeprefix("local-dir:")
+    return base_weights.replace(local, Path(local).name) if "/" in local else base_weights
 
 
 def _fmt(x: float | None) -> str:
@@ -33,12 +39,34 @@ def _fmt(x: float | None) -> str:
 
 
 def split_text(path: str, test) -> str:
-    """Which trajectories of ``path`` are the test split (``test``: its H5Trajectories)."""
+    """Which trajectories of ``path`` are the test split (``test``: its H5Trajectories), by file name and
+    content hash (a card is meant for publishing: no local path)."""
+    from ..data.fingerprint import content_hash
+
     idx = list(test.indices)
     if str(test.path) != str(path):
-        return f"train: all of `{path}`; test: all {len(idx)} trajectories of `{test.path}`"
-    return (f"train: trajectories 0–{idx[0] - 1} of `{path}`; test: trajectories {idx[0]}–{idx[-1]} "
+        return (f"train: all of `{Path(path).name}` ({content_hash(path)}); test: all {len(idx)} trajectories of "
+                f"`{Path(test.path).name}` ({content_hash(test.path)})")
+    train = f"trajectories 0–{idx[0] - 1}" if idx[0] > 0 else "none"
+    return (f"train: {train} of `{Path(path).name}` ({content_hash(path)}); test: trajectories {idx[0]}–{idx[-1]} "
             f"({len(idx)}, the last ones of the file)")
+
+
+def portable_command(command: str | None) -> str | None:
+    """The command as typed, with each local path shortened to its file name (a card is published)."""
+    import shlex
+
+    if not command:
+        return command
+    out = []
+    for token in shlex.split(command):
+        key, eq, value = token.partition("=")
+        candidate = value if eq and key.startswith("--") else token
+        if ("/" in candidate or "\\" in candidate) and Path(candidate).expanduser().exists():
+            shortened = Path(candidate).name
+            token = f"{key}={shortened}" if eq and key.startswith("--") else shortened
+        out.append(token)
+    return shlex.join(out)
 
 
 def run_card(*, model_name: str, from_scratch: bool, base_weights: str, datasets: Sequence[tuple[str, object]],
@@ -62,25 +90,37 @@ def run_card(*, model_name: str, from_scratch: bool, base_weights: str, datasets
              f"An opzoo model with ${{parameters}} parameters, {kind} by `opzoo` on the data below.", "",
              "## Base model", "",
              ("None: random initialization of the architecture of " if from_scratch else "")
-             + f"`{model_name}` ({base_weights}).", "",
+             + f"`{base_model_id(model_name)}` ({_portable(base_weights, model_name)}).", "",
              "## Data", "",
-             *[f"- `{p}` — {split_text(p, test)}" for p, test in datasets],
+             *[f"- `{Path(p).name}` — {split_text(p, test)}" for p, test in datasets],
              f"- inputs resized to {list(resolution)}, {channels} channel(s), T_in = {in_timesteps}", "",
              "## Training", "",
              f"- steps: {steps}", f"- max lr (one-cycle): {lr:g}", f"- batch size: {batch_size}", f"- seed: {seed}", "",
              "## Evaluation on the test split", "",
              "Relative L2 over space and time (\"l2 full\"), rolled out auto-regressively from the first "
-             "T_in frames of each test trajectory; persistence repeats the last input frame.", "",
-             f"| dataset | trajectories | horizon | {start_col} | {kind} | persistence |",
+             "T_in frames of each test trajectory, over the first 1 and 5 steps and the whole rollout; "
+             "persistence repeats the last input frame.", "",
+             f"| dataset | trajectories | rollout | {start_col} | {kind} | persistence |",
              "|---|---|---|---|---|---|"]
+    notes = []
     for r in final:
         z = zero.get(r.name)
-        lines.append(f"| {r.name} | {r.n_trajectories} | {r.horizon} | {_fmt(z.l2_full if z else None)} | "
+        for h in sorted(r.short_horizons):
+            zh = z.short_horizons.get(h) if z else None
+            ph = r.persistence.short_horizons.get(h) if r.persistence else None
+            lines.append(f"| {r.name} | {r.n_trajectories} | {h} step(s) | {_fmt(zh)} | {_fmt(r.short_horizons[h])} | "
+                         f"{_fmt(ph)} |")
+        lines.append(f"| {r.name} | {r.n_trajectories} | full ({r.horizon} steps) | {_fmt(z.l2_full if z else None)} | "
                      f"{_fmt(r.l2_full)} | {_fmt(r.persistence.l2_full if r.persistence else None)} |")
-    lines += ["", "## Command", "", "```bash", command or "(not started from the opzoo command line)", "```", "",
+        what, _, _, note = headline(r)
+        if note:
+            notes.append(f"- {r.name}: {note}.")
+    lines += ["", *notes] if notes else []
+    lines += ["", "## Command", "", "```bash", portable_command(command) or "(not started from the opzoo command line)",
+              "```", "",
               "## Configuration", "", "```json", "${config}", "```", "",
               "## Usage", "", "```python", "import opzoo", 'model = opzoo.from_pretrained("PATH_OR_REPO")', "```", ""]
     return "\n".join(lines)
 
 
-__all__ = ["run_card", "base_model_id", "split_text"]
+__all__ = ["run_card", "base_model_id", "split_text", "portable_command"]

@@ -59,12 +59,18 @@ def _report(result, finetune: bool = False, from_scratch: bool = False) -> None:
     first = result.evals.get(0)
     print(f"trained {result.steps} steps -> {result.run_dir}")
     if finetune and last and first:
+        from .evaluate import headline
+
         before, after = ("random init", "trained") if from_scratch else ("zero-shot", "fine-tuned")
         for r in last:
-            zero = next(f.l2_full for f in first if f.name == r.name)
-            base = f"; persistence {r.persistence.l2_full:.4g}" if r.persistence else ""
-            print(f"  test l2 full {r.name}: {before} {zero:.4g} -> {after} {r.l2_full:.4g} "
-                  f"({100 * (r.l2_full - zero) / zero:+.1f} %){base}")
+            z = next(f for f in first if f.name == r.name)
+            print(f"  test l2 {r.name} ({before} -> {after}; persistence):")
+            for label, a, b, p in _horizon_rows(z, r):
+                change = f" ({100 * (b - a) / a:+.1f} %)" if a else ""
+                print(f"    {label}: {a:.4g} -> {b:.4g}{change}" + (f"; persistence {p:.4g}" if p is not None else ""))
+            what, _, _, note = headline(r)
+            if note:
+                print(f"    headline: {what}: {note}")
     elif last:
         for r in last:
             before = next((f.l2_full for f in first if f.name == r.name), None) if first else None
@@ -74,6 +80,18 @@ def _report(result, finetune: bool = False, from_scratch: bool = False) -> None:
         print(f"  model: {result.model_dir}")
     if result.divergence:
         print(f"  warning: {result.divergence}")
+
+
+def _horizon_rows(zero, final):
+    """``(label, step-0 value, final value, persistence)`` at the short horizons and the full rollout."""
+    rows = []
+    for h in sorted(final.short_horizons):
+        if h in zero.short_horizons:
+            p = final.persistence.short_horizons.get(h) if final.persistence else None
+            rows.append((f"horizon {h}", zero.short_horizons[h], final.short_horizons[h], p))
+    rows.append((f"full rollout ({final.horizon} steps)", zero.l2_full, final.l2_full,
+                 final.persistence.l2_full if final.persistence else None))
+    return rows
 
 
 def cmd_pretrain(args) -> int:
@@ -178,21 +196,13 @@ def _vrmse_fields(model, src) -> dict[str, int] | None:
     return {n: names.index(n) for n in wanted}
 
 
-def _split_of(src, split: str, test_fraction: float):
-    """The ``split`` (test, train or all) of a file, by training's rule (:func:`opzoo.training.data.split`:
-    the last ``test_fraction`` of the trajectories are the test split)."""
-    from .data import split as split_file
+def _split_of(model, src, split: str | None, test_fraction: float | None, include_training: bool):
+    """``(subset, label)``: the trajectories of ``src`` to score, chosen from what the model records it
+    trained on (:func:`opzoo.training.seen_data.choose_split`)."""
+    from .seen_data import choose_split
 
-    if split == "all":
-        return src, f"all {len(src)} trajectories"
-    train, test = split_file(src.path, src.layout, None, test_fraction)
-    for part in (train, test):
-        part.select_channels(src.channel_names)
-    chosen = test if split == "test" else train
-    idx = chosen.indices
-    which = f"trajectory {idx[0]}" if len(idx) == 1 else f"trajectories {idx[0]}-{idx[-1]}"
-    return chosen, (f"{split} split: {which} of {src.shape[0]} "
-                    f"(test = the last {test_fraction:g} of the file, as in training)")
+    indices, label, _ = choose_split(model, src.path, len(src), split, test_fraction, include_training)
+    return (src if indices == list(range(len(src))) else src.subset(indices)), label
 
 
 def _eval_every_window(args, model, adapt, sources, split) -> int:
@@ -233,12 +243,14 @@ def _eval_every_window(args, model, adapt, sources, split) -> int:
 
 
 def cmd_eval(args) -> int:
-    from .evaluate import evaluate_dataset, with_persistence, write_results
+    from .evaluate import evaluate_dataset, headline, with_persistence, write_results
     from .plots import plot_error_curves, plot_rollout_panels, rollout_title
 
     model = _load_model(args.model, args.pretrained)
     adapt, sources = _adapt_for(model, args.data, args.resolution, args.layout)
-    split = [_split_of(src, args.split, args.test_fraction) for src in sources]
+    split = [_split_of(model, src, args.split, args.test_fraction, args.include_training) for src in sources]
+    for path, (_, which) in zip(args.data, split):
+        print(f"scoring {Path(path).name}: {which}")
     sources = [src for src, _ in split]
     if args.windows == "all":
         _bad_trajectories(sources, adapt, None, None, False)
@@ -267,10 +279,15 @@ def cmd_eval(args) -> int:
         print(f"{name}: l2 full {r.l2_full:.4g} (persistence {r.persistence.l2_full:.4g}) over {r.n_trajectories} "
               f"trajectories ({which}{'' if args.max_trajectories is None else f', first {r.n_trajectories}'}), "
               f"horizon {r.horizon}")
+        for h, v in sorted(r.short_horizons.items()):
+            print(f"{name}: l2 at horizon {h}: {v:.4g} (persistence {r.persistence.short_horizons.get(h, float('nan')):.4g})")
+        what, _, _, note = headline(r)
+        if note:
+            print(f"{name}: headline {what}: {note}")
     paths = write_results(results, out, stem="eval")
     plot_error_curves({r.name: r.per_step for r in results}, out / "error-vs-step.png",
                       persistence={r.name: r.persistence.per_step for r in results},
-                      title=f"{args.model}: rollout error per step ({args.split})")
+                      title=f"{args.model}: rollout error per step ({args.split or 'held-out or all'})")
     if any(r.expert_load for r in results):  # a model with routers: which PDE goes to which expert
         from .plots import plot_expert_load
 
@@ -396,10 +413,16 @@ def add_training_commands(subparsers) -> None:
                            help="first: roll out from the first T_in frames of each trajectory; all: predict one step "
                                 "from every window of every trajectory, pooled over the files in order, as a mean of "
                                 "batch means (The Well's test protocol on its test files, for well-* models)")
-            p.add_argument("--split", choices=("test", "train", "all"), default="all",
-                           help="which trajectories of each file: the test split of training (the last "
-                                "--test-fraction of the file), the rest, or all")
-            p.add_argument("--test-fraction", type=float, default=0.1, help="as finetune's --test-fraction")
+            p.add_argument("--split", choices=("test", "train", "all"),
+                           help="which trajectories of each file. Default: for a file the model trained on (its "
+                                "record, matched by content), the held-out part it records; else all. test: that "
+                                "held-out part, or for other files training's rule (the last --test-fraction); "
+                                "train / all: need --include-training on a file the model trained on")
+            p.add_argument("--test-fraction", type=float,
+                           help="as finetune's --test-fraction (default 0.1), for files the model records no "
+                                "training on")
+            p.add_argument("--include-training", action="store_true",
+                           help="allow --split train/all to score trajectories the model trained on (labelled so)")
             p.add_argument("--max-trajectories", type=int, help="score only the first N trajectories of the split")
             p.add_argument("--skip-bad-trajectories", action="store_true",
                            help="leave out trajectories with NaN/Inf values (counted and listed) instead of refusing")

@@ -47,6 +47,13 @@ class H5Trajectories:
             raise ConfigError(str(e)) from None
         self.shape = tuple(self.source.shape)
 
+    def subset(self, indices: Sequence[int]) -> "H5Trajectories":
+        """The trajectories ``indices`` of this file, read with the same channel selection."""
+        part = H5Trajectories(self.path, self.layout, indices)
+        if self.source.selected_channels:
+            part.select_channels(self.channel_names)
+        return part
+
     @property
     def channel_names(self) -> list[str]:
         return list(self.source.fields)

@@ -31,6 +31,30 @@ class DatasetResult:
     skipped: list[int] = field(default_factory=list)  # trajectories (indices in the file) left out: NaN/Inf
     vrmse: dict[str, dict[str, float]] = field(default_factory=dict)  # field -> one_step/all/windows (The Well's metric)
     persistence: "DatasetResult | None" = None  # the same trajectories scored by the persistence baseline
+    short_horizons: dict[int, float] = field(default_factory=dict)  # h -> l2 full of the first h steps
+
+
+SHORT_HORIZONS = (1, 5)  # rollout lengths reported next to the full rollout
+SATURATED = 0.7  # a relative L2 this high for both the model and persistence: the rollout has decorrelated
+
+
+def headline(r: DatasetResult) -> tuple[str, float, float | None, str]:
+    """``(what, model, persistence, note)``: the number a summary should lead with. The full rollout,
+    unless it saturates (model and persistence both at least ``SATURATED``: on chaotic data every
+    long rollout decorrelates, so the full error says little); then the longest short horizon at which
+    persistence is not saturated, with a note saying why."""
+    base = r.persistence
+    full = (f"full rollout ({r.horizon} steps)", r.l2_full, base.l2_full if base else None, "")
+    if base is None or r.l2_full < SATURATED or base.l2_full < SATURATED:
+        return full
+    for h in sorted(r.short_horizons, reverse=True):
+        if h < r.horizon and base.short_horizons.get(h, 1.0) < SATURATED:
+            note = (f"the full-rollout error is saturated (model {r.l2_full:.3g}, persistence {base.l2_full:.3g}, "
+                    f"both >= {SATURATED}: the rollout has decorrelated from the truth) and says little; "
+                    f"horizon {h} is the headline")
+            return f"horizon {h}", r.short_horizons[h], base.short_horizons.get(h), note
+    return (*full[:3], f"every horizon is saturated (model and persistence >= {SATURATED}): the data are not "
+                       f"predictable at this time step")
 
 
 class Persistence(nn.Module):
@@ -98,11 +122,15 @@ def evaluate_dataset(model: nn.Module, name: str, source: H5Trajectories, adapt:
     was_training = model.training
     model.eval()
     fulls, curves, vrmses, first = [], [], [], None
+    shorts: dict[int, list] = {}
     try:
         with ExpertLoadRecorder(model) as recorder:  # which experts this dataset's inputs go to
             for truth, pred, mask in rollout_trajectories(model, source, adapt, horizon, batch_size, device,
                                                           max_trajectories, autocast, exclude):
                 fulls.append(l2_full(pred, truth, mask).cpu())
+                for h in SHORT_HORIZONS:
+                    if h < pred.shape[-2]:
+                        shorts.setdefault(h, []).append(l2_full(pred[..., :h, :], truth[..., :h, :], mask).cpu())
                 curves.append(l2_per_step(pred, truth, mask).cpu())
                 vrmses.append(vrmse(pred, truth).cpu())
                 if keep_first and first is None:
@@ -115,7 +143,8 @@ def evaluate_dataset(model: nn.Module, name: str, source: H5Trajectories, adapt:
     per_step = torch.cat(vrmses).mean(0)[:, list(vrmse_fields.values())]  # [H, fields]
     result = DatasetResult(name, float(full.mean()), curve.mean(0).tolist(), len(full), curve.shape[1], full.tolist(),
                            recorder.loads(), [source.indices[i] for i in sorted(exclude)],
-                           vrmse_summary(per_step, list(vrmse_fields)))
+                           vrmse_summary(per_step, list(vrmse_fields)),
+                           short_horizons={h: float(torch.cat(v).mean()) for h, v in shorts.items()})
     return (result, first) if keep_first else result
 
 
@@ -182,6 +211,7 @@ def _result_document(r: DatasetResult) -> dict:
             **({"expert_load": r.expert_load} if r.expert_load else {}),
             **({"skipped_trajectories": r.skipped} if r.skipped else {}),
             **({"vrmse": r.vrmse} if r.vrmse else {}),
+            **({"short_horizons": {str(h): v for h, v in r.short_horizons.items()}} if r.short_horizons else {}),
             **({"persistence": _result_document(r.persistence)} if r.persistence else {})}
 
 
@@ -195,10 +225,14 @@ def write_results(results: Sequence[DatasetResult], out_dir: str | os.PathLike, 
     paths["json"].write_text(json.dumps(strict_json(summary), indent=2, allow_nan=False))
     with open(paths["csv"], "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["dataset", "l2_full", "persistence_l2_full", "n_trajectories", "horizon"])
+        w.writerow(["dataset", "l2_full", "persistence_l2_full", "n_trajectories", "horizon",
+                    *[f"l2_h{h}" for h in SHORT_HORIZONS], *[f"persistence_l2_h{h}" for h in SHORT_HORIZONS]])
         for r in results:
             base = f"{r.persistence.l2_full:.8g}" if r.persistence else ""
-            w.writerow([r.name, f"{r.l2_full:.8g}", base, r.n_trajectories, r.horizon])
+            shorts = [f"{r.short_horizons[h]:.8g}" if h in r.short_horizons else "" for h in SHORT_HORIZONS]
+            pshorts = [f"{r.persistence.short_horizons[h]:.8g}" if r.persistence and h in r.persistence.short_horizons
+                       else "" for h in SHORT_HORIZONS]
+            w.writerow([r.name, f"{r.l2_full:.8g}", base, r.n_trajectories, r.horizon, *shorts, *pshorts])
     with open(paths["per_step_csv"], "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["dataset", "step", "l2", "persistence_l2"])
@@ -221,7 +255,8 @@ def read_results(path: str | os.PathLike) -> list[DatasetResult]:
                              d["horizon"], [num(v) for v in d["l2_full_per_trajectory"]], d.get("expert_load", {}),
                              d.get("skipped_trajectories", []),
                              {f: {k: num(v) for k, v in per.items()} for f, per in d.get("vrmse", {}).items()},
-                             result(name, d["persistence"]) if "persistence" in d else None)
+                             result(name, d["persistence"]) if "persistence" in d else None,
+                             {int(h): num(v) for h, v in d.get("short_horizons", {}).items()})
 
     path = Path(path)
     try:

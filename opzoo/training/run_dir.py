@@ -23,6 +23,7 @@ import dataclasses
 import fnmatch
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -160,10 +161,28 @@ def is_harmless(key: str) -> bool:
     return any(fnmatch.fnmatchcase(key, pattern) for pattern in HARMLESS_KEYS)
 
 
+_DATA_PATH = re.compile(r"^data\.datasets\[\d+\]\.(path|test_path)$")
+
+
+def with_resolved_paths(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` with its data files' paths made absolute and resolved, as ``run_config.json`` records
+    them: the same file reached from another folder (``../x.h5``) is then the same path."""
+    doc = json.loads(json.dumps(config))
+    for spec in doc.get("data", {}).get("datasets", []) or []:
+        for key in ("path", "test_path"):
+            if spec.get(key):
+                spec[key] = str(Path(spec[key]).expanduser().resolve())
+    return doc
+
+
 def config_changes(started: Mapping[str, Any], current: Mapping[str, Any],
                    defaults: Mapping[str, Any] | None = None) -> list[tuple[str, Any, Any]]:
     """``(key, old, new)`` for every leaf that differs. A key the started config lacks (added by a
-    newer opzoo) counts as its default value from ``defaults`` (a flattened default config)."""
+    newer opzoo) counts as its default value from ``defaults`` (a flattened default config). Data
+    files are compared as files (:func:`opzoo.data.fingerprint.same_file`: resolved path, else content
+    hash), not as text."""
+    from ..data.fingerprint import same_file
+
     old, new = flatten(started), flatten(current)
     defaults = defaults or {}
     changes = []
@@ -171,6 +190,8 @@ def config_changes(started: Mapping[str, Any], current: Mapping[str, Any],
         a = old.get(key, defaults.get(key, _ABSENT))
         b = new.get(key, _ABSENT)
         if a != b and not (key not in old and b is None):
+            if _DATA_PATH.match(key) and isinstance(a, str) and isinstance(b, str) and same_file(a, b):
+                continue
             changes.append((key, a, b))
     return changes
 
@@ -293,7 +314,7 @@ def write_json_atomic(path: Path, doc: Mapping[str, Any]) -> None:
 
 
 def write_started_config(run_dir: Path, config: Mapping[str, Any]) -> None:
-    write_json_atomic(run_dir / CONFIG_NAME, config)
+    write_json_atomic(run_dir / CONFIG_NAME, with_resolved_paths(config))
 
 
 def mark_finished(run_dir: Path, steps: int, model_dir: Path | None, summary: Mapping[str, Any]) -> None:

@@ -349,6 +349,8 @@ class Trainer:
             elif plan.restart:
                 self._say(f"{self.run_dir} holds this run without a checkpoint yet: starting again from step 0")
             result = TrainResult(self.run_dir, t.steps, resumed_from=start or None)
+            if start:
+                self._recall_step_zero(result)
             logger = RunLogger(self.run_dir, enabled=self.env.is_main, resume_step=start if start else None)
             try:
                 with StopSignals() as stop:
@@ -542,6 +544,16 @@ class Trainer:
         logger.log({"kind": "error", "step": step, "message": msg}, flush=True)
         raise TrainingDivergedError(msg)
 
+    def _recall_step_zero(self, result: TrainResult) -> None:
+        """A resumed run's step-0 (zero-shot) scores, from the eval file the first session wrote, so that the
+        summary and the card still compare against them."""
+        from .evaluate import read_results
+
+        path = self.run_dir / "eval" / "step-00000000.json"
+        if path.is_file():
+            self._zero_shot = read_results(path)
+            result.evals.setdefault(0, self._zero_shot)
+
     def export(self, out: Path) -> Path:
         """Save the trained model (EMA weights when on) as an opzoo repo with its data facts."""
         model = unwrap(self.wrapped)
@@ -550,9 +562,12 @@ class Trainer:
             backup = {k: v.detach().clone() for k, v in model.state_dict().items()}
             self.ema.copy_to(model)
         a = self.data.adapt
+        from .seen_data import training_record
+
         model.pretrained_cfg = {**getattr(model, "pretrained_cfg", {}), "resolution": list(a.resolution),
                                 "channels": a.channels, "in_timesteps": a.in_timesteps,
-                                "datasets": self.data.train.names, "trained_steps": self.cfg.training.steps}
+                                "datasets": self.data.train.names, "trained_steps": self.cfg.training.steps,
+                                "training_data": training_record(self.cfg.data.datasets, [te for _, te in self.data.test])}
         try:
             from ..builder import save_pretrained
 

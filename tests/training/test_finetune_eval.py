@@ -101,7 +101,9 @@ def test_finetune_cli_reports_zero_shot_and_fine_tuned(tmp_path, pretrained_dir,
     assert main(["finetune", str(pretrained_dir), "--data", str(user), "--out", str(tmp_path / "ft"), "--steps", "4",
                  "--batch-size", "2", "--test-fraction", "0.25", "--set", "evaluation.plots=false"]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"test l2 full one: zero-shot [0-9.]+ -> fine-tuned [0-9.]+ \([+-][0-9.]+ %\)", out), out
+    assert "test l2 one (zero-shot -> fine-tuned; persistence):" in out
+    for label in ("horizon 1", "horizon 5", r"full rollout \(6 steps\)"):
+        assert re.search(label + r": [0-9.]+ -> [0-9.]+ \([+-][0-9.]+ %\); persistence [0-9.]+", out), out
 
 
 def test_finetune_refuses_data_of_another_spatial_dimension(tmp_path, pretrained_dir):

@@ -397,11 +397,11 @@ def test_finetune_out_follows_the_same_rules(tmp_path, datasets, capsys):
             "--steps", "2", "--batch-size", "2"]
     code, first, err = _cli(capsys, *args, "--lr", "1e-3")
     assert code == 0, err
-    assert "test l2 full heat: random init " in first and "zero-shot" not in first  # --no-pretrained (issue 27)
+    assert "test l2 heat (random init -> trained; persistence)" in first and "zero-shot" not in first  # --no-pretrained (issue 27)
     code, _, err = _cli(capsys, *args, "--lr", "2e-3")
     assert code == 2 and "Changed: optimizer.lr: 0.001 -> 0.002." in err and len(err.strip().splitlines()) == 1
     code, again, _ = _cli(capsys, *args, "--lr", "1e-3")
-    assert code == 0 and f"{out} holds this run, finished: 2 of 2 steps done" in again and "test l2 full" not in again
+    assert code == 0 and f"{out} holds this run, finished: 2 of 2 steps done" in again and "test l2" not in again
     code, fresh, err = _cli(capsys, *args, "--lr", "2e-3", "--new")
     assert code == 0, err
-    assert f"moved the previous contents of {out} to {out}.replaced-" in fresh and "test l2 full heat: random init " in fresh
+    assert f"moved the previous contents of {out} to {out}.replaced-" in fresh and "test l2 heat (random init -> trained; persistence)" in fresh

@@ -76,7 +76,8 @@ def open_source(path: str | os.PathLike, layout: str | None = None, **options) -
     if layout.partition(":")[0] == ArraySource.layout:
         return ArraySource(path, order=layout, **options)
     if layout not in LAYOUTS:
-        raise ValueError(f"unknown layout '{layout}'; known layouts: {list(LAYOUTS)} (array also as 'array:<axes>')")
+        raise UnknownLayoutError(f"unknown layout {layout!r}; known layouts: {', '.join(LAYOUTS)} (array also as "
+                                 f"'array:<axes>', e.g. 'array:NTXYC')")
     return LAYOUTS[layout](path, **options)
 
 

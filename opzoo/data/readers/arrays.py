@@ -1,11 +1,15 @@
 """Reader for plain arrays: ``.npy``, ``.npz`` and tensor-only ``.pt``/``.pth`` files.
 
-The array holds the trajectories in the canonical order ``[N, *S, T, C]`` (1-3 spatial dims), or in
-another order named by the layout ``array:<axes>``, e.g. ``array:NTXYC`` for ``[N, T, X, Y, C]``
-(letters N, X, Y, Z, T, C, each once). A ``.npz`` holds one array (or one named ``data``); a ``.pt``
-holds one tensor (or a dict with one, or ``data``) and is read with ``torch.load(weights_only=True)``,
-never unpickling code. ``.npy`` files are memory-mapped, so reads are lazy; ``.npz`` and ``.pt`` are
-read whole on first use.
+A plain array does not say which axis is which, and every order is plausible (``[N, X, Y, T, C]`` and
+``[N, T, X, Y, C]`` have the same rank), so the order is never guessed: it is named by the layout
+``array:<axes>``, e.g. ``array:NTXYC`` for ``[N, T, X, Y, C]`` (letters N, X, Y, Z, T, C, each once;
+without C the array has one channel, added as a last axis), or carried by the file itself: an entry
+``axes`` (a string such as ``"NTXYC"``) in a ``.npz`` or in a ``.pt`` dict beside ``data``. Without
+either, the file is refused with its plausible readings and the exact layout for each.
+
+A ``.npz`` holds one array (or one named ``data``); a ``.pt`` holds one tensor (or a dict with one, or
+``data``) and is read with ``torch.load(weights_only=True)``, never unpickling code. ``.npy`` files are
+memory-mapped, so reads are lazy; ``.npz`` and ``.pt`` are read whole on first use.
 """
 
 from __future__ import annotations
@@ -23,21 +27,52 @@ SPATIAL = "XYZ"
 
 
 def parse_order(layout: str, ndim: int | None = None) -> str:
-    """The axes letters of layout ``array`` / ``array:<axes>`` (``None`` order: canonical for ``ndim``)."""
+    """The axes letters of layout ``array:<axes>`` (``""`` for a bare ``array``: the order is not stated).
+    C may be left out (one channel); N, T and X[, Y[, Z]] may not."""
     _, _, axes = layout.partition(":")
+    return check_axes(axes, f"layout {layout!r}")
+
+
+def check_axes(axes: str, where: str) -> str:
     axes = axes.replace(",", "").replace(" ", "").upper()
     if not axes:
-        if ndim is None:
-            return ""
-        if not 4 <= ndim <= 6:
-            raise DataFormatError(f"an array of rank {ndim} is not [N, *S, T, C] with 1-3 spatial dims")
-        return "N" + SPATIAL[: ndim - 3] + "TC"
+        return ""
     spatial = [a for a in axes if a in SPATIAL]
-    if (len(axes) != len(set(axes)) or set(axes) - set("NTC" + SPATIAL) or not {"N", "T", "C"} <= set(axes)
+    if (len(axes) != len(set(axes)) or set(axes) - set("NTC" + SPATIAL) or not {"N", "T"} <= set(axes)
             or "".join(sorted(spatial)) != SPATIAL[: len(spatial)] or not spatial):
-        raise DataFormatError(f"layout {layout!r}: the axes must be N, T, C and X[, Y[, Z]], each once, "
-                              f"e.g. 'array:NTXYC'")
+        raise DataFormatError(f"{where}: the axes must be N, T, X[, Y[, Z]] and C (C may be left out: one channel), "
+                              f"each once, e.g. 'array:NTXYC' or 'array:NTXY'")
     return axes
+
+
+def plausible_orders(shape: tuple[int, ...]) -> list[str]:
+    """The axis orders a user's array of ``shape`` plausibly has: N first; time before or after the spatial
+    axes; channels last, first after N, or absent; 1-3 spatial axes."""
+    rank, out = len(shape), []
+    for channels in ("last", "none", "first"):
+        n_spatial = rank - 2 - (channels != "none")
+        if not 1 <= n_spatial <= 3:
+            continue
+        s = SPATIAL[:n_spatial]
+        for body in (s + "T", "T" + s):
+            order = {"last": "N" + body + "C", "none": "N" + body, "first": "NC" + body}[channels]
+            if order not in out:
+                out.append(order)
+    return out
+
+
+def describe_readings(path: str, shape: tuple[int, ...]) -> str:
+    """The refusal of an array whose order is not stated: each plausible reading, its sizes and layout."""
+    lines = [f"{path}: a plain array {describe_shape(shape)} does not say which axis is which, and opzoo does not "
+             f"guess; name the order with --layout (or `layout:` in a run config, or an 'axes' entry in a .npz/.pt "
+             f"file). Plausible readings:"]
+    for order in plausible_orders(shape):
+        sizes = ", ".join(f"{a}={n}" for a, n in zip(order, shape))
+        note = "" if "C" in order else " (one channel, added)"
+        lines.append(f"    --layout array:{order}   {sizes}{note}")
+    if not plausible_orders(shape):
+        lines.append(f"    none: rank {len(shape)} is not N, T, 1-3 spatial axes and maybe C")
+    return "\n".join(lines)
 
 
 class ArraySource(TrajectorySource):
@@ -58,7 +93,7 @@ class ArraySource(TrajectorySource):
 
     def _h5(self):
         if self._array is None:
-            self._array = load_array(self.path)
+            self._array, self.file_axes = load_array(self.path, with_axes=True)
         return self._array
 
     def close(self) -> None:
@@ -70,14 +105,18 @@ class ArraySource(TrajectorySource):
         return state
 
     def _validate(self, a) -> SourceInfo:
-        try:
-            self.axes = parse_order(self.order_spec, a.ndim)
-        except DataFormatError as e:
-            raise self._fail(f"array {describe_shape(a.shape)}: {e}") from None
+        stated = parse_order(self.order_spec, a.ndim)
+        in_file = check_axes(self.file_axes, f"{self.path}: its 'axes' entry {self.file_axes!r}") if self.file_axes else ""
+        if stated and in_file and stated != in_file:
+            raise self._fail(f"layout {self.order_spec!r} contradicts the file's own 'axes' entry {in_file!r}")
+        self.axes = stated or in_file
+        if not self.axes:
+            raise DataFormatError(describe_readings(self.path, tuple(a.shape)))
         if len(self.axes) != a.ndim:
-            raise self._fail(f"array {describe_shape(a.shape)} has rank {a.ndim}; layout {self.order_spec!r} "
-                             f"names {len(self.axes)} axes ({self.axes})")
+            raise self._fail(f"array {describe_shape(a.shape)} has rank {a.ndim}; layout "
+                             f"{('array:' + self.axes)!r} names {len(self.axes)} axes ({self.axes})")
         size = dict(zip(self.axes, a.shape))
+        size.setdefault("C", 1)
         spatial = tuple(size[s] for s in SPATIAL if s in size)
         if not np.issubdtype(a.dtype, np.floating) and not np.issubdtype(a.dtype, np.integer):
             raise self._fail(f"array dtype {a.dtype} is not numeric")
@@ -87,22 +126,35 @@ class ArraySource(TrajectorySource):
     def _read(self, a, sample: int, t_start: int, t_stop: int) -> np.ndarray:
         one = np.take(a, sample, axis=self.axes.index("N"))
         rest = self.axes.replace("N", "")
+        if "C" not in rest:
+            one, rest = one[..., None], rest + "C"
         target = [s for s in SPATIAL if s in rest] + ["T", "C"]
         one = np.transpose(one, [rest.index(x) for x in target])
         return np.asarray(one[..., t_start:t_stop, :])
 
 
-def load_array(path: str) -> np.ndarray:
-    """The one array in ``path`` (``.npy`` memory-mapped); DataFormatError naming the file otherwise."""
+def load_array(path: str, with_axes: bool = False):
+    """The one array in ``path`` (``.npy`` memory-mapped); DataFormatError naming the file otherwise. With
+    ``with_axes``, ``(array, axes)``: the file's own ``axes`` entry (``""`` when it has none)."""
+    array, axes = _load_array(path)
+    return (array, axes) if with_axes else array
+
+
+def _load_array(path: str) -> tuple[np.ndarray, str]:
     suffix = os.path.splitext(path)[1].lower()
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such file")
     try:
         if suffix == ".npy":
-            return np.load(path, mmap_mode="r", allow_pickle=False)
+            return np.load(path, mmap_mode="r", allow_pickle=False), ""
         if suffix == ".npz":
             with np.load(path, allow_pickle=False) as z:
-                return _one(path, {k: z[k] for k in z.files})
+                arrays = {k: z[k] for k in z.files}
+            axes = arrays.pop("axes", None)
+            return _one(path, arrays), _axes_entry(path, axes)
+        _refuse_hdf5(path)
+        if suffix not in (".pt", ".pth"):
+            raise DataFormatError(f"{path}: not a .npy, .npz or .pt array file (layout 'array' reads those)")
         import torch
 
         obj = torch.load(path, map_location="cpu", weights_only=True)
@@ -112,10 +164,32 @@ def load_array(path: str) -> np.ndarray:
         raise DataFormatError(f"{path}: cannot be read as a plain {suffix} array ({reason}); save one array with "
                               f"numpy.save, or a tensor (or a dict of tensors) with torch.save") from None
     if isinstance(obj, dict):
-        return _one(path, {k: v.numpy() for k, v in obj.items() if hasattr(v, "numpy")})
+        axes = obj.get("axes")
+        return _one(path, {k: v.numpy() for k, v in obj.items() if hasattr(v, "numpy")}), _axes_entry(path, axes)
     if not hasattr(obj, "numpy"):
         raise DataFormatError(f"{path}: holds a {type(obj).__name__}, not a tensor")
-    return obj.numpy()
+    return obj.numpy(), ""
+
+
+def _axes_entry(path: str, axes) -> str:
+    """A file's ``axes`` entry as a string (``""`` when absent)."""
+    if axes is None:
+        return ""
+    if isinstance(axes, np.ndarray) and axes.ndim == 0:
+        axes = axes.item()
+    if isinstance(axes, bytes):
+        axes = axes.decode()
+    if not isinstance(axes, str):
+        raise DataFormatError(f"{path}: its 'axes' entry must be a string such as 'NTXYC', got {axes!r}")
+    return axes
+
+
+def _refuse_hdf5(path: str) -> None:
+    """An HDF5 file given to the array reader is named as such (not a pickle error)."""
+    with open(path, "rb") as f:
+        if f.read(8) == b"\x89HDF\r\n\x1a\n":
+            raise DataFormatError(f"{path}: an HDF5 file, not a plain array; leave --layout out (it is detected) or "
+                                  f"name an HDF5 layout (opzoo data inspect {path})")
 
 
 def _one(path: str, arrays: dict[str, np.ndarray]) -> np.ndarray:

@@ -134,6 +134,11 @@ class TrajectorySource(abc.ABC):
     def __len__(self) -> int:
         return self.info.n_samples
 
+    @property
+    def selected_channels(self) -> bool:
+        """Whether :meth:`select_channels` chose the channels read."""
+        return self._channels is not None
+
     def select_channels(self, names: list[str] | tuple[str, ...]) -> None:
         """Read only the channels ``names``, in that order, matched by name (never by position): a file
         with a model's fields in another order is reordered. A name the file lacks is refused, naming it.

@@ -1,4 +1,7 @@
-"""Reader for the canonical layout (and DPOT's processed files): ``data`` ``[N, *S, T, C]``."""
+"""Reader for the canonical layout (and DPOT's processed files): ``data`` ``[N, *S, T, C]``.
+
+A ``data`` dataset stored in another order says so in its attribute ``axes`` (e.g. ``"NTXYC"``; without
+C: one channel), and is read in that order."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import h5py
 import numpy as np
 
 from opzoo.data.canonical import DATA_KEY
+from opzoo.data.readers.arrays import check_axes
 from opzoo.data.readers.base import SourceInfo, TrajectorySource, decode_str, decode_str_list, dt_from_times
 
 LAYOUT_SHAPE = "[N, *S, T, C] with 1-3 spatial dims"
@@ -25,8 +29,15 @@ class CanonicalSource(TrajectorySource):
         return DATA_KEY in f and isinstance(f[DATA_KEY], h5py.Dataset)
 
     def _validate(self, f: h5py.File) -> SourceInfo:
-        ds = self._require(f, DATA_KEY, (4, 5, 6), LAYOUT_SHAPE)
-        n, *spatial, steps, channels = ds.shape
+        ds = self._require(f, DATA_KEY, (3, 4, 5, 6), LAYOUT_SHAPE)
+        self.axes = check_axes(decode_str(ds.attrs["axes"]), f"{self.path}: key '{DATA_KEY}' attribute 'axes'") \
+            if "axes" in ds.attrs else "N" + "XYZ"[: max(ds.ndim - 3, 0)] + "TC"
+        if len(self.axes) != ds.ndim or ds.ndim < 4 and "C" in self.axes:
+            raise self._fail(f"key '{DATA_KEY}' has shape {list(ds.shape)}, which is not {self.axes} "
+                             f"({'its attribute axes' if 'axes' in ds.attrs else LAYOUT_SHAPE})")
+        size = {a: n for a, n in zip(self.axes, ds.shape)}
+        n, steps, channels = size["N"], size["T"], size.get("C", 1)
+        spatial = [size[a] for a in "XYZ" if a in size]
         attrs = dict(f.attrs)
         fields = decode_str_list(attrs["fields"]) if "fields" in attrs else [f"c{i}" for i in range(channels)]
         if len(fields) != channels:
@@ -60,4 +71,8 @@ class CanonicalSource(TrajectorySource):
         )
 
     def _read(self, f: h5py.File, sample: int, t_start: int, t_stop: int) -> np.ndarray:
-        return f[DATA_KEY][sample, ..., t_start:t_stop, :]
+        index = tuple(sample if a == "N" else slice(t_start, t_stop) if a == "T" else slice(None) for a in self.axes)
+        one, rest = f[DATA_KEY][index], self.axes.replace("N", "")
+        if "C" not in rest:
+            one, rest = one[..., None], rest + "C"
+        return np.transpose(one, [rest.index(a) for a in [*(s for s in "XYZ" if s in rest), "T", "C"]])
