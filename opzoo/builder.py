@@ -269,7 +269,7 @@ def load(name: str | os.PathLike, pretrained: bool = False, **overrides: Any) ->
         return from_pretrained(path, **overrides)
     if is_saved_model_reference(name):
         return from_pretrained(name, **overrides)
-    preset = get_registry().preset(name)
+    preset = preset_named(name)
     if not pretrained:
         return build_preset(preset, overrides)
     shape = {k: overrides.pop(k) for k in SHAPE_FIELDS if k in overrides}
@@ -279,9 +279,9 @@ def load(name: str | os.PathLike, pretrained: bool = False, **overrides: Any) ->
     except WeightsError as e:
         if not overrides:
             raise
-        raise WeightsError(f"{e}\nThe overrides {sorted(overrides)} change tensors the published weights fix. "
+        raise WeightsError(f"the overrides {sorted(overrides)} change tensors the published weights of {preset.name} fix. "
                            f"With pretrained=True only {', '.join(SHAPE_FIELDS)} adapt the weights at load time; "
-                           f"drop the other overrides, or load with pretrained=False") from None
+                           f"drop the other overrides, or load with pretrained=False. Details: {e}") from None
     return adapt_loaded(model, preset.name, shape).eval()
 
 
@@ -340,16 +340,30 @@ def saved_pretrained_cfg(name: str) -> dict:
     return read_config(path / CONFIG_NAME)["pretrained_cfg"]
 
 
+def preset_named(name: str) -> Preset:
+    """The registered preset ``name``; a name that looks like a path and names neither is "no such
+    directory" (a typo in a folder name), not "unknown model"."""
+    registry = get_registry()
+    if not registry.has_preset(name) and (os.sep in name or "/" in name or name.startswith((".", "~"))):
+        raise HubError(f"{name}: no such directory (a saved model is a directory holding config.json and "
+                       f"model.safetensors; a Hub repo is named hf-hub:{name.lstrip('./~')}; a preset has no '/')")
+    return registry.preset(name)
+
+
 def resolve_weights(name: str, pretrained: bool | None) -> tuple[bool, str]:
     """``(pretrained, header)`` for a command that runs model ``name``: ``pretrained=None`` (the default
     of ``eval``, ``rollout``, ``finetune``) means a preset's published weights when it has some, else
     random init; ``header`` is the one line saying which weights run."""
+    from .hub import check_repo_dir
+
     name = str(name)
     if is_saved_model_reference(name):
         if pretrained is False:
             raise ConfigError(f"--no-pretrained applies to presets; {name} is a saved model and always loads its weights")
+        if not name.startswith(HF_HUB_PREFIX):
+            check_repo_dir(Path(name.removeprefix(LOCAL_DIR_PREFIX)).expanduser())
         return True, f"weights: {name} (a saved opzoo repo)"
-    preset = get_registry().preset(name)
+    preset = preset_named(name)
     if pretrained is None:
         pretrained = preset.pretrained is not None
     if pretrained:

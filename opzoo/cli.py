@@ -6,16 +6,34 @@ import argparse
 import dataclasses
 import json
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from ._version import __version__
 from .cli_common import Parser, parse_overrides, run_parser
 
 
-def cmd_list(args) -> int:
-    from .builder import list_models
+def _index():
+    """The preset index (:mod:`opzoo.preset_index`): read, or made once by importing the plugins. None in
+    a process whose plugin host is already up (a notebook, a test): its live registry is the answer."""
+    plugins = sys.modules.get(f"{__package__}.plugins")
+    if plugins is not None and getattr(plugins, "_host", None) is not None:
+        return None
+    from .preset_index import build_index, read_index
 
-    names = list_models(args.pattern, pretrained=args.pretrained, include_aliases=args.aliases)
+    return read_index() or build_index()
+
+
+def cmd_list(args) -> int:
+    index = _index()
+    if index is not None:
+        from .preset_index import list_from_index
+
+        names = list_from_index(index, args.pattern, args.pretrained, args.aliases)
+    else:  # a plugin failed to load: the registry as it is (its warning was printed)
+        from .builder import list_models
+
+        names = list_models(args.pattern, pretrained=args.pretrained, include_aliases=args.aliases)
     what = "models with published weights" if args.pretrained else "models"
     print("\n".join(names) if names else f"no {what} match {args.pattern!r}")
     return 0
@@ -64,18 +82,28 @@ def _saved_model_info(name: str, overrides: dict) -> tuple[dict, object]:
     }, model
 
 
+def preset_document(name: str, overrides: dict) -> dict:
+    """What ``opzoo info NAME --json`` prints for a preset (built on the meta device)."""
+    info, model = _preset_info(name, overrides)
+    return {**info, "parameters": sum(p.numel() for p in model.parameters()), "config": model.config.to_dict()}
+
+
 def cmd_info(args) -> int:
     """Config, parameter count and weights of anything ``opzoo.load`` takes: a preset name or alias,
     ``hf-hub:org/repo[@rev]``, ``local-dir:PATH`` or an existing directory."""
-    from .builder import is_saved_model_reference
-
     overrides = parse_overrides(args.set)
-    if is_saved_model_reference(args.name):
-        info, model = _saved_model_info(args.name, overrides)
+    index = None if overrides or "/" in args.name or Path(args.name).exists() else _index()
+    if index is not None and args.name in {**index["presets"], **index["aliases"]}:
+        info = index["presets"][index["aliases"].get(args.name, args.name)]
     else:
-        info, model = _preset_info(args.name, overrides)
-    n_params = sum(p.numel() for p in model.parameters())
-    info = {**info, "parameters": n_params, "config": model.config.to_dict()}
+        from .builder import is_saved_model_reference
+
+        if is_saved_model_reference(args.name):
+            info, model = _saved_model_info(args.name, overrides)
+            info = {**info, "parameters": sum(p.numel() for p in model.parameters()), "config": model.config.to_dict()}
+        else:
+            info = preset_document(args.name, overrides)
+    n_params = info["parameters"]
     if args.json:
         print(json.dumps(info, indent=2))
         return 0

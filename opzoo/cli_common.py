@@ -47,6 +47,10 @@ class Parser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
         super().__init__(*args, **kwargs)
 
+    def error(self, message: str):
+        """A usage mistake is one line on stderr (exit code 2), pointing at ``--help`` for the usage."""
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
 
 def run_parser(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the chosen command; an opzoo error is one line on stderr and exit code 2."""

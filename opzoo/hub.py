@@ -35,6 +35,7 @@ from .errors import HubError, WeightsError
 
 WEIGHTS_NAME = "model.safetensors"
 CARD_NAME = "README.md"
+SHOWN = 8  # tensors named per kind in a mismatch message
 
 
 # ---- weights -------------------------------------------------------------------------------
@@ -45,13 +46,18 @@ def check_state_dict(model: torch.nn.Module, shapes: Mapping[str, tuple[int, ...
     unexpected = sorted(set(shapes) - set(expected))
     misshaped = sorted(k for k in set(expected) & set(shapes) if tuple(shapes[k]) != expected[k])
     if missing or unexpected or misshaped:
+        def some(names: list[str]) -> str:
+            return ", ".join(names[:SHOWN]) + (f", and {len(names) - SHOWN} more" if len(names) > SHOWN else "")
+
         lines = [f"{source} does not match {type(model).__name__}:"]
         if missing:
-            lines.append(f"  missing tensors ({len(missing)}): {', '.join(missing)}")
+            lines.append(f"  missing tensors ({len(missing)}): {some(missing)}")
         if unexpected:
-            lines.append(f"  unexpected tensors ({len(unexpected)}): {', '.join(unexpected)}")
-        for k in misshaped:
+            lines.append(f"  unexpected tensors ({len(unexpected)}): {some(unexpected)}")
+        for k in misshaped[:SHOWN]:
             lines.append(f"  mis-shaped tensor {k}: file {list(shapes[k])}, model {list(expected[k])}")
+        if len(misshaped) > SHOWN:
+            lines.append(f"  and {len(misshaped) - SHOWN} more mis-shaped tensors")
         raise WeightsError("\n".join(lines))
 
 
@@ -233,15 +239,23 @@ def repo_files(repo_or_dir: str | os.PathLike, revision: str | None = None, **kw
     (downloaded into the Hugging Face cache; ``kwargs`` go to ``hf_hub_download``)."""
     path = Path(repo_or_dir)
     if path.is_dir():
-        for name in (CONFIG_NAME, WEIGHTS_NAME):
-            if not (path / name).is_file():
-                raise HubError(f"{path} is not an opzoo repo: it has no {name}")
+        check_repo_dir(path)
         return path / CONFIG_NAME, path / WEIGHTS_NAME
     repo_id = str(repo_or_dir)
     if not _REPO_ID.match(repo_id):
         raise HubError(f"{repo_id!r} is neither a local directory nor a Hub repo id of the form 'org/name'")
     config_path = hub_download(repo_id, CONFIG_NAME, revision, **kwargs)
     return config_path, hub_download(repo_id, WEIGHTS_NAME, revision, **kwargs)
+
+
+def check_repo_dir(path: Path) -> None:
+    """HubError when directory ``path`` is not an opzoo repo, pointing at the one inside a run directory."""
+    for name in (CONFIG_NAME, WEIGHTS_NAME):
+        if not (path / name).is_file():
+            inner = path / "model"
+            hint = (f"; it looks like a training run directory: its model is {inner}"
+                    if (inner / CONFIG_NAME).is_file() else "")
+            raise HubError(f"{path} is not an opzoo repo: it has no {name}{hint}")
 
 
 def upload_folder(folder: str | os.PathLike, repo_id: str, *, token: str | None = None, private: bool | None = None,
@@ -273,9 +287,10 @@ def upload_folder(folder: str | os.PathLike, repo_id: str, *, token: str | None 
 def push_folder_to_hub(folder: str | os.PathLike, repo_id: str, **kwargs: Any):
     """Upload an opzoo repo directory that is already on disk (``opzoo push DIR REPO_ID``)."""
     folder = Path(folder)
+    if not folder.is_dir():
+        raise HubError(f"{folder}: no such directory")
+    check_repo_dir(folder)
     read_config(folder / CONFIG_NAME)  # refuse to upload what opzoo could not load back
-    if not (folder / WEIGHTS_NAME).is_file():
-        raise HubError(f"{folder} has no {WEIGHTS_NAME}")
     return upload_folder(folder, repo_id, **kwargs)
 
 

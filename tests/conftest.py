@@ -11,3 +11,11 @@ def fresh_plugins():
     opzoo.reset_plugins()
     yield
     opzoo.reset_plugins()
+
+
+def pytest_configure(config):
+    """The preset index (opzoo.preset_index) of this session's CLI processes lives in a temporary directory."""
+    import os
+    import tempfile
+
+    os.environ.setdefault("OPZOO_CACHE_DIR", tempfile.mkdtemp(prefix="opzoo-test-cache-"))

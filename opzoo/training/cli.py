@@ -31,6 +31,15 @@ def _one_line_errors(command):
         from ..disk_full import DiskFullError, is_disk_full
         from .stop import RunStopped
 
+        import logging
+
+        shown = logging.getLogger("opzoo")
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        level = shown.level
+        if _is_main():  # what opzoo reports at INFO (e.g. how a model was adapted to the data) is shown
+            shown.addHandler(handler)
+            shown.setLevel(logging.INFO)
         try:
             return command(args)
         except RunStopped as e:
@@ -47,6 +56,9 @@ def _one_line_errors(command):
                 raise
             raise DiskFullError(f"disk full writing {e.filename or '?'}: free space and re-run the same command "
                                 f"(a training run resumes from its last checkpoint)") from None
+        finally:
+            shown.removeHandler(handler)
+            shown.setLevel(level)
     return run
 
 
@@ -67,7 +79,7 @@ def _report(result, finetune: bool = False, from_scratch: bool = False) -> None:
             print(f"  test l2 {r.name} ({before} -> {after}; persistence):")
             for label, a, b, p in _horizon_rows(z, r):
                 change = f" ({100 * (b - a) / a:+.1f} %)" if a else ""
-                print(f"    {label}: {a:.4g} -> {b:.4g}{change}" + (f"; persistence {p:.4g}" if p is not None else ""))
+                print(f"    {label}: {a:#.4g} -> {b:#.4g}{change}" + (f"; persistence {p:#.4g}" if p is not None else ""))
             what, _, _, note = headline(r)
             if note:
                 print(f"    headline: {what}: {note}")
@@ -162,6 +174,13 @@ def _adapt_for(model, data_paths: Sequence[str], resolution, layout: str | None 
     select_model_fields(model, sources)
     res = tuple(resolution) if resolution else (model_resolution(model) or sources[0].spatial)
     c = model.config
+    for src in sources:
+        if len(src.spatial) != len(res):
+            axes = "XYZ"
+            raise OpzooError(f"{src.path}: {len(src.spatial)}-D data {list(src.spatial)} (read as [N, "
+                             f"{', '.join(axes[:len(src.spatial)])}, T, C]), but the model runs on {len(res)}-D grids "
+                             f"{list(res)}; check the file's axis order (--layout array:<axes>) or use a "
+                             f"{len(src.spatial)}-D model")
     return Adapt(res, c.in_channels, c.in_timesteps, c.out_timesteps), sources
 
 
@@ -234,7 +253,8 @@ def _eval_every_window(args, model, adapt, sources, split) -> int:
     print(f"l2 one step: {r.l2:.4g} (persistence {r.persistence_l2:.4g})")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    doc = {"protocol": "every window, one step, mean of batch means", "upstream_protocol": protocol,
+    doc = {"model": _model_identity(args.model), "protocol": "every window, one step, mean of batch means",
+           "upstream_protocol": protocol,
            "files": list(args.data), "split": where, "n_windows": r.n_windows, "batch_size": r.batch_size,
            "vrmse": r.vrmse, "l2": r.l2, "persistence": {"vrmse": r.persistence_vrmse, "l2": r.persistence_l2}}
     (out / "eval_windows.json").write_text(json.dumps(strict_json(doc), indent=2, allow_nan=False))
@@ -242,10 +262,41 @@ def _eval_every_window(args, model, adapt, sources, split) -> int:
     return 0
 
 
+def _model_identity(name: str) -> str:
+    """How eval results name the model they score: a directory by its resolved path, anything else as given."""
+    path = Path(str(name).removeprefix("local-dir:")).expanduser()
+    return str(path.resolve()) if path.is_dir() else str(name)
+
+
+def _claim_out_dir(out: Path, model: str, new: bool) -> None:
+    """``--out`` may hold results of this same model (re-evaluated, overwritten), not another's, unless
+    ``--new`` moves them aside."""
+    from .run_dir import move_aside
+
+    found = [out / n for n in ("eval.json", "eval_windows.json") if (out / n).is_file()]
+    if not found:
+        return
+    owners = set()
+    for f in found:
+        try:
+            owners.add(json.loads(f.read_text()).get("model"))
+        except (OSError, ValueError, AttributeError):
+            owners.add(None)
+    if owners == {_model_identity(model)}:
+        return
+    if not new:
+        who = ", ".join(sorted(str(o) for o in owners if o)) or "a model it does not name"
+        raise OpzooError(f"{out} holds evaluation results of {who}; pass --new to move them aside "
+                         f"(to {out}.replaced-<time>), or choose another --out")
+    moved = move_aside(out)
+    print(f"moved the previous results in {out} to {moved}")
+
+
 def cmd_eval(args) -> int:
     from .evaluate import evaluate_dataset, headline, with_persistence, write_results
     from .plots import plot_error_curves, plot_rollout_panels, rollout_title
 
+    _claim_out_dir(Path(args.out), args.model, args.new)
     model = _load_model(args.model, args.pretrained)
     adapt, sources = _adapt_for(model, args.data, args.resolution, args.layout)
     split = [_split_of(model, src, args.split, args.test_fraction, args.include_training) for src in sources]
@@ -284,7 +335,7 @@ def cmd_eval(args) -> int:
         what, _, _, note = headline(r)
         if note:
             print(f"{name}: headline {what}: {note}")
-    paths = write_results(results, out, stem="eval")
+    paths = write_results(results, out, stem="eval", model=_model_identity(args.model))
     plot_error_curves({r.name: r.per_step for r in results}, out / "error-vs-step.png",
                       persistence={r.name: r.persistence.per_step for r in results},
                       title=f"{args.model}: rollout error per step ({args.split or 'held-out or all'})")
@@ -368,11 +419,12 @@ def add_training_commands(subparsers) -> None:
     p.set_defaults(func=_one_line_errors(cmd_pretrain))
 
     p = subparsers.add_parser(
-        "finetune", help="fine-tune a pretrained model on your HDF5 data (more channels, another resolution or "
-                         "T_in adapt its input/output layers); reports zero-shot and fine-tuned errors")
+        "finetune", help="fine-tune a pretrained model on your data (HDF5 in any layout opzoo reads, or .npy/.npz/.pt "
+                         "arrays; more channels, another resolution or T_in adapt its input/output layers); reports "
+                         "zero-shot and fine-tuned errors")
     p.add_argument("model", help="preset or alias (with --no-pretrained for random init), hf-hub:org/repo[@rev], local-dir:PATH or a saved repo dir")
     p.add_argument("--data", nargs="+", required=True, help="your data file(s): HDF5 in any layout opzoo reads, or "
-                                                               ".npy/.npz/.pt arrays [N, *S, T, C]")
+                                                               ".npy/.npz/.pt arrays with --layout array:<axes>")
     p.add_argument("--out", required=True, help="run directory")
     p.add_argument("--steps", type=int, default=500, help="optimizer steps")
     p.add_argument("--batch-size", type=int, default=8, help="trajectory windows per step")
@@ -421,6 +473,8 @@ def add_training_commands(subparsers) -> None:
             p.add_argument("--test-fraction", type=float,
                            help="as finetune's --test-fraction (default 0.1), for files the model records no "
                                 "training on")
+            p.add_argument("--new", action="store_true",
+                           help="--out holds another model's results: move them aside (to OUT.replaced-<time>)")
             p.add_argument("--include-training", action="store_true",
                            help="allow --split train/all to score trajectories the model trained on (labelled so)")
             p.add_argument("--max-trajectories", type=int, help="score only the first N trajectories of the split")

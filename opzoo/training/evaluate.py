@@ -138,8 +138,11 @@ def evaluate_dataset(model: nn.Module, name: str, source: H5Trajectories, adapt:
     finally:
         model.train(was_training)
     full, curve = torch.cat(fulls), torch.cat(curves)
-    if vrmse_fields is None:
-        vrmse_fields = {f"channel {c}": c for c in range(len(mask)) if mask[c]}
+    if vrmse_fields is None:  # the file's channel names (the model's and the baseline's results name them alike)
+        names = list(getattr(source, "channel_names", []))
+        unique = len(set(names)) == len(names)
+        vrmse_fields = {(names[c] if unique and c < len(names) else f"channel {c}"): c
+                        for c in range(len(mask)) if mask[c]}
     per_step = torch.cat(vrmses).mean(0)[:, list(vrmse_fields.values())]  # [H, fields]
     result = DatasetResult(name, float(full.mean()), curve.mean(0).tolist(), len(full), curve.shape[1], full.tolist(),
                            recorder.loads(), [source.indices[i] for i in sorted(exclude)],
@@ -215,12 +218,14 @@ def _result_document(r: DatasetResult) -> dict:
             **({"persistence": _result_document(r.persistence)} if r.persistence else {})}
 
 
-def write_results(results: Sequence[DatasetResult], out_dir: str | os.PathLike, stem: str = "eval") -> dict[str, Path]:
-    """``<stem>.json`` (everything), ``<stem>.csv`` (one row per dataset), ``<stem>_per_step.csv``."""
+def write_results(results: Sequence[DatasetResult], out_dir: str | os.PathLike, stem: str = "eval",
+                  model: str | None = None) -> dict[str, Path]:
+    """``<stem>.json`` (everything, with the ``model`` scored), ``<stem>.csv`` (one row per dataset),
+    ``<stem>_per_step.csv``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / f"{stem}.json", "csv": out / f"{stem}.csv", "per_step_csv": out / f"{stem}_per_step.csv"}
-    summary = {"l2_full_mean": sum(r.l2_full for r in results) / len(results),
+    summary = {**({"model": model} if model else {}), "l2_full_mean": sum(r.l2_full for r in results) / len(results),
                "datasets": {r.name: _result_document(r) for r in results}}
     paths["json"].write_text(json.dumps(strict_json(summary), indent=2, allow_nan=False))
     with open(paths["csv"], "w", newline="") as f:
