@@ -43,10 +43,9 @@ def _preset_info(name: str, overrides: dict) -> tuple[dict, object]:
     """A registered preset (or alias), built on the meta device: no memory, no weights."""
     import torch
 
-    from .builder import build_preset, source_description
-    from .plugins import get_registry
+    from .builder import build_preset, preset_named, source_description
 
-    preset = get_registry().preset(name)
+    preset = preset_named(name)
     with torch.device("meta"):
         model = build_preset(preset, overrides)
     src = preset.pretrained

@@ -51,7 +51,7 @@ def run_generate(args: argparse.Namespace) -> int:
         return 2
     except (FileExistsError, ValueError, GeneratorError) as exc:
         print(f"opzoo data generate {args.kind}: {exc}", file=sys.stderr)
-        return 1
+        return 2
     print(f"wrote {args.n} trajectories to {path}")
     return 0
 
@@ -64,7 +64,7 @@ def run_inspect(args: argparse.Namespace) -> int:
         print(inspect_file(args.file, layout=args.layout, max_samples=args.max_samples))
     except (FileNotFoundError, DataFormatError) as exc:
         print(f"opzoo data inspect: {exc}", file=sys.stderr)
-        return 1
+        return 2
     return 0
 
 

@@ -226,7 +226,6 @@ def _split_of(model, src, split: str | None, test_fraction: float | None, includ
 
 def _eval_every_window(args, model, adapt, sources, split) -> int:
     """``opzoo eval --windows all``: one-step scores over every window, pooled over the files in order."""
-    from ..errors import OpzooError
     from .evaluate import evaluate_windows
     from .logger import strict_json
 
@@ -353,12 +352,12 @@ def cmd_rollout(args) -> int:
     from .losses import l2_full, l2_per_step
     from .plots import plot_rollout_panels
 
+    if args.steps is not None and args.steps < 1:
+        raise OpzooError(f"--steps must be >= 1, got {args.steps}")
     model = _load_model(args.model, args.pretrained)
     adapt, (src,) = _adapt_for(model, [args.data], args.resolution, args.layout)
     t_in = adapt.in_timesteps
     if not 0 <= args.index < len(src):
-        from ..errors import OpzooError
-
         raise OpzooError(f"{args.data}: --index {args.index} out of range; the file has {len(src)} trajectories")
     from .shape_check import check_frames
 

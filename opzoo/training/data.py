@@ -32,7 +32,7 @@ class H5Trajectories:
         try:
             self.source = open_source(path, layout=layout, check_finite=False)
         except (DataFormatError, ValueError, OSError) as e:
-            raise ConfigError(f"{path}: {e}") from None
+            raise ConfigError(str(e) if str(e).startswith(str(path)) else f"{path}: {e}") from None
         self.shape = tuple(self.source.shape)
         if len(self.shape) < 4:
             raise ConfigError(f"{path}: trajectories shaped {list(self.shape[1:])}; expected [*S, T, C] with 1-3 spatial dims")

@@ -45,12 +45,12 @@ def test_errors_exit_nonzero_with_message(tmp_path, capsys):
     bad = tmp_path / "bad.h5"
     with h5py.File(bad, "w") as f:
         f["stuff"] = np.zeros(3)
-    assert main(["data", "inspect", str(bad)]) == 1
+    assert main(["data", "inspect", str(bad)]) == 2
     assert "not in any known layout" in capsys.readouterr().err
     assert main(["data", "generate", "darcy", "--n", "1", "--out", str(tmp_path / "d.h5"), "--set", "bogus=1", "--quiet"]) == 2
     assert "bogus" in capsys.readouterr().err
     (tmp_path / "e.h5").write_bytes(b"x")
-    assert main(["data", "generate", "darcy", "--n", "1", "--res", "8", "--out", str(tmp_path / "e.h5"), "--quiet"]) == 1
+    assert main(["data", "generate", "darcy", "--n", "1", "--res", "8", "--out", str(tmp_path / "e.h5"), "--quiet"]) == 2
     assert "exists" in capsys.readouterr().err
 
 

@@ -59,9 +59,9 @@ def test_an_array_of_unstated_order_is_refused_with_every_plausible_reading(tmp_
         open_source(path)
     message = str(info.value)
     assert "does not guess" in message
-    assert "--layout array:NTXYC   N=3, T=5, X=8, Y=6, C=2" in message
-    assert "--layout array:NXYTC   N=3, X=5, Y=8, T=6, C=2" in message
-    assert "--layout array:NTXYZ" in message and "(one channel, added)" in message
+    assert "--layout array:NTXYC (N=3, T=5, X=8, Y=6, C=2)" in message and "\n" not in message
+    assert "--layout array:NXYTC (N=3, X=5, Y=8, T=6, C=2)" in message
+    assert "--layout array:NTXYZ" in message and "one channel, added)" in message
     np.testing.assert_array_equal(open_source(path, layout="array:NTXYC").read(0), trajectories[0])
 
 

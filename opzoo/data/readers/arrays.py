@@ -63,16 +63,14 @@ def plausible_orders(shape: tuple[int, ...]) -> list[str]:
 
 def describe_readings(path: str, shape: tuple[int, ...]) -> str:
     """The refusal of an array whose order is not stated: each plausible reading, its sizes and layout."""
-    lines = [f"{path}: a plain array {describe_shape(shape)} does not say which axis is which, and opzoo does not "
-             f"guess; name the order with --layout (or `layout:` in a run config, or an 'axes' entry in a .npz/.pt "
-             f"file). Plausible readings:"]
+    readings = []
     for order in plausible_orders(shape):
         sizes = ", ".join(f"{a}={n}" for a, n in zip(order, shape))
-        note = "" if "C" in order else " (one channel, added)"
-        lines.append(f"    --layout array:{order}   {sizes}{note}")
-    if not plausible_orders(shape):
-        lines.append(f"    none: rank {len(shape)} is not N, T, 1-3 spatial axes and maybe C")
-    return "\n".join(lines)
+        readings.append(f"--layout array:{order} ({sizes}{'; one channel, added' if 'C' not in order else ''})")
+    found = "; ".join(readings) if readings else f"none (rank {len(shape)} is not N, T, 1-3 spatial axes and maybe C)"
+    return (f"{path}: a plain array {describe_shape(shape)} does not say which axis is which, and opzoo does not "
+            f"guess; name the order with --layout (or `layout:` in a run config, or an 'axes' entry in a .npz/.pt "
+            f"file). Plausible readings: {found}")
 
 
 class ArraySource(TrajectorySource):
