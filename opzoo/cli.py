@@ -21,7 +21,7 @@ def _index():
         return None
     from .preset_index import build_index, read_index
 
-    return read_index() or build_index()
+    return read_index() or build_index(preset_document)
 
 
 def cmd_list(args) -> int:

@@ -23,7 +23,7 @@ import importlib.util
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ._version import __version__
 
@@ -91,10 +91,9 @@ def read_index() -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) and doc.get("key") == key else None
 
 
-def build_index() -> dict[str, Any] | None:
-    """Fill the registry, document every preset and store the index; None when a plugin failed to load
-    (nothing is stored then) or the cache cannot be written."""
-    from .cli import preset_document
+def build_index(preset_document: Callable[[str, dict], dict[str, Any]]) -> dict[str, Any] | None:
+    """Fill the registry, document every preset with ``preset_document(name, {})`` (what ``opzoo info
+    --json`` prints) and store the index; None when a plugin failed to load (nothing is stored then)."""
     from .plugins import get_plugin_host
 
     key = index_key()

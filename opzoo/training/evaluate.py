@@ -35,7 +35,7 @@ class DatasetResult:
 
 
 SHORT_HORIZONS = (1, 5)  # rollout lengths reported next to the full rollout
-SATURATED = 0.7  # a relative L2 this high for both the model and persistence: the rollout has decorrelated
+SATURATED = 0.8  # a relative L2 this high for both the model and persistence: the rollout has decorrelated
 
 
 def headline(r: DatasetResult) -> tuple[str, float, float | None, str]:
