@@ -39,6 +39,37 @@ def content_hash(path: str | os.PathLike) -> str:
     return f"sha256-sampled:{h.hexdigest()}"
 
 
+def file_fingerprint(path: str | os.PathLike, source=None) -> dict:
+    """What identifies a data file a run trains on: its resolved path, size, mtime, the shape and
+    channels it is read as (``source``: its opened :class:`~opzoo.data.TrajectorySource`) and
+    :func:`content_hash`."""
+    p = Path(path).expanduser().resolve()
+    st = p.stat()
+    out = {"path": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "content": content_hash(p)}
+    if source is not None:
+        out.update(layout=source.layout, shape=[int(n) for n in source.shape], fields=list(source.fields))
+    return out
+
+
+def fingerprint_changes(old: dict, new: dict) -> list[str]:
+    """What differs between two fingerprints of one file, in words (empty: the same data; a new mtime
+    alone, the same bytes, is not a change)."""
+    changes = []
+    if old.get("shape") != new.get("shape"):
+        o, n = old.get("shape") or [], new.get("shape") or []
+        if o and n and o[0] != n[0] and o[1:] == n[1:]:
+            changes.append(f"trajectory count {o[0]} -> {n[0]}")
+        else:
+            changes.append(f"shape [N, *S, T, C] {o} -> {n}")
+    if old.get("fields") != new.get("fields"):
+        changes.append(f"fields {old.get('fields')} -> {new.get('fields')}")
+    if old.get("size") != new.get("size"):
+        changes.append(f"size {old.get('size')} -> {new.get('size')} bytes")
+    if old.get("content") != new.get("content"):
+        changes.append(f"content ({old.get('content', '?')[:23]}... -> {new.get('content', '?')[:23]}...)")
+    return changes
+
+
 def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
     """Whether two paths name the same data: the same resolved path, or files with the same content hash."""
     pa, pb = Path(a).expanduser(), Path(b).expanduser()
@@ -49,4 +80,4 @@ def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
     return content_hash(pa) == content_hash(pb)
 
 
-__all__ = ["content_hash", "same_file"]
+__all__ = ["content_hash", "same_file", "file_fingerprint", "fingerprint_changes"]

@@ -267,11 +267,17 @@ def clean_temporaries(directory: str | os.PathLike) -> list[Path]:
     return left
 
 
-def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+def read_checkpoint(path: str | os.PathLike, trust_unverified: bool = False) -> dict[str, Any]:
     """Verify a checkpoint's checksums, then read every file; raises CheckpointReadError naming the
-    file at fault. A checkpoint of an older opzoo without ``checksums.json`` is read with a warning."""
+    file at fault. A checkpoint without ``checksums.json`` is refused (it was cut off while being
+    written, or comes from an opzoo before 0.1) unless ``trust_unverified``, then read with a warning."""
     path = Path(path)
     record = path / CHECKSUMS
+    if not record.is_file() and not trust_unverified:
+        raise CheckpointReadError(
+            f"{path}: no {CHECKSUMS}. opzoo writes it last, once every other file is complete and synced, so this "
+            f"checkpoint was cut off while being written or comes from an opzoo before 0.1, and its files cannot be "
+            f"verified; to resume from it anyway: --set checkpoint.trust_unverified=true")
     if record.is_file():
         try:
             sums = read_checksums(record)
@@ -282,7 +288,7 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         except ChecksumError as e:
             raise CheckpointReadError(str(e)) from None
     else:
-        warnings.warn(f"{path}: no {CHECKSUMS} (written by an older opzoo); its files are not verified", stacklevel=2)
+        warnings.warn(f"{path}: no {CHECKSUMS}; its files are not verified (checkpoint.trust_unverified)", stacklevel=2)
     out: dict[str, Any] = {}
     for name in FILES:
         f = path / name
@@ -295,14 +301,15 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     return out
 
 
-def resumable_checkpoint(directory: str | os.PathLike) -> tuple[Path | None, dict[str, Any] | None, list[str]]:
+def resumable_checkpoint(directory: str | os.PathLike,
+                         trust_unverified: bool = False) -> tuple[Path | None, dict[str, Any] | None, list[str]]:
     """The newest checkpoint that verifies and reads: ``(path, files, failures)``; each checkpoint
     skipped on the way is warned about, naming the file at fault and the one used instead.
     ``(None, None, failures)`` when there is none good (``failures`` empty: no checkpoints at all)."""
     failures: list[str] = []
     for path in reversed(list_checkpoints(directory)):
         try:
-            files = read_checkpoint(path)
+            files = read_checkpoint(path, trust_unverified)
         except CheckpointReadError as e:
             failures.append(str(e))
             continue

@@ -99,6 +99,9 @@ class CheckpointSection:
     # continue the run in output_dir from its latest verified checkpoint (only under the config it was
     # started with); false: refuse a directory that holds a run (start over with --new)
     resume: bool = True
+    # resume from a checkpoint without checksums.json (cut off while written, or from a pre-0.1 opzoo),
+    # whose files cannot be verified; off: such a checkpoint is skipped for an older verified one
+    trust_unverified: bool = False
 
 
 @dataclasses.dataclass

@@ -20,6 +20,7 @@ the trained weights).
 from __future__ import annotations
 
 import dataclasses
+import errno
 import fnmatch
 import json
 import os
@@ -48,6 +49,7 @@ HARMLESS_KEYS = (
     "checkpoint.every",
     "checkpoint.keep_last",
     "checkpoint.resume",
+    "checkpoint.trust_unverified",
     "evaluation.*",
     "data.horizon",                   # evaluation only
     "data.max_test_trajectories",     # evaluation only
@@ -67,29 +69,67 @@ class RunDirBusyError(RunDirError):
 
 # ---- the lock ------------------------------------------------------------------------------------
 class RunDirLock:
-    """``fcntl.flock`` on ``<run_dir>/.lock``: exclusive, non-blocking, released on close or exit."""
+    """An exclusive, non-blocking ``fcntl.flock`` on the run directory itself, released on close or exit.
+
+    The lock is held on the directory's own file descriptor, so deleting ``<run_dir>/.lock`` (which only
+    records the holder: PID, host, start, command) cannot free it for a second run. ``.lock`` is opened
+    without following symbolic links: a planted link is refused, never written through.
+    """
 
     def __init__(self, run_dir: str | os.PathLike):
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / LOCK_NAME
-        self._fd: int | None = None
+        self._fd: int | None = None  # the holder record
+        self._dir_fd: int | None = None  # what the lock is held on
+
+    def _open_record(self, flags: int) -> int:
+        try:
+            return os.open(self.path, flags | os.O_NOFOLLOW, 0o644)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise RunDirError(f"{self.path} is a symbolic link (to {os.readlink(self.path)}); opzoo does not write "
+                                  f"through it. Remove it, or choose another output_dir") from None
+            raise
 
     def acquire(self) -> None:
         """Take the lock or raise RunDirBusyError naming the holder's PID and host. Creates the
         directory if needed; an existing lock file is not modified (see :meth:`record_holder`)."""
         import fcntl
 
+        if self.run_dir.is_symlink() and not self.run_dir.exists():
+            raise RunDirError(f"{self.run_dir} is a symbolic link to {os.readlink(self.run_dir)}, which does not exist; "
+                              f"create that directory, or choose another output_dir")
+        if self.run_dir.exists() and not self.run_dir.is_dir():
+            raise RunDirError(f"{self.run_dir} is a file, not a directory; choose another output_dir")
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        dir_fd = os.open(self.run_dir, os.O_RDONLY | os.O_DIRECTORY)
         try:
+            fcntl.flock(dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except (BlockingIOError, PermissionError):
+            os.close(dir_fd)
+            holder = {}
+            if self.path.is_file() and not self.path.is_symlink():
+                fd = self._open_record(os.O_RDONLY)
+                holder = _read_holder(fd)
+                os.close(fd)
+            raise RunDirBusyError(
+                f"{self.run_dir} is in use by another run: {describe_holder(holder)}; wait for it to end, "
+                f"stop it, or choose another output_dir") from None
+        try:
+            fd = self._open_record(os.O_RDWR | os.O_CREAT)
+        except BaseException:
+            os.close(dir_fd)
+            raise
+        try:  # the record is locked too, as opzoo before 0.1.1 locked only it
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except (BlockingIOError, PermissionError):
             holder = _read_holder(fd)
             os.close(fd)
+            os.close(dir_fd)
             raise RunDirBusyError(
                 f"{self.run_dir} is in use by another run: {describe_holder(holder)}; wait for it to end, "
                 f"stop it, or choose another output_dir") from None
-        self._fd = fd
+        self._fd, self._dir_fd = fd, dir_fd
 
     def record_holder(self) -> None:
         """Write this process's PID, host, start time and command into the lock file."""
@@ -103,6 +143,12 @@ class RunDirLock:
         os.fsync(self._fd)
 
     def release(self) -> None:
+        if self._dir_fd is not None:
+            import fcntl
+
+            fcntl.flock(self._dir_fd, fcntl.LOCK_UN)
+            os.close(self._dir_fd)
+            self._dir_fd = None
         if self._fd is not None:
             import fcntl
 
@@ -279,12 +325,21 @@ def plan_run(run_dir: str | os.PathLike, config: Mapping[str, Any], defaults: Ma
     if not allow_resume:
         raise RunDirError(f"{run_dir} holds a run and checkpoint.resume is false; {new_hint}")
     harmless = [c for c in changes if is_harmless(c[0]) and c[0] != "output_dir"]
-    path, files, failures = resumable_checkpoint(run_dir / "checkpoints")
+    trust = bool(config.get("checkpoint", {}).get("trust_unverified"))
+    path, files, failures = resumable_checkpoint(run_dir / "checkpoints", trust_unverified=trust)
     if path is None and failures:
         raise RunDirError(f"{run_dir}: no checkpoint passes verification ({'; '.join(failures)}); "
                           f"nothing to resume from: {new_hint}")
     if path is None:
         return RunPlan("fresh", harmless=harmless, restart=True)
+    recorded = files["state.json"].get("config")
+    if recorded is not None:  # what the checkpoint itself says it was trained under
+        edited = [c for c in config_changes(recorded, started, defaults) if not is_harmless(c[0])]
+        if edited:
+            raise RunDirError(
+                f"{run_dir / CONFIG_NAME} disagrees with what checkpoint {path.name} records it was trained under "
+                f"({format_changes(edited)}, checkpoint -> run_config.json): the file was edited after the run "
+                f"started. Restore it to resume, or {new_hint}")
     return RunPlan("resume", start=int(files["state.json"]["step"]), checkpoint=path, files=files, harmless=harmless)
 
 

@@ -8,6 +8,7 @@ hooks -> lr = lr · schedule(i) · lr_scale · hook multipliers -> optimizer ste
 
 from __future__ import annotations
 
+import json
 import math
 import time
 import warnings
@@ -211,7 +212,8 @@ class Trainer:
                 tensors, plain = split_hook_state(hook.state_dict(), f"hook{i}/")
                 extra.update(tensors)
                 hook_plain.append(plain)
-            state = {"hooks": hook_plain, "world_size": self.env.world_size, "config": self.cfg.to_dict()}
+            state = {"hooks": hook_plain, "world_size": self.env.world_size,
+                     "config": rundir.with_resolved_paths(self.cfg.to_dict())}
             path = ckpt.write_checkpoint(self.ckpt_dir, step, model_state=weights, optimizer_state=opt_state,
                                          state=state, extra=extra, keep_last=self.cfg.checkpoint.keep_last)
         barrier(self.env)
@@ -340,6 +342,7 @@ class Trainer:
                 self._say(f"{self.run_dir} holds this run, finished: {t.steps} of {t.steps} steps done, model in "
                           f"{self.run_dir / 'model'}. Nothing to do (pass --new to start it again from step 0)")
                 return TrainResult(self.run_dir, t.steps, already_finished=True, model_dir=self.run_dir / "model")
+            self._check_data_fingerprints(plan)
             start = 0
             if plan.action == "resume":
                 start = self._restore(plan.checkpoint, plan.files)
@@ -543,6 +546,40 @@ class Trainer:
                f"stopping. Last good checkpoint: {kept[-1] if kept else 'none'}")
         logger.log({"kind": "error", "step": step, "message": msg}, flush=True)
         raise TrainingDivergedError(msg)
+
+    def _data_fingerprints(self) -> list[dict]:
+        """Each data file of the run (training and test files), fingerprinted from its opened source."""
+        from ..data.fingerprint import file_fingerprint
+
+        out, seen = [], set()
+        sources = [part.source for part in self.data.train.datasets] + [te.source for _, te in self.data.test]
+        for src in sources:
+            if src.path not in seen:
+                seen.add(src.path)
+                out.append(file_fingerprint(src.path, src))
+        return out
+
+    def _check_data_fingerprints(self, plan) -> None:
+        """A fresh run records its data files' fingerprints (``data_fingerprints.json``); a resume refuses
+        when a file's content, size, shape or fields changed since, naming the file and what changed: a
+        trajectory trained on must never move into the test split."""
+        from ..data.fingerprint import fingerprint_changes
+
+        if not self.env.is_main:
+            return
+        path = self.run_dir / "data_fingerprints.json"
+        current = self._data_fingerprints()
+        if plan.action == "resume" and path.is_file():
+            recorded = {f["path"]: f for f in json.loads(path.read_text())}
+            for now in current:
+                before = recorded.get(now["path"])
+                changes = fingerprint_changes(before, now) if before else ["not a file of this run when it started"]
+                if changes:
+                    raise rundir.RunDirError(
+                        f"{now['path']} changed since this run started ({'; '.join(changes)}): resuming would train and "
+                        f"test on other data than the checkpoints saw. Restore the file, or pass --new to start again")
+        elif plan.action == "fresh" or not path.is_file():
+            rundir.write_json_atomic(path, current)
 
     def _recall_step_zero(self, result: TrainResult) -> None:
         """A resumed run's step-0 (zero-shot) scores, from the eval file the first session wrote, so that the

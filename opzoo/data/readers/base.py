@@ -45,13 +45,15 @@ class SourceInfo:
         return (self.n_samples, *self.spatial_shape, self.n_steps, len(self.fields))
 
 
-def open_h5(path: str | os.PathLike) -> h5py.File:
-    """Open an HDF5 file read-only, turning h5py's errors for bad files into DataFormatError."""
+def open_h5(path: str | os.PathLike, audit: bool = True) -> h5py.File:
+    """Open an HDF5 file read-only, turning h5py's errors for bad files into DataFormatError; with
+    ``audit`` (:func:`opzoo.data.readers.h5_audit.audit_file`) a file that reaches outside itself or
+    would serve fill values is refused before anything is read."""
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such file")
     try:
-        return h5py.File(path, "r")
+        f = h5py.File(path, "r")
     except OSError as exc:
         with open(path, "rb") as raw:
             head = raw.read(128)
@@ -59,6 +61,15 @@ def open_h5(path: str | os.PathLike) -> h5py.File:
         if head.startswith(b"MATLAB 5.0"):
             hint = "it is a MATLAB v5 .mat file, not v7.3 (HDF5); convert it with scipy.io.loadmat first"
         raise DataFormatError(f"{path}: cannot be opened as HDF5 ({exc}); {hint}") from exc
+    if audit:
+        from opzoo.data.readers.h5_audit import audit_file
+
+        try:
+            audit_file(f, path)
+        except BaseException:
+            f.close()
+            raise
+    return f
 
 
 class TrajectorySource(abc.ABC):
@@ -77,6 +88,7 @@ class TrajectorySource(abc.ABC):
         self.check_finite = check_finite
         self._file: h5py.File | None = None
         self._pid: int | None = None
+        self._stamp = _stat_stamp(self.path)  # size and mtime when opened: a change under a run is refused
         self.info: SourceInfo = self._validate(self._h5())
         self._all_fields = list(self.info.fields)  # the file's own channels, in the file's order
         self._channels: list[int] | None = None  # set by select_channels: which of them are read, in order
@@ -166,6 +178,11 @@ class TrajectorySource(abc.ABC):
         t_stop = steps if t_stop is None else t_stop
         if not 0 <= t_start < t_stop <= steps:
             raise IndexError(f"{self.path}: frames {t_start}:{t_stop} out of range [0, {steps}]")
+        now = _stat_stamp(self.path)
+        if now != self._stamp:
+            raise DataFormatError(f"{self.path}: the file changed while it was being read (size, mtime {self._stamp} -> "
+                                  f"{now}); nothing more is read from it. Restore the file, or start again with the "
+                                  f"new one")
         try:
             window = self._read(self._h5(), sample, t_start, t_stop)
             if self._channels is not None:
@@ -255,10 +272,21 @@ class TrajectorySource(abc.ABC):
                 f"{self.path}: key '{name}' has shape {describe_shape(ds.shape)} (rank {ds.ndim}); "
                 f"the {self.layout} layout expects {layout_shape} (rank {' or '.join(map(str, ranks))})"
             )
+        from opzoo.data.readers.h5_audit import check_data_dataset
+
+        check_data_dataset(ds, name, self.path)
         return ds
 
     def _fail(self, message: str) -> DataFormatError:
         return DataFormatError(f"{self.path}: {message}")
+
+
+def _stat_stamp(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
 
 
 def _join(group_name: str, key: str) -> str:
