@@ -20,8 +20,8 @@ from .adapt import SHAPE_FIELDS, adapt_model
 from .checkpoints import ConvertedCheckpoint
 from .config import config_document, read_config
 from .errors import ConfigError, HubError, UnknownNameError, WeightsError
-from .hub import (WEIGHTS_NAME, hub_download, load_state_dict_strict, load_weights, read_state_dict,
-                  repo_files, upload_folder, verify_weights, write_repo)
+from .hub import (WEIGHTS_NAME, check_repo_id, wait_for_save, hub_download, hub_repo_files, load_state_dict_strict, load_weights,
+                  read_repo, read_state_dict, repo_files, upload_folder, write_repo)
 from .model_card import render_card
 from .pretrained_cfg import schema_of, validate_pretrained_cfg
 from .provenance import PretrainedArtifacts, refuse_failed, run_checks, snapshot_revision
@@ -223,13 +223,16 @@ def from_pretrained(
     """
     hub_kwargs = {k[4:]: overrides.pop(k) for k in list(overrides) if k.startswith("hub_")}
     config_path, weights_path = repo_files(repo_or_dir, revision, **hub_kwargs)
-    document = read_config(config_path)
-    pretrained_cfg = document["pretrained_cfg"]
-    model = build_model(document["architecture"], document["model_args"], f"{config_path}: model_args", overrides,
-                        pretrained_cfg, pretrained_cfg.get("preset"),
-                        pretrained_cfg_source=f"{config_path}: pretrained_cfg")
-    verify_weights(document, weights_path)
-    load_weights(model, weights_path)
+    return _from_files(config_path, weights_path, device, overrides)
+
+
+def _from_files(config_path: Path, weights_path: Path, device, overrides: Mapping[str, Any]) -> "Backbone":
+    with read_repo(config_path, weights_path) as (document, weights):  # one consistent read, checksum verified
+        pretrained_cfg = document["pretrained_cfg"]
+        model = build_model(document["architecture"], document["model_args"], f"{config_path}: model_args",
+                            overrides, pretrained_cfg, pretrained_cfg.get("preset"),
+                            pretrained_cfg_source=f"{config_path}: pretrained_cfg")
+        load_weights(model, weights, shown_as=weights_path)
     if device is not None:
         model.to(device)
     return model.eval()
@@ -242,7 +245,10 @@ def is_saved_model_reference(name: str | os.PathLike) -> bool:
     name = str(name)
     if name.startswith((HF_HUB_PREFIX, LOCAL_DIR_PREFIX)):
         return True
-    return not get_registry().has_preset(name) and Path(name).is_dir()
+    if get_registry().has_preset(name):
+        return False
+    path = Path(name).expanduser()
+    return path.is_dir() or wait_for_save(path)
 
 
 def load(name: str | os.PathLike, pretrained: bool = False, **overrides: Any) -> "Backbone":
@@ -259,9 +265,11 @@ def load(name: str | os.PathLike, pretrained: bool = False, **overrides: Any) ->
     ``img_size`` adapt the weights instead (:func:`adapt_loaded`), as timm's ``in_chans`` does.
     """
     name = str(name)
-    if name.startswith(HF_HUB_PREFIX):
-        repo, _, revision = name[len(HF_HUB_PREFIX):].partition("@")
-        return from_pretrained(repo, revision=revision or None, **overrides)
+    if name.startswith(HF_HUB_PREFIX):  # always the Hub, never a local directory of the same name
+        repo, revision = parse_hub_reference(name)
+        hub_kwargs = {k[4:]: overrides.pop(k) for k in list(overrides) if k.startswith("hub_")}
+        config_path, weights_path = hub_repo_files(repo, revision, **hub_kwargs)
+        return _from_files(config_path, weights_path, overrides.pop("device", None), overrides)
     if name.startswith(LOCAL_DIR_PREFIX):
         path = Path(name[len(LOCAL_DIR_PREFIX):]).expanduser()
         if not path.is_dir():
@@ -328,14 +336,25 @@ def _distribution_version(distribution: str) -> str | None:
         return None
 
 
+def parse_hub_reference(name: str) -> tuple[str, str | None]:
+    """``hf-hub:org/name[@revision]`` -> ``(repo_id, revision)``; a HubError for an empty or malformed id."""
+    repo, _, revision = name[len(HF_HUB_PREFIX):].partition("@")
+    if not repo:
+        raise HubError(f"{name!r}: hf-hub: needs a repo id, e.g. hf-hub:org/name[@revision]")
+    check_repo_id(repo)
+    if "@" in name and not revision:
+        raise HubError(f"{name!r}: an empty revision after '@'; give a branch, tag or commit, or leave '@' out")
+    return repo, revision or None
+
+
 def saved_pretrained_cfg(name: str) -> dict:
     """The ``pretrained_cfg`` in a saved model's ``config.json`` (only that file is read or fetched)."""
     from .config import CONFIG_NAME
 
     name = str(name)
     if name.startswith(HF_HUB_PREFIX):
-        repo, _, revision = name[len(HF_HUB_PREFIX):].partition("@")
-        return read_config(hub_download(repo, CONFIG_NAME, revision or None))["pretrained_cfg"]
+        repo, revision = parse_hub_reference(name)
+        return read_config(hub_download(repo, CONFIG_NAME, revision))["pretrained_cfg"]
     path = Path(name.removeprefix(LOCAL_DIR_PREFIX)).expanduser()
     return read_config(path / CONFIG_NAME)["pretrained_cfg"]
 

@@ -8,11 +8,14 @@ architecture, finds the card and builds the model (``opzoo.save_pretrained``, ``
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-import tempfile
+import shutil
+import socket
+import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import torch
 from huggingface_hub import HfApi, constants, hf_hub_download
@@ -78,16 +81,17 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
         raise WeightsError(f"{path}: not a readable safetensors file ({e})") from None
 
 
-def load_weights(model: torch.nn.Module, path: str | os.PathLike) -> None:
-    """Load a safetensors file strictly into ``model``."""
-    path = Path(path)
+def load_weights(model: torch.nn.Module, path: str | os.PathLike, shown_as: str | os.PathLike | None = None) -> None:
+    """Load a safetensors file strictly into ``model``: names and shapes from its header first (nothing
+    else is read from a file that does not fit), then the tensors. ``shown_as`` names it in messages."""
+    path, where = Path(path), str(shown_as or path)
     try:
         with safe_open(str(path), framework="pt") as f:
             shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
     except (SafetensorError, OSError) as e:
-        raise WeightsError(f"{path}: not a readable safetensors file ({e})") from None
-    check_state_dict(model, shapes, str(path))
-    load_state_dict_strict(model, load_file(str(path)), str(path))
+        raise WeightsError(f"{where}: not a readable safetensors file ({e})") from None
+    check_state_dict(model, shapes, where)
+    load_state_dict_strict(model, load_file(str(path)), where)
 
 
 def _unshared_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -102,41 +106,95 @@ def _unshared_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
-# ---- save ------------------------------------------------------------------------------------
+# ---- save ----------------------------------------------------------------------------------------
+REPO_FILES = (WEIGHTS_NAME, CONFIG_NAME, CARD_NAME)
+_TMP_MARK = ".opzoo-tmp-"
+
+
+def _tmp_name(directory: Path, what: str) -> Path:
+    """A sibling of ``directory`` owned by this process: ``.<name>.opzoo-tmp-<what>-<pid>@<host>``."""
+    return directory.parent / f".{directory.name}{_TMP_MARK}{what}-{os.getpid()}@{socket.gethostname()}"
+
+
+def clean_dead_saves(directory: Path) -> None:
+    """Remove what killed saves of ``directory`` left (their temp directories and files), and only theirs:
+    a live process's or another host's are left alone."""
+    from .processes import process_alive
+
+    host = socket.gethostname()
+    candidates = list(directory.parent.glob(f".{directory.name}{_TMP_MARK}*"))
+    if directory.is_dir():
+        candidates += list(directory.glob(f".*{_TMP_MARK}*"))
+    for p in candidates:
+        owner = p.name.rpartition("-")[2]
+        pid, _, where = owner.partition("@")
+        if pid.isdigit() and where == host and not process_alive(int(pid)):
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+
+
+def wait_for_save(directory: Path, wait: float = 2.0) -> bool:
+    """Whether ``directory`` exists, waiting up to ``wait`` seconds while a save is swapping it in (between
+    :func:`write_repo`'s two renames the name is briefly free)."""
+    deadline = time.monotonic() + wait
+    while not directory.exists():
+        if not any(directory.parent.glob(f".{directory.name}{_TMP_MARK}old-*")) or time.monotonic() > deadline:
+            return directory.exists()
+        time.sleep(0.005)
+    return True
+
+
+def _only_repo_files(directory: Path) -> bool:
+    """Whether ``directory`` holds nothing but an opzoo repo's files (it can be replaced as a whole)."""
+    return all(p.name in REPO_FILES or _TMP_MARK in p.name for p in directory.iterdir())
+
+
 def write_repo(model: torch.nn.Module, save_directory: str | os.PathLike, document: Mapping[str, Any], card: str) -> Path:
     """Write ``model``'s weights, the config ``document`` and the ``card`` text into ``save_directory``.
 
-    Files are written to temporary names first and renamed at the end, so a failure leaves any
-    earlier repo in that directory as it was. ``config.json`` also records the weights' sha256
-    (``checksums``), verified on load by :func:`verify_weights`. A full disk is a one-line
-    :class:`~opzoo.disk_full.DiskFullError` naming the file.
+    Everything is written into a temporary sibling directory first. A directory that is new or holds
+    only an earlier repo is then replaced as a whole (two renames), so that a concurrent reader sees the
+    old repo or the new one, never a mix (:func:`read_repo` retries across the instant between the
+    renames); one that holds other files too gets the three files renamed into it. Files get the
+    user's umask. ``config.json`` records the weights' sha256 (``checksums``), verified on load. Temp
+    files of killed saves are removed. A full disk is a one-line :class:`~opzoo.disk_full.DiskFullError`
+    naming the file, with any earlier repo unchanged.
     """
     directory = Path(save_directory)
     document = dict(document)
-    staged: list[tuple[Path, Path]] = []
+    staging = _tmp_name(directory, "save")
     try:
         with disk_full_as_error("saving the model", f"any earlier repo in {directory} is unchanged; free space and "
                                                      "save again") as writing:
             writing.path = directory
-            directory.mkdir(parents=True, exist_ok=True)
-            for name in (WEIGHTS_NAME, CONFIG_NAME, CARD_NAME):
-                fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
-                os.close(fd)
-                staged.append((Path(tmp), directory / name))
+            directory.parent.mkdir(parents=True, exist_ok=True)
+            clean_dead_saves(directory)
+            staging.mkdir()
             writing.path = directory / WEIGHTS_NAME
-            save_file(_unshared_state_dict(model), str(staged[0][0]),
+            save_file(_unshared_state_dict(model), str(staging / WEIGHTS_NAME),
                       metadata={"format": "pt", "opzoo_version": __version__})
-            document["checksums"] = {WEIGHTS_NAME: sha256_file(staged[0][0])}
+            document["checksums"] = {WEIGHTS_NAME: sha256_file(staging / WEIGHTS_NAME)}
             writing.path = directory / CONFIG_NAME
-            write_config(staged[1][0], document)
+            write_config(staging / CONFIG_NAME, document)
             writing.path = directory / CARD_NAME
-            staged[2][0].write_text(card)
-            for tmp, final in staged:
-                writing.path = final
-                os.replace(tmp, final)
+            (staging / CARD_NAME).write_text(card)
+            mask = os.umask(0)
+            os.umask(mask)
+            for name in REPO_FILES:  # safetensors writes 0600: a colleague must be able to read the repo
+                os.chmod(staging / name, 0o666 & ~mask)
+            writing.path = directory
+            if not directory.exists():
+                os.rename(staging, directory)
+            elif directory.is_dir() and _only_repo_files(directory):
+                old = _tmp_name(directory, "old")
+                os.rename(directory, old)
+                os.rename(staging, directory)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                for name in REPO_FILES:
+                    writing.path = directory / name
+                    os.replace(staging / name, directory / name)
     finally:
-        for tmp, _ in staged:
-            tmp.unlink(missing_ok=True)
+        shutil.rmtree(staging, ignore_errors=True)
     return directory
 
 
@@ -152,8 +210,58 @@ def verify_weights(document: Mapping[str, Any], weights_path: str | os.PathLike)
         raise WeightsError(f"{e}; re-download or re-save the repo") from None
 
 
+@contextlib.contextmanager
+def read_repo(config_path: Path, weights_path: Path) -> Iterator[tuple[dict[str, Any], Path]]:
+    """``(config document, weights path)`` of one consistent read of a repo: both files are opened once,
+    the config parsed from what was opened, and the weights yielded as a path to the opened file
+    (``/proc/self/fd/N`` where the system has it), so that the checksum check and the load read the same
+    bytes even while the repo is being saved again. A save racing the open (a file gone between the
+    renames of :func:`write_repo`, or a checksum that does not match while the files are being replaced)
+    is retried; a mismatch that persists is a WeightsError."""
+    for attempt in range(20):
+        try:
+            with open(config_path, "rb") as cf, open(weights_path, "rb") as wf:
+                document = read_config(config_path, cf.read())
+                expected = document.get("checksums", {}).get(WEIGHTS_NAME)
+                stable = Path(f"/proc/self/fd/{wf.fileno()}")
+                stable = stable if stable.exists() else Path(weights_path)
+                actual = _sha256_fd(wf) if expected is not None else None
+                if actual != expected:
+                    if attempt < 19 and (_replaced(config_path, cf) or _replaced(weights_path, wf)):
+                        time.sleep(0.01)
+                        continue
+                    raise WeightsError(f"{weights_path}: sha256 {actual[:16]}... does not match the recorded "
+                                       f"{expected[:16]}... (the file was changed or damaged after it was written); "
+                                       f"re-download or re-save the repo")
+                yield document, stable
+                return
+        except FileNotFoundError:
+            if attempt == 19:
+                raise
+            time.sleep(0.01)
+
+
+def _sha256_fd(f) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    f.seek(0)
+    for chunk in iter(lambda: f.read(1 << 20), b""):
+        h.update(chunk)
+    f.seek(0)
+    return h.hexdigest()
+
+
+def _replaced(path: Path, f) -> bool:
+    """Whether ``path`` now names another file than the open ``f`` (a save replaced it)."""
+    try:
+        return os.stat(path).st_ino != os.fstat(f.fileno()).st_ino
+    except FileNotFoundError:
+        return True
+
+
 # ---- load ------------------------------------------------------------------------------------
-_REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+_REPO_ID = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 
 
 HUB_WAIT_ENV = "OPZOO_HUB_WAIT"  # seconds opzoo waits for the Hub to answer before it gives up (default 3)
@@ -188,12 +296,60 @@ def hub_unreachable(wait: float | None = None) -> str | None:
     while True:
         try:
             with socket.create_connection((host, port), timeout=max(0.5, deadline - time.monotonic())):
-                return None
+                break
         except OSError as e:
             reason = f"{host}:{port}: {e.strerror or e}"
         if time.monotonic() + 0.5 >= deadline:
             return reason
         time.sleep(0.5)
+    return _http_silent(constants.ENDPOINT, max(0.5, deadline - time.monotonic()))
+
+
+def _http_silent(endpoint: str, timeout: float) -> str | None:
+    """Why the endpoint, which accepts connections, gives no HTTP answer within ``timeout`` seconds (None:
+    it answered, whatever the status). A server that accepts and never answers would otherwise hold
+    huggingface_hub's requests and retries for minutes."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(endpoint.rstrip("/") + "/api/models?limit=1", method="HEAD")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout):
+            return None
+    except urllib.error.HTTPError:
+        return None  # an HTTP answer (401, 404, 5xx...): the server is there
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        reason = getattr(e, "reason", e)
+        return f"{endpoint}: no HTTP answer within {timeout:.1f} s ({reason})"
+
+
+def bounded_hub_session() -> None:
+    """Give huggingface_hub's shared HTTP client timeouts (it has none by default): a connection must open
+    within :func:`hub_wait` seconds and a read must not stall for more than ``READ_TIMEOUT``."""
+    global _BOUNDED
+    if _BOUNDED:
+        return
+    import httpx2
+    from huggingface_hub import set_client_factory
+    from huggingface_hub.utils._http import default_client_factory
+
+    def factory():
+        client = default_client_factory()
+        client.timeout = httpx2.Timeout(READ_TIMEOUT, connect=max(hub_wait(), 1.0))
+        return client
+
+    set_client_factory(factory)
+    _BOUNDED = True
+
+
+def _transport_errors() -> type:
+    import httpx2
+
+    return httpx2.TransportError
+
+
+_BOUNDED = False
+READ_TIMEOUT = 60.0  # seconds a Hub read may stall before it fails
 
 
 def _fetch_command(repo_id: str, filename: str, revision: str | None) -> str:
@@ -217,8 +373,9 @@ def hub_download(repo_id: str, filename: str, revision: str | None = None, **kwa
             if reason is not None:
                 raise HubError(f"{missing} and the Hub could not be reached ({reason}, tried for "
                                f"{hub_wait():g} s; {HUB_WAIT_ENV} sets how long); {fetch}")
+    bounded_hub_session()
     try:
-        return Path(hf_hub_download(repo_id, filename, revision=revision, **kwargs))
+        return Path(hf_hub_download(repo_id, filename, revision=revision, etag_timeout=max(hub_wait(), 1.0), **kwargs))
     except LocalEntryNotFoundError:
         reason = "HF_HUB_OFFLINE=1 is set" if offline else "the Hub could not be reached"
         raise HubError(f"{missing} and {reason}; {fetch}") from None
@@ -238,12 +395,26 @@ def repo_files(repo_or_dir: str | os.PathLike, revision: str | None = None, **kw
     """Local paths of ``(config.json, model.safetensors)`` of a repo directory or Hub repo ``org/name``
     (downloaded into the Hugging Face cache; ``kwargs`` go to ``hf_hub_download``)."""
     path = Path(repo_or_dir)
-    if path.is_dir():
+    if path.is_dir() or wait_for_save(path):
         check_repo_dir(path)
         return path / CONFIG_NAME, path / WEIGHTS_NAME
     repo_id = str(repo_or_dir)
     if not _REPO_ID.match(repo_id):
         raise HubError(f"{repo_id!r} is neither a local directory nor a Hub repo id of the form 'org/name'")
+    return hub_repo_files(repo_id, revision, **kwargs)
+
+
+def check_repo_id(repo_id: str) -> None:
+    """HubError unless ``repo_id`` is a Hub repo id ``org/name`` (ASCII letters, digits, ``-_.``; no ``..``)."""
+    if not _REPO_ID.match(repo_id) or ".." in repo_id or not repo_id.isascii():
+        raise HubError(f"{repo_id!r} is not a Hub repo id: expected 'org/name' with ASCII letters, digits, '-', '_' "
+                       f"and '.' (no '..')")
+
+
+def hub_repo_files(repo_id: str, revision: str | None = None, **kwargs: Any) -> tuple[Path, Path]:
+    """Local paths of ``(config.json, model.safetensors)`` of Hub repo ``repo_id``, from the Hugging Face
+    cache or downloaded into it; never a local directory, whatever the current directory holds."""
+    check_repo_id(repo_id)
     config_path = hub_download(repo_id, CONFIG_NAME, revision, **kwargs)
     return config_path, hub_download(repo_id, WEIGHTS_NAME, revision, **kwargs)
 
@@ -251,7 +422,7 @@ def repo_files(repo_or_dir: str | os.PathLike, revision: str | None = None, **kw
 def check_repo_dir(path: Path) -> None:
     """HubError when directory ``path`` is not an opzoo repo, pointing at the one inside a run directory."""
     for name in (CONFIG_NAME, WEIGHTS_NAME):
-        if not (path / name).is_file():
+        if not (path / name).is_file() and not (wait_for_save(path) and (path / name).is_file()):
             inner = path / "model"
             hint = (f"; it looks like a training run directory: its model is {inner}"
                     if (inner / CONFIG_NAME).is_file() else "")
@@ -272,6 +443,7 @@ def upload_folder(folder: str | os.PathLike, repo_id: str, *, token: str | None 
     if reason is not None:
         raise HubError(f"{what}: the Hub could not be reached ({reason}, tried for {hub_wait():g} s); run "
                        f"`opzoo push {folder} {repo_id}` again on a machine with network")
+    bounded_hub_session()
     api = HfApi(token=token)
     try:
         api.create_repo(repo_id, private=private, exist_ok=True)
@@ -280,8 +452,9 @@ def upload_folder(folder: str | os.PathLike, repo_id: str, *, token: str | None 
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         login = " (log in with `hf auth login`, with write access to the repo)" if "401" in first or "403" in first else ""
         raise HubError(f"{what}: {first}{login}") from None
-    except OSError as e:  # the connection dropped half-way
-        raise HubError(f"{what}: the connection failed ({e}); run `opzoo push {folder} {repo_id}` again") from None
+    except (OSError, _transport_errors()) as e:  # the connection dropped or stalled half-way
+        raise HubError(f"{what}: the connection failed or stalled ({type(e).__name__}: {e}); run "
+                       f"`opzoo push {folder} {repo_id}` again") from None
 
 
 def push_folder_to_hub(folder: str | os.PathLike, repo_id: str, **kwargs: Any):
@@ -295,7 +468,7 @@ def push_folder_to_hub(folder: str | os.PathLike, repo_id: str, **kwargs: Any):
 
 
 __all__ = [
-    "write_repo", "verify_weights", "repo_files", "read_state_dict", "push_folder_to_hub", "upload_folder", "load_weights",
+    "write_repo", "verify_weights", "repo_files", "wait_for_save", "hub_repo_files", "check_repo_id", "read_state_dict", "read_repo", "clean_dead_saves", "push_folder_to_hub", "upload_folder", "load_weights",
     "load_state_dict_strict", "check_state_dict", "hub_download", "hub_unreachable", "hub_wait", "WEIGHTS_NAME",
     "CARD_NAME",
 ]

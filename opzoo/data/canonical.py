@@ -162,6 +162,9 @@ class CanonicalWriter:
         if not self.overwrite and os.path.exists(self.path):
             os.unlink(self._tmp)
             raise FileExistsError(f"{self.path}: appeared while writing; not replaced")
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(self._tmp, 0o666 & ~mask)  # mkstemp's 0600 would keep the file from colleagues
         os.replace(self._tmp, self.path)
         self._tmp = None
 

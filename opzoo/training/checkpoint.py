@@ -35,6 +35,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from ..checksums import ChecksumError, read_checksums, verify_checksums, write_checksums
+from ..processes import process_alive
 from ..disk_full import disk_full_as_error
 from ..errors import OpzooError
 
@@ -234,17 +235,6 @@ def temp_owner(name: str) -> tuple[int, str | None] | None:
         rest, host = name, None
     pid = rest.rpartition("-")[2]
     return (int(pid), host) if pid.isdigit() else None
-
-
-def process_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists on this host."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by another user
-        return True
-    return True
 
 
 def clean_temporaries(directory: str | os.PathLike) -> list[Path]:
