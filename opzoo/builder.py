@@ -45,15 +45,30 @@ def build_model(backbone: str, args: Mapping[str, Any], source: str, overrides: 
     ``overrides`` replace fields afterwards (type-checked the same way); ``source`` and
     ``override_source`` name where each came from in errors. ``pretrained_cfg`` is checked against
     the backbone's schema (``pretrained_cfg_class``, errors naming ``pretrained_cfg_source``) and
-    recorded on the model with ``preset_name``.
+    recorded on the model with ``preset_name``. A config that would need far more memory than the
+    machine has is refused before anything is allocated (:mod:`opzoo.size_check`; the override
+    ``allow_oversize=True`` builds it anyway), and one the backbone cannot be built from is a
+    ConfigError naming ``source``, not a traceback from inside the model.
     """
+    overrides = dict(overrides or {})
+    allow_oversize = bool(overrides.pop("allow_oversize", False))
     cls = get_registry().get("backbone", backbone)
     config = cls.config_class.from_dict(args, source=source)
     if overrides:
         config = config.replace(source=override_source, **overrides)
     pretrained_cfg = validate_pretrained_cfg(pretrained_cfg or {}, pretrained_cfg_source or f"{source}: pretrained_cfg",
                                              schema_of(cls))
-    model = cls(config)
+    from .size_check import check_size
+
+    where = override_source if overrides else source
+    check_size(cls, config, where, allow_oversize)
+    try:
+        model = cls(config)
+    except (ZeroDivisionError, ValueError, OverflowError, IndexError, RuntimeError) as e:
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError(f"{where}: {backbone} cannot be built from this config ({type(e).__name__}: "
+                          f"{' '.join(str(e).split())})") from None
     model.pretrained_cfg = pretrained_cfg
     model.preset_name = preset_name
     return model
@@ -80,7 +95,8 @@ def create_model(name: str, pretrained: bool = False, **args: Any) -> "Backbone"
         if pretrained:
             raise HubError(f"{name!r} is a bare backbone and has no weights; name a preset "
                            f"(opzoo.list_models(pretrained=True)) or a saved repo")
-        return build_model(name, args, f"{name} config")
+        oversize = {"allow_oversize": args.pop("allow_oversize")} if "allow_oversize" in args else {}
+        return build_model(name, args, f"{name} config", oversize or None)
     raise UnknownNameError("model or backbone", name, [*registry.list_models(include_aliases=True),
                                                        *registry.names("backbone")])
 

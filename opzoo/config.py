@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import types
 import typing
@@ -18,6 +19,16 @@ from ._version import __version__
 from .errors import ConfigError
 
 CONFIG_NAME = "config.json"
+
+
+# model-config fields that count or size something: 0 or less cannot build a model
+POSITIVE_FIELDS = frozenset({
+    "in_channels", "out_channels", "in_timesteps", "out_timesteps", "width", "depth", "patch_size", "img_size",
+    "resolution", "modes", "modes1", "modes2", "modes3", "hidden_channels", "lifting_channels",
+    "projection_channels", "init_features", "stages", "blocks_per_stage", "blocks_at_neck", "heads",
+    "out_layer_dim", "spatial_dims", "experts", "top_k",
+})
+POSITIVE_FLOATS = frozenset({"mlp_ratio"})  # ratios: > 0
 
 
 @dataclasses.dataclass
@@ -31,10 +42,18 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, args: Mapping[str, Any], source: str = "model_args") -> "ModelConfig":
-        """Build from a mapping, checking every key and type; ``source`` names where it came from."""
+        """Build from a mapping, checking every key and type; ``source`` names where it came from. Counts and
+        sizes (an int field named in ``POSITIVE_FIELDS``, or a list of them) must be >= 1."""
         if not isinstance(args, Mapping):
             raise ConfigError(f"{source}: expected an object of {cls.__name__} fields, got {type(args).__name__}")
-        return build_dataclass(cls, args, source)
+        config = build_dataclass(cls, args, source)
+        for f in dataclasses.fields(config):
+            value = getattr(config, f.name)
+            _check_size_field(f.name, value, f"{source}.{f.name}")
+            if f.name.endswith("_args") and isinstance(value, Mapping):  # a component's arguments
+                for k, v in value.items():
+                    _check_size_field(k, v, f"{source}.{f.name}.{k}")
+        return config
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.init}
@@ -42,6 +61,19 @@ class ModelConfig:
     def replace(self, source: str = "override", **changes: Any) -> "ModelConfig":
         """A copy with ``changes`` applied, type-checked like ``from_dict``."""
         return type(self).from_dict({**self.to_dict(), **changes}, source=source)
+
+
+def _check_size_field(name: str, value: Any, where: str) -> None:
+    """Counts and sizes (:data:`POSITIVE_FIELDS`, ``n_*``, ``num_*``) must be >= 1; ratios > 0; every number
+    finite."""
+    values = value if isinstance(value, (list, tuple)) else [value]
+    numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if any(isinstance(v, float) and not math.isfinite(v) for v in numbers):
+        raise ConfigError(f"{where}: must be a finite number, got {value!r}")
+    if (name in POSITIVE_FIELDS or name.startswith(("n_", "num_"))) and any(v < 1 for v in numbers):
+        raise ConfigError(f"{where}: must be >= 1, got {value!r}")
+    if name in POSITIVE_FLOATS and any(v <= 0 for v in numbers):
+        raise ConfigError(f"{where}: must be > 0, got {value!r}")
 
 
 def build_dataclass(cls: type, args: Mapping[str, Any], where: str) -> Any:
@@ -110,7 +142,13 @@ def coerce_value(value: Any, tp: Any, where: str) -> Any:
             return value
     elif tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            try:
+                out = float(value)
+            except OverflowError:
+                raise ConfigError(f"{where}: {value} is too large for a float") from None
+            if not math.isfinite(out):
+                raise ConfigError(f"{where}: must be a finite number, got {value!r}")
+            return out
     elif tp is str:
         if isinstance(value, str):
             return value

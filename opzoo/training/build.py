@@ -24,10 +24,14 @@ def build_model(section) -> nn.Module:
     if registry.has_preset(name) or name.startswith(("hf-hub:", "local-dir:")) or Path(name).is_dir():
         # with adapt, the shape fields are targets of opzoo.training.adapt, not load overrides
         args = {k: v for k, v in section.args.items() if not (section.adapt and k in SHAPE_FIELDS)}
-        return load(name, pretrained=section.pretrained, **args)
+        return load(name, pretrained=section.pretrained, **args, **_oversize(section))
     if section.pretrained:
         raise ConfigError(f"model.pretrained: {name!r} is a bare backbone with no weights; name a preset or a repo")
-    return create_model(name, **section.args)
+    return create_model(name, **section.args, **_oversize(section))
+
+
+def _oversize(section) -> dict:
+    return {"allow_oversize": True} if section.allow_oversize else {}
 
 
 def model_resolution(model: nn.Module) -> tuple[int, ...] | None:

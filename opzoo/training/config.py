@@ -47,6 +47,8 @@ class ModelSection:
     # fine-tuning: adapt the input/output layers to the data (more channels, data.resolution, and
     # in_timesteps / in_channels / out_channels / img_size given in args) instead of refusing it
     adapt: bool = False
+    # build a model whose estimated training memory exceeds this machine's ten times (opzoo.size_check)
+    allow_oversize: bool = False
 
 
 @dataclasses.dataclass
@@ -169,10 +171,22 @@ def _check_values(cfg: RunConfig, base: Path | None, source: str) -> None:
         fail(f"training.noise_scale must be >= 0, got {t.noise_scale}")
     if t.ema is not None and not 0.0 < t.ema < 1.0:
         fail(f"training.ema must be in (0, 1), got {t.ema}")
-    if cfg.optimizer.lr <= 0:
-        fail(f"optimizer.lr must be > 0, got {cfg.optimizer.lr}")
-    if len(cfg.optimizer.betas) != 2:
-        fail(f"optimizer.betas must have 2 values, got {list(cfg.optimizer.betas)}")
+    o, sch = cfg.optimizer, cfg.schedule
+    if not 0 < o.lr <= 10:
+        fail(f"optimizer.lr must be in (0, 10], got {o.lr}")
+    if len(o.betas) != 2 or not all(0.0 <= b < 1.0 for b in o.betas):
+        fail(f"optimizer.betas must be 2 values in [0, 1), got {list(o.betas)}")
+    if o.eps <= 0:
+        fail(f"optimizer.eps must be > 0, got {o.eps}")
+    if o.weight_decay < 0:
+        fail(f"optimizer.weight_decay must be >= 0, got {o.weight_decay}")
+    if o.grad_clip is not None and o.grad_clip <= 0:
+        fail(f"optimizer.grad_clip must be > 0 (a max gradient norm) or null (no clipping), got {o.grad_clip}")
+    if sch.div_factor <= 0 or sch.final_div_factor <= 0:
+        fail(f"schedule.div_factor and schedule.final_div_factor must be > 0 (they divide the lr), got "
+             f"{sch.div_factor} and {sch.final_div_factor}")
+    if not 0 <= cfg.seed < 2**63:
+        fail(f"seed must be in [0, 2**63), got {cfg.seed}")
     if not 0.0 <= cfg.schedule.warmup < 1.0:
         fail(f"schedule.warmup must be in [0, 1), got {cfg.schedule.warmup}")
     if not cfg.data.datasets:

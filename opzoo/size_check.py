@@ -1,0 +1,78 @@
+"""How much memory a config would take, estimated before anything is allocated, so that a typo
+(``depth: 1000000000``, ``width: 100000``, ``img_size: 1000000``) is a one-line refusal naming the
+field, not minutes of allocation ending in an out-of-memory kill.
+
+The estimate builds the model on the ``meta`` device (no memory) and counts its parameters; when the
+config has a ``depth`` (or ``n_layers``) above 2, it builds depths 1 and 2 and extrapolates linearly, so
+that a huge depth costs nothing to estimate. Training needs about 16 bytes a parameter (float32 weights,
+gradients and two Adam moments). A config is refused when that exceeds this machine's memory ten times
+over (orders of magnitude, not a tight budget): ``allow_oversize=True`` (``model.allow_oversize`` in a run
+config, ``OPZOO_ALLOW_OVERSIZE=1``) builds it anyway.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from .errors import ConfigError
+
+BYTES_PER_PARAMETER = 16
+MARGIN = 10.0
+ENV_ALLOW = "OPZOO_ALLOW_OVERSIZE"
+DEPTH_FIELDS = ("depth", "n_layers")
+
+
+def machine_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 16 << 30
+
+
+def _count(cls: type, config: Any) -> int:
+    import torch
+
+    with torch.device("meta"):
+        model = cls(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def estimated_parameters(cls: type, config: Any) -> tuple[int, str | None]:
+    """``(parameters, the depth field extrapolated along or None)``."""
+    for field in DEPTH_FIELDS:
+        depth = getattr(config, field, None)
+        if isinstance(depth, int) and depth > 2:
+            one = _count(cls, dataclasses.replace(config, **{field: 1}))
+            two = _count(cls, dataclasses.replace(config, **{field: 2}))
+            return one + (depth - 1) * (two - one), field
+    return _count(cls, config), None
+
+
+def check_size(cls: type, config: Any, where: str, allow_oversize: bool = False) -> None:
+    """ConfigError naming the config when its estimated training memory exceeds the machine's ten times."""
+    if allow_oversize or os.environ.get(ENV_ALLOW):
+        return
+    sizes = ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(config).items()
+                      if k in ("width", "depth", "n_layers", "hidden_channels", "mlp_ratio", "img_size", "modes")
+                      and v is not None)
+    try:
+        params, along = estimated_parameters(cls, config)
+    except ConfigError:
+        raise
+    except (OverflowError, MemoryError) as e:
+        raise ConfigError(f"{where}: the sizes ({sizes}) overflow while building ({type(e).__name__}: {e}); check "
+                          f"these fields") from None
+    except Exception:  # a model that cannot be built on meta: its own construction reports what is wrong
+        return
+    need, have = params * BYTES_PER_PARAMETER, machine_memory()
+    if need > MARGIN * have:
+        raise ConfigError(
+            f"{where}: about {params:.3g} parameters ({sizes}{'; extrapolated along ' + along if along else ''}) need "
+            f"about {need / 2**30:.3g} GiB to train, {need / have:.0f}x this machine's {have / 2**30:.0f} GiB; check "
+            f"these fields, or build it anyway with allow_oversize=True (model.allow_oversize: true in a run config, "
+            f"or {ENV_ALLOW}=1)")
+
+
+__all__ = ["check_size", "estimated_parameters", "machine_memory"]
