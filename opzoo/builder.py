@@ -21,7 +21,7 @@ from .checkpoints import ConvertedCheckpoint
 from .config import config_document, read_config
 from .errors import ConfigError, HubError, UnknownNameError, WeightsError
 from .hub import (WEIGHTS_NAME, check_repo_id, wait_for_save, hub_download, hub_repo_files, load_state_dict_strict, load_weights,
-                  read_repo, read_state_dict, repo_files, upload_folder, write_repo)
+                  open_repo, read_repo_retrying, read_state_dict, repo_files, upload_folder, write_repo)
 from .model_card import render_card
 from .pretrained_cfg import schema_of, validate_pretrained_cfg
 from .provenance import PretrainedArtifacts, refuse_failed, run_checks, snapshot_revision
@@ -243,12 +243,16 @@ def from_pretrained(
 
 
 def _from_files(config_path: Path, weights_path: Path, device, overrides: Mapping[str, Any]) -> "Backbone":
-    with read_repo(config_path, weights_path) as (document, weights):  # one consistent read, checksum verified
-        pretrained_cfg = document["pretrained_cfg"]
-        model = build_model(document["architecture"], document["model_args"], f"{config_path}: model_args",
-                            overrides, pretrained_cfg, pretrained_cfg.get("preset"),
-                            pretrained_cfg_source=f"{config_path}: pretrained_cfg")
-        load_weights(model, weights, shown_as=weights_path)
+    def read() -> "Backbone":  # one consistent read: the config and the weights of the same save
+        with open_repo(config_path, weights_path) as repo:
+            pretrained_cfg = repo.document["pretrained_cfg"]
+            built = build_model(repo.document["architecture"], repo.document["model_args"],
+                                f"{config_path}: model_args", overrides, pretrained_cfg, pretrained_cfg.get("preset"),
+                                pretrained_cfg_source=f"{config_path}: pretrained_cfg")
+            load_weights(built, repo.weights, shown_as=weights_path, verify=repo.verify)
+            return built
+
+    model = read_repo_retrying(read)
     if device is not None:
         model.to(device)
     return model.eval()

@@ -173,6 +173,13 @@ def cmd_plugins(args) -> int:
 
 def cmd_export(args) -> int:
     from .builder import is_saved_model_reference, load, resolve_weights
+    from .errors import OpzooError
+
+    out = Path(args.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not args.force:
+        what = "a file" if not out.is_dir() else "not empty"
+        raise OpzooError(f"{out} is {what}: export would replace what it holds (its config.json, model.safetensors, "
+                         f"README.md); pass --force to replace them, or choose another directory")
 
     pretrained, header = resolve_weights(args.name, True if is_saved_model_reference(args.name) else args.pretrained)
     print(header.replace("(--no-pretrained)", "(export without --pretrained)"))
@@ -243,6 +250,7 @@ def build_parser(plugin_commands: bool = True) -> argparse.ArgumentParser:
     p.add_argument("out")
     p.add_argument("--pretrained", action="store_true", help="with its published weights")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides")
+    p.add_argument("--force", action="store_true", help="replace what a non-empty OUT holds")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("convert", help="convert a foreign checkpoint into an opzoo repo")

@@ -9,6 +9,7 @@ architecture, finds the card and builds the model (``opzoo.save_pretrained``, ``
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import shutil
@@ -81,9 +82,11 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
         raise WeightsError(f"{path}: not a readable safetensors file ({e})") from None
 
 
-def load_weights(model: torch.nn.Module, path: str | os.PathLike, shown_as: str | os.PathLike | None = None) -> None:
+def load_weights(model: torch.nn.Module, path: str | os.PathLike, shown_as: str | os.PathLike | None = None,
+                 verify=None) -> None:
     """Load a safetensors file strictly into ``model``: names and shapes from its header first (nothing
-    else is read from a file that does not fit), then the tensors. ``shown_as`` names it in messages."""
+    else is read from a file that does not fit), then ``verify()`` (e.g. its checksum, which reads every
+    byte), then the tensors. ``shown_as`` names it in messages."""
     path, where = Path(path), str(shown_as or path)
     try:
         with safe_open(str(path), framework="pt") as f:
@@ -91,6 +94,8 @@ def load_weights(model: torch.nn.Module, path: str | os.PathLike, shown_as: str 
     except (SafetensorError, OSError) as e:
         raise WeightsError(f"{where}: not a readable safetensors file ({e})") from None
     check_state_dict(model, shapes, where)
+    if verify is not None:
+        verify()
     load_state_dict_strict(model, load_file(str(path)), where)
 
 
@@ -210,34 +215,62 @@ def verify_weights(document: Mapping[str, Any], weights_path: str | os.PathLike)
         raise WeightsError(f"{e}; re-download or re-save the repo") from None
 
 
+class RepoChanged(Exception):
+    """The repo was replaced while it was being read (a concurrent save): read it again."""
+
+
+@dataclasses.dataclass
+class OpenRepo:
+    """One read of a repo: ``config.json`` and the weights opened once; ``weights`` names the opened file
+    (``/proc/self/fd/N`` where the system has it), so every later read sees the same bytes."""
+
+    config_path: Path
+    weights_path: Path
+    document: dict[str, Any]
+    weights: Path
+    _cf: Any
+    _wf: Any
+
+    def verify(self) -> None:
+        """The weights' sha256 against the one config.json records (a repo saved before checksums has none).
+        A mismatch because a save replaced the files raises RepoChanged; otherwise it is a WeightsError."""
+        expected = self.document.get("checksums", {}).get(WEIGHTS_NAME)
+        if expected is None:
+            return
+        actual = _sha256_fd(self._wf)
+        if actual != expected:
+            if _replaced(self.config_path, self._cf) or _replaced(self.weights_path, self._wf):
+                raise RepoChanged()
+            raise WeightsError(f"{self.weights_path}: sha256 {actual[:16]}... does not match the recorded "
+                               f"{expected[:16]}... (the file was changed or damaged after it was written); "
+                               f"re-download or re-save the repo")
+
+
 @contextlib.contextmanager
-def read_repo(config_path: Path, weights_path: Path) -> Iterator[tuple[dict[str, Any], Path]]:
-    """``(config document, weights path)`` of one consistent read of a repo: both files are opened once,
-    the config parsed from what was opened, and the weights yielded as a path to the opened file
-    (``/proc/self/fd/N`` where the system has it), so that the checksum check and the load read the same
-    bytes even while the repo is being saved again. A save racing the open (a file gone between the
-    renames of :func:`write_repo`, or a checksum that does not match while the files are being replaced)
-    is retried; a mismatch that persists is a WeightsError."""
-    for attempt in range(20):
+def open_repo(config_path: Path, weights_path: Path) -> Iterator[OpenRepo]:
+    """Open both files of a repo once and parse the config from what was opened (see :class:`OpenRepo`).
+    A file gone between the renames of a concurrent :func:`write_repo` raises RepoChanged."""
+    try:
+        with open(config_path, "rb") as cf, open(weights_path, "rb") as wf:
+            document = read_config(config_path, cf.read())
+            stable = Path(f"/proc/self/fd/{wf.fileno()}")
+            yield OpenRepo(config_path, weights_path, document, stable if stable.exists() else Path(weights_path),
+                           cf, wf)
+    except FileNotFoundError:
+        if Path(config_path).parent.exists() and not wait_for_save(Path(config_path).parent, 0):
+            raise
+        raise RepoChanged() from None
+
+
+def read_repo_retrying(read, attempts: int = 50):
+    """``read()`` again while it raises RepoChanged (a save racing the read), a few ms apart."""
+    for attempt in range(attempts):
         try:
-            with open(config_path, "rb") as cf, open(weights_path, "rb") as wf:
-                document = read_config(config_path, cf.read())
-                expected = document.get("checksums", {}).get(WEIGHTS_NAME)
-                stable = Path(f"/proc/self/fd/{wf.fileno()}")
-                stable = stable if stable.exists() else Path(weights_path)
-                actual = _sha256_fd(wf) if expected is not None else None
-                if actual != expected:
-                    if attempt < 19 and (_replaced(config_path, cf) or _replaced(weights_path, wf)):
-                        time.sleep(0.01)
-                        continue
-                    raise WeightsError(f"{weights_path}: sha256 {actual[:16]}... does not match the recorded "
-                                       f"{expected[:16]}... (the file was changed or damaged after it was written); "
-                                       f"re-download or re-save the repo")
-                yield document, stable
-                return
-        except FileNotFoundError:
-            if attempt == 19:
-                raise
+            return read()
+        except RepoChanged:
+            if attempt == attempts - 1:
+                raise WeightsError("the repo kept changing while it was being read (a save in a loop?); try "
+                                   "again when it is done") from None
             time.sleep(0.01)
 
 
@@ -320,6 +353,8 @@ def _http_silent(endpoint: str, timeout: float) -> str | None:
         return None  # an HTTP answer (401, 404, 5xx...): the server is there
     except (urllib.error.URLError, OSError, ValueError) as e:
         reason = getattr(e, "reason", e)
+        if "Tunnel connection failed" in str(reason):
+            return None  # a proxy answered (and refused the tunnel): the Hub call will say why
         return f"{endpoint}: no HTTP answer within {timeout:.1f} s ({reason})"
 
 
@@ -468,7 +503,7 @@ def push_folder_to_hub(folder: str | os.PathLike, repo_id: str, **kwargs: Any):
 
 
 __all__ = [
-    "write_repo", "verify_weights", "repo_files", "wait_for_save", "hub_repo_files", "check_repo_id", "read_state_dict", "read_repo", "clean_dead_saves", "push_folder_to_hub", "upload_folder", "load_weights",
+    "write_repo", "verify_weights", "repo_files", "wait_for_save", "hub_repo_files", "check_repo_id", "read_state_dict", "open_repo", "read_repo_retrying", "RepoChanged", "clean_dead_saves", "push_folder_to_hub", "upload_folder", "load_weights",
     "load_state_dict_strict", "check_state_dict", "hub_download", "hub_unreachable", "hub_wait", "WEIGHTS_NAME",
     "CARD_NAME",
 ]

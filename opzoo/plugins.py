@@ -77,7 +77,7 @@ class PluginHost:
             try:
                 plugin = ep.load()
                 self._register(plugin, dist, name=ep.name)
-            except Exception as e:  # a broken plugin must not take the others down
+            except (Exception, SystemExit) as e:  # a broken plugin (even one calling sys.exit) must not take the others down
                 self._fail(ep.name, dist, version, f"import failed: {type(e).__name__}: {e}")
                 continue
             self.loaded.append(PluginInfo(ep.name, dist, version))
@@ -100,7 +100,7 @@ class PluginHost:
                         impl.function(**{a: kwargs[a] for a in impl.argnames})
                     except RegistryConflictError:
                         raise
-                    except Exception as e:
+                    except (Exception, SystemExit) as e:
                         if owner == CORE_NAME:
                             raise
                         registry.forget(owner)
@@ -122,7 +122,7 @@ class PluginHost:
                 impl.function(subparsers=adder)
             except RegistryConflictError:
                 raise
-            except Exception as e:
+            except (Exception, SystemExit) as e:
                 adder.remove_added()
                 warnings.warn(f"opzoo plugin {owner!r}: opzoo_register_commands raised {type(e).__name__}: {e}",
                               PluginLoadWarning, stacklevel=2)

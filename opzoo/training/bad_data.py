@@ -16,9 +16,14 @@ from ..data.errors import NonFiniteDataError
 from .data import H5Trajectories
 
 
+OVERFLOW = 1e18  # |x| at least this overflows float32 once squared (the relative L2 sums squares)
+
+
 @dataclass(frozen=True)
 class BadTrajectory:
-    """Trajectory ``index`` (in the file) of ``path``: ``count`` NaN/Inf values, the first in ``first_frame``."""
+    """Trajectory ``index`` (in the file) of ``path``: ``count`` unusable values (NaN/Inf, or so large that
+    their squares overflow float32), the first in ``first_frame``; ``count == 0`` with ``all_zero``: a
+    trajectory that is zero everywhere, whose relative error is undefined."""
 
     path: str
     index: int  # in the file
@@ -26,15 +31,25 @@ class BadTrajectory:
     count: int
     first_frame: int
     frames: int  # frames checked (0 .. frames-1)
+    all_zero: bool = False
+    overflow: int = 0  # of ``count``: finite values of magnitude >= OVERFLOW
 
     def describe(self) -> str:
-        return (f"{self.path}: trajectory {self.index} holds {self.count} NaN/Inf value(s) "
-                f"(first in frame {self.first_frame} of the {self.frames} checked)")
+        if self.all_zero:
+            return (f"{self.path}: trajectory {self.index} is zero everywhere (the {self.frames} frames checked): "
+                    f"an error relative to it is undefined")
+        what = [f"{self.count - self.overflow} NaN/Inf value(s)"] if self.count > self.overflow else []
+        if self.overflow:
+            what.append(f"{self.overflow} value(s) of magnitude >= {OVERFLOW:g}, which overflow float32 when squared")
+        return (f"{self.path}: trajectory {self.index} holds {' and '.join(what)} (first in frame {self.first_frame} "
+                f"of the {self.frames} checked)")
 
 
 def non_finite_in(values: np.ndarray) -> tuple[int, int]:
-    """``(count, first frame)`` of NaN/Inf in ``values [*S, T, C]`` (``(0, -1)`` if all finite)."""
-    bad = ~np.isfinite(values)
+    """``(count, first frame)`` of NaN/Inf (and of values of magnitude >= ``OVERFLOW``) in ``values [*S, T, C]``
+    (``(0, -1)`` if there is none)."""
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(values) | (np.abs(values) >= OVERFLOW)
     count = int(bad.sum())
     if not count:
         return 0, -1
@@ -49,9 +64,14 @@ def scan_trajectories(source: H5Trajectories, n: int | None = None, frames: int 
     t = source.n_steps if frames is None else min(frames, source.n_steps)
     out = []
     for i in range(n):
-        count, first = non_finite_in(source.read(i, 0, t).numpy())
+        values = source.read(i, 0, t).numpy()
+        count, first = non_finite_in(values)
         if count:
-            out.append(BadTrajectory(source.path, source.indices[i], i, count, first, t))
+            with np.errstate(invalid="ignore"):
+                overflow = int((np.isfinite(values) & (np.abs(values) >= OVERFLOW)).sum())
+            out.append(BadTrajectory(source.path, source.indices[i], i, count, first, t, overflow=overflow))
+        elif not values.any():
+            out.append(BadTrajectory(source.path, source.indices[i], i, 0, -1, t, all_zero=True))
     return out
 
 
@@ -68,9 +88,14 @@ def bad_windows_message(windows: Sequence[tuple[H5Trajectories | object, int]], 
     """The message for a training batch of ``step`` holding NaN/Inf: ``windows`` are ``(source, sample)``
     of the windows found bad (``source`` has ``path`` and ``read(sample)``), the first is described."""
     source, sample = windows[0]
-    count, first = non_finite_in(np.asarray(source.read(sample), dtype=np.float32))
+    values = np.asarray(source.read(sample), dtype=np.float32)
+    count, first = non_finite_in(values)
     n_traj = len({(getattr(s, "path", ""), k) for s, k in windows})
     more = f" (and {n_traj - 1} more trajectory(ies) in this batch)" if n_traj > 1 else ""
-    return (f"non-finite training data: {source.path}: trajectory {sample} holds {count} NaN/Inf value(s) "
+    with np.errstate(invalid="ignore"):
+        huge = int((np.isfinite(values) & (np.abs(values) >= OVERFLOW)).sum())
+    what = f"{count} NaN/Inf value(s)" if not huge else \
+        f"{count} NaN/Inf value(s) or value(s) of magnitude >= {OVERFLOW:g} ({huge}: squares overflow float32)"
+    return (f"non-finite training data: {source.path}: trajectory {sample} holds {what} "
             f"(first in frame {first}){more}, in the batch of step {step}; stopping before the update. Repair or "
-            f"remove it (`opzoo data inspect {source.path}` lists every such trajectory)")
+            f"rescale it (`opzoo data inspect {source.path}` lists every such trajectory)")

@@ -51,15 +51,34 @@ def _one_line_errors(command):
                 if args.command in ("pretrain", "finetune") else ""
             print(f"opzoo {args.command}: interrupted{resume}", file=sys.stderr)
             return 130
+        except RuntimeError as e:
+            if isinstance(e, OpzooError) or not _distributed_failure(e):
+                raise
+            first = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+            raise OpzooError(f"distributed run failed: a rank did not answer in time (distributed.timeout_s) or "
+                             f"left ({type(e).__name__}: {first[:300]}); every rank stops here. Check that every "
+                             f"rank is alive, then re-run the same command: the run resumes from its last "
+                             f"checkpoint") from None
         except OSError as e:
             if isinstance(e, OpzooError) or not is_disk_full(e):
                 raise
-            raise DiskFullError(f"disk full writing {e.filename or '?'}: free space and re-run the same command "
+            where = e.filename or getattr(args, "out", None) or "the run directory"
+            raise DiskFullError(f"disk full writing {where}: free space and re-run the same command "
                                 f"(a training run resumes from its last checkpoint)") from None
         finally:
             shown.removeHandler(handler)
             shown.setLevel(level)
     return run
+
+
+def _distributed_failure(e: BaseException) -> bool:
+    """Whether ``e`` is torch.distributed's (a timeout or a lost peer), not a bug to show in full."""
+    import torch.distributed as dist
+
+    kinds = tuple(k for k in (getattr(dist, "DistError", None), getattr(dist, "DistBackendError", None)) if k)
+    text = str(e)
+    return (kinds and isinstance(e, kinds)) or "clients joined" in text or "Connection closed by peer" in text \
+        or ("gloo" in text.lower() and "timed out" in text.lower())
 
 
 def _report(result, finetune: bool = False, from_scratch: bool = False) -> None:

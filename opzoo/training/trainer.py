@@ -25,7 +25,7 @@ from ..data.errors import NonFiniteDataError
 from ..errors import ConfigError, OpzooError
 from . import checkpoint as ckpt
 from . import run_dir as rundir
-from .bad_data import bad_windows_message, check_test_sets
+from .bad_data import bad_windows_message, check_test_sets, non_finite_in
 from .build import RunData, build_data, build_model
 from .finetune import adapt_to_data
 from .config import RunConfig
@@ -498,8 +498,12 @@ class Trainer:
         return bool(all_reduce_max(flag, self.env)[0] > 0)
 
     def _batch_has_bad_data(self, batch: Mapping[str, Tensor]) -> bool:
-        """Some rank's batch holds NaN/Inf (collective: every rank calls it after a non-finite loss)."""
-        bad = ~(torch.isfinite(batch["x"]).all() & torch.isfinite(batch["y"]).all())
+        """Some rank's batch holds NaN/Inf, or values whose squares overflow float32 (collective: every rank
+        calls it after a non-finite loss)."""
+        from .bad_data import OVERFLOW
+
+        bad = ~(torch.isfinite(batch["x"]).all() & torch.isfinite(batch["y"]).all()) | \
+            (batch["x"].abs().amax() >= OVERFLOW) | (batch["y"].abs().amax() >= OVERFLOW)
         return bool(all_reduce_max(bad.float().reshape(1), self.env)[0] > 0)
 
     def _stop(self, done: int, last_saved: int, stop: StopSignals, logger: RunLogger) -> None:
@@ -521,7 +525,7 @@ class Trainer:
             part = mixture.datasets[k]
             sample, t0 = part.window_position(j)
             window = part.source.read(sample, t0, t0 + part.t_in + part.t_out)
-            if not np.isfinite(window).all():
+            if non_finite_in(np.asarray(window))[0]:
                 found.append((part.source, sample))
         msg = bad_windows_message(found, i + 1) if found else \
             f"non-finite values in the training batch of step {i + 1} after resizing/padding the data"

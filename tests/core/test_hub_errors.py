@@ -61,10 +61,26 @@ def test_behind_a_proxy_the_proxy_is_what_must_answer(monkeypatch):
     monkeypatch.setattr(constants, "ENDPOINT", "https://127.0.0.1:9")  # not reachable directly
     for var in ("no_proxy", "NO_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(var, raising=False)
-    with socket.socket() as proxy:
+    import threading
+
+    with socket.socket() as proxy:  # a proxy that answers (here: refusing the tunnel)
         proxy.bind(("127.0.0.1", 0))
         proxy.listen()
+
+        def answer():
+            for _ in range(2):  # the TCP probe, then the HTTP one
+                conn, _ = proxy.accept()
+                if conn.recv(4096):
+                    conn.sendall(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
+                conn.close()
+
+        threading.Thread(target=answer, daemon=True).start()
         monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{proxy.getsockname()[1]}")
         assert hub_unreachable(wait=1) is None
+    with socket.socket() as silent:  # a proxy that accepts and never answers is no way to the Hub
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{silent.getsockname()[1]}")
+        assert "no HTTP answer within" in hub_unreachable(wait=1)
     monkeypatch.delenv("HTTPS_PROXY")
     assert "127.0.0.1:9" in hub_unreachable(wait=1)
