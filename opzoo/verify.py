@@ -106,7 +106,11 @@ def cache_only() -> Iterator[None]:
 def verify(names: list[str]) -> list[VerifyRow]:
     """Rows for every check of every preset in ``names``. Without a network, the presets whose files are
     in the cache are verified; when none is, a one-line HubError says what ``opzoo verify`` needs."""
-    offline = offline_reason()
+    from .plugins import get_registry
+
+    registry = get_registry()
+    hub = any(registry.preset(n).pretrained.repo_id is not None for n in names)
+    offline = offline_reason() if hub else None  # directory sources need no network
     with cache_only() if offline else contextlib.nullcontext():
         rows = [row for name in names for row in verify_preset(name)]
     if offline and all(r.status == "not run" for r in rows):

@@ -98,13 +98,13 @@ def test_a_load_racing_a_save_returns_one_model_or_the_other(tmp_path):
     signatures = {float(m.state_dict()[k].sum()) for m in (a, b) for k in ["head.weight"]}
     writer = ("import sys, time, torch, opzoo\n"
               "torch.manual_seed(0); a = opzoo.load('simple-op'); b = opzoo.load('simple-op')\n"
-              "end = time.monotonic() + 3\n"
+              "end = time.monotonic() + 2\n"
               "while time.monotonic() < end:\n"
               "    a.save_pretrained(sys.argv[1]); b.save_pretrained(sys.argv[1])\n")
     proc = subprocess.Popen([sys.executable, "-c", writer, str(repo)])
     loads, seen = 0, set()
     try:
-        end = time.monotonic() + 3
+        end = time.monotonic() + 2
         while time.monotonic() < end:
             m = opzoo.load(str(repo))
             seen.add(float(m.state_dict()["head.weight"].sum()))
