@@ -56,10 +56,27 @@ def pot_size(size: str | PotSize) -> PotSize:
     return rows[size.lower()]
 
 
-def pot_preset_args(size: str | PotSize, **overrides: Any) -> dict[str, Any]:
+def pot_preset_args(size: str | PotSize, *legacy: Any, **overrides: Any) -> dict[str, Any]:
     """The config of a POT preset: ``size`` (a :data:`POT_SIZES` name or a :class:`PotSize`) in DPOT's
     pretraining setup, DPOT's network by default; ``overrides`` replace fields, e.g.
-    ``block="sandwich", residual="aot"`` (``mixer_args`` too)."""
+    ``block="sandwich", residual="aot"`` (``mixer_args`` too).
+
+    The form of opzoo 0.1's first README, ``pot_preset_args(width, depth, n_blocks, mlp_ratio,
+    out_layer_dim, **overrides)``, still works for one release, with a DeprecationWarning (CHANGELOG.md).
+    """
+    if legacy or isinstance(size, int):
+        import warnings
+
+        dims = (size, *legacy)
+        if len(dims) != 5:
+            raise ConfigError(f"pot_preset_args: the old form takes (width, depth, n_blocks, mlp_ratio, out_layer_dim), "
+                              f"got {len(dims)} positional values; the current form is pot_preset_args('S', **overrides)")
+        warnings.warn("pot_preset_args(width, depth, n_blocks, mlp_ratio, out_layer_dim, ...) is deprecated and will be "
+                      "removed in the next release: use pot_preset_args(PotSize(width=..., depth=..., heads=..., "
+                      "mlp_ratio=..., out_layer_dim=...), ...) or a size name such as 'S'", DeprecationWarning,
+                      stacklevel=2)
+        width, depth, heads, mlp_ratio, out_layer_dim = dims
+        size = PotSize(width=width, depth=depth, heads=heads, mlp_ratio=mlp_ratio, out_layer_dim=out_layer_dim)
     row = pot_size(size)
     unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(PotConfig)})
     if unknown:

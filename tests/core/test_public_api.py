@@ -1,0 +1,110 @@
+"""The public surface is a promise to plugin authors (issue 36): ``opzoo.__all__``, ``opzoo.training.__all__``,
+their signatures and the hookspecs are snapshotted in ``golden/public_api.json``. A change is a visible diff:
+regenerate with ``python -m tests.core.test_public_api`` and say what changed in CHANGELOG.md.
+
+The old call form of ``pot_preset_args`` (before the size table) still works, with a DeprecationWarning,
+for plugins written against the earlier README."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import os
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+GOLDEN = Path(__file__).with_name("golden") / "public_api.json"
+
+
+def describe(obj) -> dict:
+    if inspect.isclass(obj):
+        out = {"kind": "class", "bases": [b.__name__ for b in obj.__mro__[1:] if b is not object]}
+        if dataclasses.is_dataclass(obj):
+            out["fields"] = {f.name: str(f.type) for f in dataclasses.fields(obj)}
+        else:
+            try:
+                out["init"] = str(inspect.signature(obj.__init__))
+            except (TypeError, ValueError):
+                pass
+        out["methods"] = sorted(n for n, v in vars(obj).items() if callable(v) and not n.startswith("_"))
+        return out
+    if callable(obj):
+        return {"kind": "function", "signature": str(inspect.signature(obj))}
+    return {"kind": type(obj).__name__}
+
+
+def surface() -> dict:
+    import opzoo
+    import opzoo.hookspecs
+    import opzoo.training
+
+    out = {}
+    for module in (opzoo, opzoo.training):
+        out[module.__name__] = {name: describe(getattr(module, name)) for name in sorted(module.__all__)
+                                if name != "__version__"}
+    out["hookspecs"] = {name: str(inspect.signature(fn)) for name, fn in sorted(vars(opzoo.hookspecs).items())
+                        if name.startswith("opzoo_") and callable(fn)}
+    return out
+
+
+def test_the_public_surface_matches_its_snapshot():
+    current = surface()
+    recorded = json.loads(GOLDEN.read_text())
+    for module in current:
+        added = sorted(set(current[module]) - set(recorded.get(module, {})))
+        removed = sorted(set(recorded.get(module, {})) - set(current[module]))
+        changed = sorted(k for k in set(current[module]) & set(recorded.get(module, {}))
+                         if current[module][k] != recorded[module][k])
+        assert not (added or removed or changed), (
+            f"{module}: added {added}, removed {removed}, changed {changed}. A public API change is deliberate: "
+            f"record it in CHANGELOG.md (keeping the old form behind a DeprecationWarning for a release) and "
+            f"regenerate the snapshot with `python -m tests.core.test_public_api`")
+
+
+PLUGIN = '''
+import opzoo
+
+@opzoo.hookimpl
+def opzoo_register_models(registry):
+    # the call form of the earlier README: (width, depth, n_blocks, mlp_ratio, out_layer_dim, **overrides)
+    registry.register_model("old-style-pot", backbone="pot",
+                            args=opzoo.pot_preset_args(512, 4, 4, 1.0, 32, block="sandwich"))
+'''
+
+
+def test_a_plugin_using_the_old_pot_preset_args_still_loads_with_a_deprecation_warning(tmp_path):
+    from .fake_dists import write_dist
+    from .subprocess_utils import run_python
+
+    write_dist(tmp_path, "opzoo-old-style", "0.1", "opzoo_old_style", PLUGIN)
+    code = ("import warnings, opzoo, torch\n"
+            "with warnings.catch_warnings(record=True) as caught:\n"
+            "    warnings.simplefilter('always')\n"
+            "    names = opzoo.list_models('old-style-*')\n"
+            "print(names, [str(w.message)[:40] for w in caught if w.category is DeprecationWarning])\n"
+            "with torch.device('meta'):\n"
+            "    m = opzoo.load('old-style-pot')\n"
+            "print(m.config.width, m.config.depth, m.config.mixer_args['n_blocks'], m.config.block)\n"
+            "print(opzoo.pot_preset_args('Ti', block='sandwich') == opzoo.get_registry().preset('old-style-pot').args)")
+    done = run_python(code, env={"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])})
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0, done.stderr
+    assert lines[0].startswith("['old-style-pot'] ['pot_preset_args(width, depth, n_blocks,")
+    assert lines[1] == "512 4 4 sandwich" and lines[2] == "True"
+
+
+def test_the_old_form_needs_all_five_dims():
+    import opzoo
+
+    with warnings.catch_warnings(), pytest.raises(opzoo.ConfigError, match="takes \\(width, depth, n_blocks"):
+        warnings.simplefilter("ignore")
+        opzoo.pot_preset_args(512, 4)
+
+
+if __name__ == "__main__":
+    GOLDEN.write_text(json.dumps(surface(), indent=1, sort_keys=True) + "\n")
+    print(f"wrote {GOLDEN}", file=sys.stderr)
