@@ -20,11 +20,12 @@ from .adapt import SHAPE_FIELDS, adapt_model
 from .checkpoints import ConvertedCheckpoint
 from .config import config_document, read_config
 from .errors import ConfigError, HubError, UnknownNameError, WeightsError
-from .hub import (WEIGHTS_NAME, check_repo_id, wait_for_save, hub_download, hub_repo_files, load_state_dict_strict, load_weights,
+from .hub import (WEIGHTS_NAME, hub_download, hub_repo_files, load_state_dict_strict, load_weights,
                   open_repo, read_repo_retrying, read_state_dict, repo_files, upload_folder, write_repo)
 from .model_card import render_card
 from .pretrained_cfg import schema_of, validate_pretrained_cfg
 from .provenance import PretrainedArtifacts, refuse_failed, run_checks, snapshot_revision
+from .reference import HF_HUB_PREFIX, LOCAL_DIR_PREFIX, ModelReference, parse_model_reference
 from .registry import Preset, PretrainedSource, get_registry
 
 if TYPE_CHECKING:
@@ -32,8 +33,6 @@ if TYPE_CHECKING:
 
     from .interfaces import Backbone
 
-HF_HUB_PREFIX = "hf-hub:"
-LOCAL_DIR_PREFIX = "local-dir:"
 
 
 # ---- building ----------------------------------------------------------------------------------
@@ -88,17 +87,14 @@ def create_model(name: str, pretrained: bool = False, **args: Any) -> "Backbone"
     """timm's name for :func:`load`: a preset, ``hf-hub:``/``local-dir:`` reference or saved directory
     (``args`` are config overrides); or a registered *backbone* name built from config fields ``args``
     with random weights, e.g. ``create_model("pot", width=64, ...)``."""
-    registry = get_registry()
-    if registry.has_preset(name) or is_saved_model_reference(name):
-        return load(name, pretrained=pretrained, **args)
-    if name in registry.names("backbone"):
-        if pretrained:
-            raise HubError(f"{name!r} is a bare backbone and has no weights; name a preset "
-                           f"(opzoo.list_models(pretrained=True)) or a saved repo")
-        oversize = {"allow_oversize": args.pop("allow_oversize")} if "allow_oversize" in args else {}
-        return build_model(name, args, f"{name} config", oversize or None)
-    raise UnknownNameError("model or backbone", name, [*registry.list_models(include_aliases=True),
-                                                       *registry.names("backbone")])
+    ref = parse_model_reference(name)
+    if ref.kind != "backbone":
+        return load(ref, pretrained=pretrained, **args)
+    if pretrained:
+        raise HubError(f"{name!r} is a bare backbone and has no weights; name a preset "
+                       f"(opzoo.list_models(pretrained=True)) or a saved repo")
+    oversize = {"allow_oversize": args.pop("allow_oversize")} if "allow_oversize" in args else {}
+    return build_model(name, args, f"{name} config", oversize or None)
 
 
 def build_preset(preset: Preset, overrides: Mapping[str, Any] | None = None) -> "Backbone":
@@ -262,13 +258,10 @@ def _from_files(config_path: Path, weights_path: Path, device, overrides: Mappin
 def is_saved_model_reference(name: str | os.PathLike) -> bool:
     """Whether :func:`load` reads ``name`` as a saved model (``hf-hub:``, ``local-dir:`` or an existing
     directory that is not also a preset name) rather than a registered preset."""
-    name = str(name)
-    if name.startswith((HF_HUB_PREFIX, LOCAL_DIR_PREFIX)):
-        return True
-    if get_registry().has_preset(name):
-        return False
-    path = Path(name).expanduser()
-    return path.is_dir() or wait_for_save(path)
+    try:
+        return parse_model_reference(name, backbones=False).saved
+    except (HubError, UnknownNameError):
+        return str(name).startswith((HF_HUB_PREFIX, LOCAL_DIR_PREFIX))
 
 
 def load(name: str | os.PathLike, pretrained: bool = False, **overrides: Any) -> "Backbone":
@@ -284,20 +277,14 @@ def load(name: str | os.PathLike, pretrained: bool = False, **overrides: Any) ->
     ``pretrained=True`` the shape fields ``in_channels``, ``out_channels``, ``in_timesteps`` and
     ``img_size`` adapt the weights instead (:func:`adapt_loaded`), as timm's ``in_chans`` does.
     """
-    name = str(name)
-    if name.startswith(HF_HUB_PREFIX):  # always the Hub, never a local directory of the same name
-        repo, revision = parse_hub_reference(name)
+    ref = name if isinstance(name, ModelReference) else parse_model_reference(name, backbones=False)
+    if ref.kind == "hub":  # always the Hub, never a local directory of the same name
         hub_kwargs = {k[4:]: overrides.pop(k) for k in list(overrides) if k.startswith("hub_")}
-        config_path, weights_path = hub_repo_files(repo, revision, **hub_kwargs)
+        config_path, weights_path = hub_repo_files(ref.repo_id, ref.revision, **hub_kwargs)
         return _from_files(config_path, weights_path, overrides.pop("device", None), overrides)
-    if name.startswith(LOCAL_DIR_PREFIX):
-        path = Path(name[len(LOCAL_DIR_PREFIX):]).expanduser()
-        if not path.is_dir():
-            raise HubError(f"local-dir: {path} is not a directory")
-        return from_pretrained(path, **overrides)
-    if is_saved_model_reference(name):
-        return from_pretrained(name, **overrides)
-    preset = preset_named(name)
+    if ref.kind == "dir":
+        return from_pretrained(ref.path, **overrides)
+    preset = get_registry().preset(ref.preset)
     if not pretrained:
         return build_preset(preset, overrides)
     shape = {k: overrides.pop(k) for k in SHAPE_FIELDS if k in overrides}
@@ -338,7 +325,7 @@ def source_description(source: PretrainedSource, owner: str | None = None) -> st
     """Where weights come from, for headers and ``opzoo info``: the Hub repo, file and revision, or the
     package (with its version) they ship in."""
     if source.repo_id is not None:
-        text = (f"hf-hub:{source.repo_id} file {source.filename or WEIGHTS_NAME}, "
+        text = (f"{source.location.partition('@')[0]} file {source.filename or WEIGHTS_NAME}, "
                 f"revision {source.revision or 'main (latest)'}")
     else:
         version = _distribution_version(owner) if owner else None
@@ -356,37 +343,24 @@ def _distribution_version(distribution: str) -> str | None:
         return None
 
 
-def parse_hub_reference(name: str) -> tuple[str, str | None]:
-    """``hf-hub:org/name[@revision]`` -> ``(repo_id, revision)``; a HubError for an empty or malformed id."""
-    repo, _, revision = name[len(HF_HUB_PREFIX):].partition("@")
-    if not repo:
-        raise HubError(f"{name!r}: hf-hub: needs a repo id, e.g. hf-hub:org/name[@revision]")
-    check_repo_id(repo)
-    if "@" in name and not revision:
-        raise HubError(f"{name!r}: an empty revision after '@'; give a branch, tag or commit, or leave '@' out")
-    return repo, revision or None
-
-
 def saved_pretrained_cfg(name: str) -> dict:
     """The ``pretrained_cfg`` in a saved model's ``config.json`` (only that file is read or fetched)."""
     from .config import CONFIG_NAME
 
-    name = str(name)
-    if name.startswith(HF_HUB_PREFIX):
-        repo, revision = parse_hub_reference(name)
-        return read_config(hub_download(repo, CONFIG_NAME, revision))["pretrained_cfg"]
-    path = Path(name.removeprefix(LOCAL_DIR_PREFIX)).expanduser()
-    return read_config(path / CONFIG_NAME)["pretrained_cfg"]
+    ref = parse_model_reference(name, backbones=False)
+    if ref.kind == "hub":
+        return read_config(hub_download(ref.repo_id, CONFIG_NAME, ref.revision))["pretrained_cfg"]
+    if ref.kind != "dir":
+        raise HubError(f"{name} is a preset, not a saved model")
+    return read_config(ref.path / CONFIG_NAME)["pretrained_cfg"]
 
 
 def preset_named(name: str) -> Preset:
-    """The registered preset ``name``; a name that looks like a path and names neither is "no such
-    directory" (a typo in a folder name), not "unknown model"."""
-    registry = get_registry()
-    if not registry.has_preset(name) and (os.sep in name or "/" in name or name.startswith((".", "~"))):
-        raise HubError(f"{name}: no such directory (a saved model is a directory holding config.json and "
-                       f"model.safetensors; a Hub repo is named hf-hub:{name.lstrip('./~')}; a preset has no '/')")
-    return registry.preset(name)
+    """The registered preset ``name`` (:func:`opzoo.reference.parse_model_reference`'s errors otherwise)."""
+    ref = parse_model_reference(name, backbones=False)
+    if ref.kind != "preset":
+        raise HubError(f"{name} is a saved model, not a preset")
+    return get_registry().preset(ref.preset)
 
 
 def resolve_weights(name: str, pretrained: bool | None) -> tuple[bool, str]:
@@ -396,13 +370,14 @@ def resolve_weights(name: str, pretrained: bool | None) -> tuple[bool, str]:
     from .hub import check_repo_dir
 
     name = str(name)
-    if is_saved_model_reference(name):
+    ref = parse_model_reference(name, backbones=False)
+    if ref.saved:
         if pretrained is False:
             raise ConfigError(f"--no-pretrained applies to presets; {name} is a saved model and always loads its weights")
-        if not name.startswith(HF_HUB_PREFIX):
-            check_repo_dir(Path(name.removeprefix(LOCAL_DIR_PREFIX)).expanduser())
+        if ref.kind == "dir":
+            check_repo_dir(ref.path)
         return True, f"weights: {name} (a saved opzoo repo)"
-    preset = preset_named(name)
+    preset = get_registry().preset(ref.preset)
     if pretrained is None:
         pretrained = preset.pretrained is not None
     if pretrained:

@@ -95,9 +95,9 @@ def cmd_info(args) -> int:
     if index is not None and args.name in {**index["presets"], **index["aliases"]}:
         info = index["presets"][index["aliases"].get(args.name, args.name)]
     else:
-        from .builder import is_saved_model_reference
+        from .reference import parse_model_reference
 
-        if is_saved_model_reference(args.name):
+        if parse_model_reference(args.name, backbones=False).saved:
             info, model = _saved_model_info(args.name, overrides)
             info = {**info, "parameters": sum(p.numel() for p in model.parameters()), "config": model.config.to_dict()}
         else:
@@ -172,8 +172,9 @@ def cmd_plugins(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from .builder import is_saved_model_reference, load, resolve_weights
+    from .builder import load, resolve_weights
     from .errors import OpzooError
+    from .reference import parse_model_reference
 
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not args.force:
@@ -181,7 +182,8 @@ def cmd_export(args) -> int:
         raise OpzooError(f"{out} is {what}: export would replace what it holds (its config.json, model.safetensors, "
                          f"README.md); pass --force to replace them, or choose another directory")
 
-    pretrained, header = resolve_weights(args.name, True if is_saved_model_reference(args.name) else args.pretrained)
+    pretrained, header = resolve_weights(args.name, True if parse_model_reference(args.name, backbones=False).saved
+                                         else args.pretrained)
     print(header.replace("(--no-pretrained)", "(export without --pretrained)"))
     model = load(args.name, pretrained=pretrained, **parse_overrides(args.set))
     out = model.save_pretrained(args.out)

@@ -23,6 +23,9 @@ from typing import Any, Callable, Iterator, Mapping
 from .errors import RegistryConflictError, UnknownNameError
 from .provenance import Fact, PretrainedCheck
 
+HF_HUB_PREFIX = "hf-hub:"  # a model reference to the Hub (parsed in opzoo.reference)
+LOCAL_DIR_PREFIX = "local-dir:"  # a model reference to a directory
+
 COMPONENT_KINDS = ("mixer", "feedforward", "residual", "block", "backbone", "optimizer_hook", "converter")
 
 
@@ -76,7 +79,7 @@ class PretrainedSource:
     def location(self) -> str:
         """Where the weights are, for messages: ``hf-hub:org/repo[@rev]`` or the directory."""
         if self.repo_id is not None:
-            return f"hf-hub:{self.repo_id}{'@' + self.revision if self.revision else ''}"
+            return f"{HF_HUB_PREFIX}{self.repo_id}{'@' + self.revision if self.revision else ''}"
         return str(self.directory)
 
 

@@ -9,7 +9,6 @@ from torch import nn
 
 from ..errors import ConfigError
 from ..builder import create_model, load
-from ..plugins import get_registry
 from .adapt import SHAPE_FIELDS
 from .config import RunConfig
 from ..data import MixtureDataset, WindowDataset
@@ -19,9 +18,10 @@ from .shape_check import check_frames, check_resolution
 
 def build_model(section) -> nn.Module:
     """A preset (``pretrained`` weights optional), a registered backbone, or a saved repo / Hub id."""
-    registry = get_registry()
+    from ..reference import parse_model_reference
+
     name = section.name
-    if registry.has_preset(name) or name.startswith(("hf-hub:", "local-dir:")) or Path(name).is_dir():
+    if parse_model_reference(name).kind != "backbone":
         # with adapt, the shape fields are targets of opzoo.training.adapt, not load overrides
         args = {k: v for k, v in section.args.items() if not (section.adapt and k in SHAPE_FIELDS)}
         return load(name, pretrained=section.pretrained, **args, **_oversize(section))

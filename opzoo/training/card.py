@@ -10,27 +10,32 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from ..errors import OpzooError
 from .evaluate import DatasetResult, headline
 
 
 def base_model_id(name: str) -> str:
-    """``base_model`` for the front matter: a Hub repo id where there is one, else the opzoo name."""
-    if name.startswith("hf-hub:"):
-        return name[len("hf-hub:"):].partition("@")[0]
+    """``base_model`` for the front matter: a Hub repo id where there is one, else the opzoo name (a local
+    model: its folder's name, not its path)."""
+    from ..reference import parse_model_reference
     from ..registry import get_registry
 
-    registry = get_registry()
-    if registry.has_preset(name):
-        src = registry.preset(name).pretrained
+    try:
+        ref = parse_model_reference(name)
+    except OpzooError:
+        return Path(name).name
+    if ref.kind == "preset":
+        src = get_registry().preset(ref.preset).pretrained
         if src is not None and src.repo_id is not None:
             return src.repo_id
-        return registry.preset(name).name
-    return Path(name.removeprefix("local-dir:")).name  # a local model: its folder's name, not the path
+    return ref.base_model_id
 
 
 def _portable(base_weights: str, model_name: str) -> str:
     """The weights line without the base model's local path."""
-    local = model_name.removeprefix("local-dir:")
+    from ..reference import LOCAL_DIR_PREFIX
+
+    local = model_name.removeprefix(LOCAL_DIR_PREFIX)
     return base_weights.replace(local, Path(local).name) if "/" in local else base_weights
 
 

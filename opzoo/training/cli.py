@@ -282,8 +282,13 @@ def _eval_every_window(args, model, adapt, sources, split) -> int:
 
 def _model_identity(name: str) -> str:
     """How eval results name the model they score: a directory by its resolved path, anything else as given."""
-    path = Path(str(name).removeprefix("local-dir:")).expanduser()
-    return str(path.resolve()) if path.is_dir() else str(name)
+    from ..reference import parse_model_reference
+
+    try:
+        ref = parse_model_reference(name, backbones=False)
+    except OpzooError:
+        return str(name)
+    return str(ref.path.resolve()) if ref.kind == "dir" else str(name)
 
 
 def _claim_out_dir(out: Path, model: str, new: bool) -> None:

@@ -226,12 +226,9 @@ def _check_values(cfg: RunConfig, base: Path | None, source: str) -> None:
     for i, h in enumerate(cfg.optimizer.hooks):
         if h.name not in registry.names("optimizer_hook"):
             registry.get("optimizer_hook", h.name)  # raises UnknownNameError with suggestions
-    m = cfg.model
-    if not (registry.has_preset(m.name) or m.name in registry.names("backbone") or m.name.startswith(("hf-hub:", "local-dir:"))
-            or Path(m.name).is_dir()):
-        from ..errors import UnknownNameError
+    from ..reference import parse_model_reference
 
-        raise UnknownNameError("model or backbone", m.name, [*registry.list_models(), *registry.names("backbone")])
+    parse_model_reference(cfg.model.name)  # a preset, backbone, Hub repo or directory, or a one-line error
 
 
 def resolve_path(path: str, base: Path | None) -> Path:

@@ -37,10 +37,11 @@ EVALS_PER_RUN = 5  # test-split evaluations during a fine-tuning run (plus step 
 def recommended_lr(model: str, pretrained: bool) -> tuple[float, str]:
     """``(lr, where it comes from)``: the ``finetune_lr`` recorded in the model's ``pretrained_cfg``
     (a preset's, or a saved repo's config.json), else opzoo's fallback; from scratch, the pretraining lr."""
-    from ..builder import is_saved_model_reference, saved_pretrained_cfg
+    from ..builder import saved_pretrained_cfg
     from ..plugins import get_registry
+    from ..reference import parse_model_reference
 
-    saved = is_saved_model_reference(model)  # a saved repo always brings its weights
+    saved = parse_model_reference(model).saved  # a saved repo always brings its weights
     if not pretrained and not saved:
         return SCRATCH_LR, "the pretraining recipe's max lr (random init)"
     cfg = saved_pretrained_cfg(model) if saved else get_registry().preset(model).pretrained_cfg

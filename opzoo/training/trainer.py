@@ -138,7 +138,9 @@ class Trainer:
     def from_scratch(self) -> bool:
         """Whether this run starts from random weights (no published or saved weights loaded)."""
         m = self.cfg.model
-        return not m.pretrained and not (m.name.startswith(("hf-hub:", "local-dir:")) or Path(m.name).is_dir())
+        from ..reference import parse_model_reference
+
+        return not m.pretrained and not parse_model_reference(m.name).saved
 
     def model_label(self) -> str:
         """The model as plots and the card name it: ``NAME (from scratch)`` or ``NAME (fine-tuned)``."""
@@ -619,12 +621,13 @@ class Trainer:
 
     def _card(self) -> str:
         """This run's model card: base model, data and splits, steps and lr, test errors, command."""
-        from ..builder import is_saved_model_reference, resolve_weights
+        from ..builder import resolve_weights
+        from ..reference import parse_model_reference
         from .card import run_card
 
         name = self.cfg.model.name
         try:  # a saved repo always brings its weights, whatever model.pretrained says
-            pretrained = True if is_saved_model_reference(name) else self.cfg.model.pretrained
+            pretrained = True if parse_model_reference(name).saved else self.cfg.model.pretrained
             base = resolve_weights(name, pretrained)[1].removeprefix("weights: ")
         except OpzooError:  # a bare backbone name
             base = f"backbone {name}, random init"

@@ -25,11 +25,8 @@ def describe(obj) -> dict:
         out = {"kind": "class", "bases": [b.__name__ for b in obj.__mro__[1:] if b is not object]}
         if dataclasses.is_dataclass(obj):
             out["fields"] = {f.name: str(f.type) for f in dataclasses.fields(obj)}
-        else:
-            try:
-                out["init"] = str(inspect.signature(obj.__init__))
-            except (TypeError, ValueError):
-                pass
+        elif "__init__" in vars(obj):  # its own; an inherited one (torch's) is not opzoo's promise
+            out["init"] = str(inspect.signature(vars(obj)["__init__"]))
         out["methods"] = sorted(n for n, v in vars(obj).items() if callable(v) and not n.startswith("_"))
         return out
     if callable(obj):
