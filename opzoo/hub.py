@@ -36,6 +36,7 @@ from .checksums import ChecksumError, sha256_file, verify_file
 from .config import CONFIG_NAME, read_config, write_config
 from .disk_full import disk_full_as_error
 from .errors import HubError, WeightsError
+from .registry import LOCAL_DIR_PREFIX
 
 WEIGHTS_NAME = "model.safetensors"
 CARD_NAME = "README.md"
@@ -397,7 +398,7 @@ def hub_download(repo_id: str, filename: str, revision: str | None = None, **kwa
     where = f"{repo_id}{'@' + revision if revision else ''}"
     missing = (f"{filename} of {where} is not in the Hugging Face cache ({constants.HF_HUB_CACHE})")
     fetch = (f"fetch it on a machine with network with `{_fetch_command(repo_id, filename, revision)}` "
-             f"(into the same cache), or load a local copy of the repo with opzoo.load('local-dir:PATH')")
+             f"(into the same cache), or load a local copy of the repo with opzoo.load('{LOCAL_DIR_PREFIX}PATH')")
     offline = constants.is_offline_mode()
     if not offline and not kwargs.get("local_files_only"):
         from huggingface_hub import try_to_load_from_cache

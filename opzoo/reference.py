@@ -74,7 +74,7 @@ def parse_model_reference(name: str | os.PathLike, backbones: bool = True) -> Mo
     if name.startswith(LOCAL_DIR_PREFIX):
         path = Path(name[len(LOCAL_DIR_PREFIX):]).expanduser()
         if not path.is_dir():
-            raise HubError(f"local-dir: {path} is not a directory")
+            raise HubError(f"{LOCAL_DIR_PREFIX} {path} is not a directory")
         return ModelReference("dir", name, path=path)
     registry = get_registry()
     if registry.has_preset(name):
