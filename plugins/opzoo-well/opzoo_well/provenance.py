@@ -65,6 +65,11 @@ def dataset_facts(name: str) -> list[Fact]:
              at(meta) + " field_names"),
         Fact("constant fields", ", ".join(d.constant_channels) or "none", at(meta) + " constant_field_names"),
     ]
+    if name == "viscoelastic_instability":
+        facts.append(Fact("data version", "the original data; a fixed version is a separate dataset, "
+                          "viscoelastic_instability_v2 (2026-06-15), with its own stats: the checkpoints predate it",
+                          at("datasets/viscoelastic_instability_v2/", "4a4d2490b6e8caf24b778be1f07125532a95c309")
+                          + " ('Add fixed viscoelastic_instability data as v2')"))
     stats = f"stats.yaml @ {STATS_SHIPPED[:7]} (shipped in opzoo_well/stats/)"
     if name in STATS_ALTERNATIVES:
         facts.append(Fact("normalization stats", stats, at(f"datasets/{name}/stats.yaml", STATS_SHIPPED)
