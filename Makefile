@@ -23,6 +23,7 @@ $(STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS)) | $(PY)
 install: $(STAMP)
 
 test: install
+	$(VENV)/bin/ruff check opzoo plugins tests
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-slow: install

@@ -19,7 +19,8 @@ from .errors import (
     WeightsError,
 )
 from .provenance import CheckFailed, Fact, PretrainedArtifacts, PretrainedCheck
-from .registry import PretrainedSource, Registry, set_registry_source as _set_registry_source
+from .registry import PretrainedSource, Registry
+from .registry import set_registry_source as _set_registry_source
 
 # Everything that needs torch is imported on first use (PEP 562), so that `opzoo --version`, `--help`
 # and a plugin's `import opzoo` for `opzoo.hookimpl` stay fast: name -> the module that defines it.

@@ -20,8 +20,19 @@ from .adapt import SHAPE_FIELDS, adapt_model
 from .checkpoints import ConvertedCheckpoint
 from .config import config_document, read_config
 from .errors import ConfigError, HubError, UnknownNameError, WeightsError
-from .hub import (WEIGHTS_NAME, hub_download, hub_repo_files, load_state_dict_strict, load_weights,
-                  open_repo, read_repo_retrying, read_state_dict, repo_files, upload_folder, write_repo)
+from .hub import (
+    WEIGHTS_NAME,
+    hub_download,
+    hub_repo_files,
+    load_state_dict_strict,
+    load_weights,
+    open_repo,
+    read_repo_retrying,
+    read_state_dict,
+    repo_files,
+    upload_folder,
+    write_repo,
+)
 from .model_card import render_card
 from .pretrained_cfg import schema_of, validate_pretrained_cfg
 from .provenance import PretrainedArtifacts, refuse_failed, run_checks, snapshot_revision

@@ -365,9 +365,13 @@ def bounded_hub_session() -> None:
     global _BOUNDED
     if _BOUNDED:
         return
-    import httpx2
-    from huggingface_hub import set_client_factory
-    from huggingface_hub.utils._http import default_client_factory
+    try:  # huggingface_hub >= 1.0 (httpx); older releases use requests with their own timeouts
+        import httpx2
+        from huggingface_hub import set_client_factory
+        from huggingface_hub.utils._http import default_client_factory
+    except ImportError:
+        _BOUNDED = True
+        return
 
     def factory():
         client = default_client_factory()
@@ -379,8 +383,10 @@ def bounded_hub_session() -> None:
 
 
 def _transport_errors() -> type:
-    import httpx2
-
+    try:
+        import httpx2
+    except ImportError:
+        return OSError
     return httpx2.TransportError
 
 

@@ -2,7 +2,6 @@
 import pytest
 
 
-
 @pytest.fixture
 def fresh_plugins():
     """A clean process-wide plugin host before and after the test."""

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from .mlp import Mlp
-
 from ..interfaces import FeedForward
+from .mlp import Mlp
 from .norm_act import make_activation
 
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from .mlp import Mlp
 from torch import Tensor
 
 from ..interfaces import Mixer
+from .mlp import Mlp
 
 
 class PointwiseMLPMixer(Mixer):

@@ -21,7 +21,6 @@ from typing import Any, Literal, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
-from ..layers.weight_init import trunc_normal_
 from torch import Tensor, nn
 
 from ..config import ModelConfig
@@ -31,6 +30,7 @@ from ..layers.grid import append_grid
 from ..layers.norm_act import ChannelsLastGroupNorm, make_activation
 from ..layers.patch_embed import PatchEmbed, conv_nd, conv_transpose_nd
 from ..layers.time_agg import TimeAggregator, fold_time_weights
+from ..layers.weight_init import trunc_normal_
 from ..registry import get_registry
 from .io_layout import DimMap, fields_then_grid_index, newest_aligned_index, prefix_index, time_channel_index
 

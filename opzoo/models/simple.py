@@ -9,12 +9,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..layers.mlp import Mlp
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from ..layers.grid import append_grid
 from ..interfaces import Backbone
+from ..layers.grid import append_grid
+from ..layers.mlp import Mlp
 from ..registry import get_registry
 
 

@@ -15,7 +15,6 @@ import numpy as np
 from ..data.errors import NonFiniteDataError
 from .data import H5Trajectories
 
-
 OVERFLOW = 1e18  # |x| at least this overflows float32 once squared (the relative L2 sums squares)
 
 

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from torch import nn
 
-from ..errors import ConfigError
 from ..builder import create_model, load
+from ..data import MixtureDataset, WindowDataset
+from ..errors import ConfigError
 from .adapt import SHAPE_FIELDS
 from .config import RunConfig
-from ..data import MixtureDataset, WindowDataset
 from .data import Adapt, H5Trajectories, split
 from .shape_check import check_frames, check_resolution
 

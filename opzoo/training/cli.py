@@ -8,8 +8,8 @@ its own (also under ``torchrun --nproc_per_node=N -m opzoo.training.cli pretrain
 from __future__ import annotations
 
 import argparse
-import json
 import functools
+import json
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -28,10 +28,10 @@ def _one_line_errors(command):
     """A stop by SIGTERM/SIGINT and a full disk end a command with one line, not a traceback."""
     @functools.wraps(command)
     def run(args) -> int:
+        import logging
+
         from ..disk_full import DiskFullError, is_disk_full
         from .stop import RunStopped
-
-        import logging
 
         shown = logging.getLogger("opzoo")
         handler = logging.StreamHandler(sys.stdout)

@@ -19,6 +19,7 @@ from torch import Tensor
 from ..data import DataFormatError, open_source, pad_channels, resize
 from ..errors import ConfigError
 
+
 class H5Trajectories:
     """A file read lazily through :func:`opzoo.data.open_source` (canonical HDF5 or any layout it
     detects: PDEBench, FNO .mat, The Well) as trajectories ``[*S, T, C]``; a subset by index.

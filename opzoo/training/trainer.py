@@ -23,18 +23,28 @@ from tqdm.auto import tqdm
 
 from ..data.errors import NonFiniteDataError
 from ..errors import ConfigError, OpzooError
+from ..routing import aux_losses, named_routers
 from . import checkpoint as ckpt
 from . import run_dir as rundir
 from .bad_data import bad_windows_message, check_test_sets, non_finite_in
 from .build import RunData, build_data, build_model
-from .finetune import adapt_to_data
 from .config import RunConfig
 from .data import StepBatchSampler, collate, step_generator
-from .distributed import (DistEnv, all_reduce_max, all_reduce_mean, barrier, full_state_dict, init_distributed,
-                          shutdown, unwrap, wrap_model)
+from .distributed import (
+    DistEnv,
+    all_reduce_max,
+    all_reduce_mean,
+    barrier,
+    full_state_dict,
+    init_distributed,
+    shutdown,
+    unwrap,
+    wrap_model,
+)
 from .ema import EMA
 from .evaluate import DatasetResult, Persistence, evaluate_dataset, write_results
 from .expert_load import ExpertLoadMonitor, step_counts
+from .finetune import adapt_to_data
 from .hooks import StepContext, build_hooks, combined_multipliers, split_hook_state
 from .logger import RunLogger
 from .losses import relative_l2_loss
@@ -42,7 +52,6 @@ from .noise import add_denoising_noise
 from .optim import build_optimizer, build_param_groups, set_learning_rates
 from .schedule import schedule_factor
 from .stop import RunStopped, StopSignals
-from ..routing import aux_losses, named_routers
 
 NOISE_SALT, FRESH_SALT = 1, 2
 FRESH_INDEX_SALT = 1000  # fresh batch k >= 1 of a step uses salt 1000 + k

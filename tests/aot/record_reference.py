@@ -16,9 +16,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import opzoo
 import torch
 from safetensors.torch import save_file
+
+import opzoo
 
 DATA = Path(__file__).parent / "data"
 RANDOM_ARGS = dict(in_channels=2, out_channels=2, in_timesteps=3, img_size=[16, 16], patch_size=4, width=16,

@@ -1,8 +1,9 @@
 """Diagnostics: Amax gains on hand-checked matrices, composite products, per-sub-layer recording."""
 
-import opzoo
 import pytest
 import torch
+
+import opzoo
 from opzoo_aot import (
     AOTResidual,
     amax_gains,

@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+
 from opzoo_aot import equations, sinkhorn_knopp
 
 from .aot_reference import sinkhorn_loops

@@ -4,9 +4,10 @@ after 5 optimizer steps, every H_res doubly stochastic."""
 
 import re
 
-import opzoo
 import pytest
 import torch
+
+import opzoo
 from opzoo_aot import collect_diagnostics
 
 pytestmark = pytest.mark.skipif(

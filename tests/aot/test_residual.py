@@ -4,9 +4,10 @@ initialization, stream adapter, training, float32 and bf16 accuracy, gradcheck, 
 import copy
 import math
 
-import opzoo
 import pytest
 import torch
+
+import opzoo
 from opzoo_aot import AOTResidual, AOTState, AOTStreams, collect_diagnostics, equations
 
 from .aot_reference import aot_coefficients, aot_forward

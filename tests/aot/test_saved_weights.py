@@ -3,11 +3,12 @@ outputs recorded with the code before it (tests/aot/record_reference.py, the C-k
 
 from pathlib import Path
 
-import opzoo
 import pytest
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
+
+import opzoo
 
 DATA = Path(__file__).parent / "data"
 REFERENCE = load_file(DATA / "reference_outputs.safetensors")

@@ -27,8 +27,7 @@ import torch.nn.functional as F
 
 import opzoo
 
-from .small_presets import all_presets, small_input, small_model
-from .small_presets import device_under_test
+from .small_presets import all_presets, device_under_test, small_input, small_model
 
 RTOL = 5e-2
 MIN_GRAD_COSINE = 0.99

@@ -1,7 +1,5 @@
 import json
 
-import pytest
-
 from opzoo.cli import main
 
 FIRST_PARTY = ("opzoo-fourier", "opzoo-aot", "opzoo-moe", "opzoo-mup")

@@ -2,14 +2,12 @@
 reproduces the pipeline that made them (configs/micro/, `opzoo pretrain`)."""
 
 import json
-import re
 import subprocess
 import sys
 from importlib.resources import files
 from pathlib import Path
 
 import pytest
-import torch
 from safetensors import safe_open
 
 import opzoo

@@ -2,7 +2,6 @@
 half-written file."""
 
 import os
-import warnings
 
 import h5py
 import numpy as np

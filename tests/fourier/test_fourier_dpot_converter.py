@@ -13,8 +13,9 @@ from safetensors.torch import load_file
 
 import opzoo
 from opzoo.cli import main as cli_main
-from .reference_dpot import dpot_forward_official, official_state_dict, write_official_checkpoint
+
 from ..hub_cache import place_in_hf_cache
+from .reference_dpot import dpot_forward_official, official_state_dict, write_official_checkpoint
 
 SMALL = dict(width=32, depth=2, n_blocks=4, mlp_ratio=2.0, out_layer_dim=8, patch=4, img=16,
              c_in=2, c_out=2, t_in=3, t_out=2, n_cls=5)

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import contextlib
 
-import opzoo
 import pytest
 import torch
+
+import opzoo
 from opzoo_moe.routers import TopKRouter
 
 from ..core.small_presets import all_presets

@@ -8,8 +8,13 @@ import torch
 from torch import nn
 
 import opzoo
-from opzoo_mup.flerm import (KroneckerEMA, MonteCarloEstimate, exact_function_space_lr, fslr_from_statistics,
-                             z_sample, z_statistics)
+from opzoo_mup.flerm import (
+    KroneckerEMA,
+    MonteCarloEstimate,
+    exact_function_space_lr,
+    fslr_from_statistics,
+    z_statistics,
+)
 from opzoo_mup.flerm.probe import find_readout, probe_gradients, z_samples
 
 

@@ -14,8 +14,8 @@ from torch import nn
 
 import opzoo
 from opzoo.training import Trainer, parse_run_config, read_log, schedule_factor
-from opzoo.training.hooks import build_hooks, default_param_groups
 from opzoo.training.config import HookSpec
+from opzoo.training.hooks import build_hooks, default_param_groups
 from opzoo_mup import MuPFNO, mup_factor
 
 from .conftest import fno1d_run_document

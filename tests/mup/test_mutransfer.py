@@ -14,7 +14,14 @@ import yaml
 
 import opzoo
 from opzoo.training import read_log
-from opzoo_mup.mutransfer import best_hyper, draw_landscape, landscape_curves, load_config, plot_landscape, run_mutransfer
+from opzoo_mup.mutransfer import (
+    best_hyper,
+    draw_landscape,
+    landscape_curves,
+    load_config,
+    plot_landscape,
+    run_mutransfer,
+)
 
 from .conftest import fno1d_run_document
 

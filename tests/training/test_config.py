@@ -2,9 +2,10 @@
 
 import pytest
 
-from .conftest import run_document, tiny_pot_args, write_json
 from opzoo.errors import ConfigError, UnknownNameError
 from opzoo.training import load_run_config, parse_run_config
+
+from .conftest import run_document, tiny_pot_args, write_json
 
 
 @pytest.fixture

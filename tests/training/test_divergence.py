@@ -10,9 +10,18 @@ import pytest
 import torch
 
 import opzoo
-from .conftest import run_document, tiny_pot_args, write_canonical
 from opzoo.data.errors import NonFiniteDataError
-from opzoo.training import OptimizerHook, Trainer, TrainingDivergedError, latest_checkpoint, list_checkpoints, parse_run_config, read_log
+from opzoo.training import (
+    OptimizerHook,
+    Trainer,
+    TrainingDivergedError,
+    latest_checkpoint,
+    list_checkpoints,
+    parse_run_config,
+    read_log,
+)
+
+from .conftest import run_document, tiny_pot_args, write_canonical
 
 
 def _strict_records(path):

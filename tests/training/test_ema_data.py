@@ -56,8 +56,9 @@ def test_sampler_balanced_deterministic_and_split_across_ranks():
 def test_ema_bf16_autocast_and_tensorboard_run(tmp_path, datasets):
     """EMA on, bf16 autocast forced on CPU (the GPU code path), TensorBoard scalars when installed."""
     import opzoo
-    from .conftest import run_document, tiny_pot_args
     from opzoo.training import Trainer, parse_run_config
+
+    from .conftest import run_document, tiny_pot_args
 
     doc = run_document(tmp_path / "run", datasets, model={"name": "pot", "args": tiny_pot_args()},
                        training={"steps": 3, "batch_size": 2, "ema": 0.5, "amp": "bf16"}, checkpoint={"every": 2})

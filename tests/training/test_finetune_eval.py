@@ -9,10 +9,11 @@ import pytest
 import torch
 
 import opzoo
-from ..hub_cache import place_in_hf_cache
-from .conftest import advection_trajectories, heat_trajectories, run_document, tiny_pot_args, write_canonical
 from opzoo.training import Adapt, H5Trajectories, Trainer, finetune_config, parse_run_config
 from opzoo.training.evaluate import evaluate_dataset
+
+from ..hub_cache import place_in_hf_cache
+from .conftest import advection_trajectories, heat_trajectories, run_document, tiny_pot_args, write_canonical
 
 
 @pytest.fixture(scope="module")

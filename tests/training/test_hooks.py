@@ -4,8 +4,9 @@ import pytest
 import torch
 
 import opzoo
-from .conftest import run_document, tiny_pot_args
 from opzoo.training import OptimizerHook, Trainer, one_cycle_factor, parse_run_config, read_log
+
+from .conftest import run_document, tiny_pot_args
 
 
 class RecordingHook(OptimizerHook):

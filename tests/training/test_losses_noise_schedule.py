@@ -5,7 +5,14 @@ import math
 import pytest
 import torch
 
-from opzoo.training import add_denoising_noise, denoising_noise, l2_full, l2_per_step, one_cycle_factor, relative_l2_loss
+from opzoo.training import (
+    add_denoising_noise,
+    denoising_noise,
+    l2_full,
+    l2_per_step,
+    one_cycle_factor,
+    relative_l2_loss,
+)
 
 
 def loop_relative_l2(pred, target, mask):

@@ -8,9 +8,10 @@ import time
 
 import pytest
 
-from .conftest import run_cli, run_document, tiny_pot_args, train_losses, write_json
 from opzoo.training import latest_checkpoint, list_checkpoints, read_checkpoint
 from opzoo.training.checkpoint import SLEEP_ENV
+
+from .conftest import run_cli, run_document, tiny_pot_args, train_losses, write_json
 
 
 def _doc(out, datasets, steps=8):

@@ -16,11 +16,12 @@ import numpy as np
 import pytest
 
 import opzoo
-from .conftest import run_document, tiny_pot_args, train_losses, write_canonical
 from opzoo.training import OptimizerHook, Trainer, parse_run_config
 from opzoo.training.checkpoint import clean_temporaries, list_checkpoints, write_checkpoint
 from opzoo.training.run_dir import HARMLESS_KEYS, RunDirBusyError, RunDirError, RunDirLock, config_changes
 from opzoo.training.stop import RunStopped
+
+from .conftest import run_document, tiny_pot_args, train_losses, write_canonical
 
 
 def _doc(out, datasets, steps=4, **training):

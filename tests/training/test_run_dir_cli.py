@@ -23,8 +23,9 @@ import h5py
 import numpy as np
 import pytest
 
-from .conftest import run_cli, run_document, tiny_pot_args, train_losses, write_canonical, write_json
 from opzoo.training.checkpoint import SLEEP_ENV
+
+from .conftest import run_cli, run_document, tiny_pot_args, train_losses, write_canonical, write_json
 
 STEPS = 6
 

@@ -98,7 +98,7 @@ def test_a_resumed_fine_tune_keeps_its_zero_shot_and_accepts_the_same_file_by_an
                                                                                             monkeypatch):
     (tmp_path / "data").mkdir()
     (tmp_path / "elsewhere").mkdir()
-    data = write_canonical(tmp_path / "data" / "x.h5", heat_trajectories(6, 32, 14, seed=1), ["T"], "heat")
+    write_canonical(tmp_path / "data" / "x.h5", heat_trajectories(6, 32, 14, seed=1), ["T"], "heat")
     run = ["finetune", "dpot-micro", "--out", str(tmp_path / "run"), "--test-fraction", "0.34", "--batch-size", "2",
            "--set", "evaluation.plots=false", "checkpoint.every=2"]
     monkeypatch.chdir(tmp_path / "data")

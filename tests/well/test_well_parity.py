@@ -31,8 +31,8 @@ from opzoo.training.vrmse import vrmse  # noqa: E402
 from opzoo_well.converter import convert_the_well  # noqa: E402
 from opzoo_well.datasets import STATS_DIR, dataset  # noqa: E402
 
-from .well_files import write_well_file  # noqa: E402
 from ..hub_cache import place_in_hf_cache, repo_files  # noqa: E402
+from .well_files import write_well_file  # noqa: E402
 
 T_IN, STEPS = 2, 3
 CASES = {

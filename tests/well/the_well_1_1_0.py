@@ -13,11 +13,10 @@ import warnings
 
 warnings.filterwarnings("ignore")
 
+import the_well  # noqa: E402
 import torch  # noqa: E402
 import yaml  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
-
-import the_well  # noqa: E402
 
 assert the_well.__version__ == "1.1.0", f"expected the_well 1.1.0 first on PYTHONPATH, got {the_well.__file__}"
 from the_well.benchmark import models  # noqa: E402

@@ -23,8 +23,6 @@ import os
 
 import torch
 
-from opzoo.errors import UnknownNameError
-
 from opzoo.data.generators.base import PDEGenerator, generate_batch, generate_to_file, trajectory_generator
 from opzoo.data.generators.burgers import Burgers1D
 from opzoo.data.generators.darcy import Darcy2D
@@ -32,6 +30,7 @@ from opzoo.data.generators.diffusion_reaction import DiffusionReaction2D
 from opzoo.data.generators.grf import gaussian_random_field
 from opzoo.data.generators.navier_stokes import NavierStokes2D
 from opzoo.data.generators.shallow_water import ShallowWater2D
+from opzoo.errors import UnknownNameError
 
 GENERATORS: dict[str, type[PDEGenerator]] = {
     cls.kind: cls for cls in (NavierStokes2D, DiffusionReaction2D, ShallowWater2D, Burgers1D, Darcy2D)

@@ -25,12 +25,13 @@ import os
 import h5py
 
 from opzoo.data.errors import DataFormatError, UnknownLayoutError, describe_shape
+from opzoo.data.readers.arrays import SUFFIXES as ARRAY_SUFFIXES
+from opzoo.data.readers.arrays import ArraySource
 from opzoo.data.readers.base import SourceInfo, TrajectorySource, open_h5
 from opzoo.data.readers.canonical import CanonicalSource
 from opzoo.data.readers.fno_mat import FNOMatSource
 from opzoo.data.readers.pdebench import PDEBenchCFDSource, PDEBenchGroupsSource, PDEBenchTensorSource
 from opzoo.data.readers.the_well import TheWellSource
-from opzoo.data.readers.arrays import SUFFIXES as ARRAY_SUFFIXES, ArraySource
 
 #: Layouts in detection order (the first whose ``detect`` matches wins).
 LAYOUTS: dict[str, type[TrajectorySource]] = {
@@ -88,8 +89,8 @@ def describe_ambiguous(path: str, f: h5py.File, name: str, doubt: str) -> str:
     lines = [f"{path}: the layout cannot be told from the file ({found}): {doubt}.",
              "  candidate layouts:"]
     lines += [f"    {n}: {cls.expects}" for n, cls in LAYOUTS.items() if n == name]
-    lines += [f"    canonical: rewrite the file as 'data' [N, *S, T, C] (opzoo data convert), or save the array as "
-              f".npy and read it with layout 'array' / 'array:<axes>' (e.g. 'array:TXYNC')"]
+    lines += ["    canonical: rewrite the file as 'data' [N, *S, T, C] (opzoo data convert), or save the array as "
+              ".npy and read it with layout 'array' / 'array:<axes>' (e.g. 'array:TXYNC')"]
     lines.append(f"  {LAYOUT_OPTION}, e.g. --layout {name}")
     return "\n".join(lines)
 

@@ -22,9 +22,10 @@ import contextlib
 import functools
 from typing import Any, Callable, Literal, NamedTuple, Union
 
-import opzoo
 import torch
 from torch import Tensor, nn
+
+import opzoo
 
 from . import equations
 

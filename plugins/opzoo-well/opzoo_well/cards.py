@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from .datasets import STATS_SOURCE, dataset
-from .presets import AS_TRAINED, ARCHITECTURES, N_STEPS_INPUT, REPORTED, checkpoints, hub_repo, preset_name
+from .presets import ARCHITECTURES, AS_TRAINED, N_STEPS_INPUT, REPORTED, checkpoints, hub_repo, preset_name
 from .provenance import BLOCKS_DROPPED, FNO_FIX, ISSUE_49, PR_64, STATS_ALTERNATIVES, STATS_SHIPPED, TFNO_FIX
 
 CITATION = """@article{ohana2024well,

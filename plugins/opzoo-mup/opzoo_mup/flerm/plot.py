@@ -3,7 +3,6 @@ paper's Figure 1), one line per tensor coloured by its group, as a PNG."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
