@@ -5,7 +5,7 @@ register becomes a warning naming its distribution and the error; the others sti
 ``OPZOO_PLUGINS`` (comma-separated distribution names; empty means none) restricts loading.
 
 The core's own components (:mod:`opzoo.builtins`) are one more plugin, registered first under the
-name ``opzoo``. This module installs the host as the source of :func:`opzoo.registry.get_registry`,
+name ``opzoo``. ``opzoo/__init__`` makes this host the source of :func:`opzoo.registry.get_registry`,
 so the backbones find their components without importing this module back.
 """
 
@@ -22,7 +22,7 @@ import pluggy
 
 from . import builtins, hookspecs
 from .errors import RegistryConflictError
-from .registry import Registry, get_registry, set_registry_source
+from .registry import Registry, get_registry
 
 ENTRY_POINT_GROUP = "opzoo"
 ENV_PLUGINS = "OPZOO_PLUGINS"
@@ -190,8 +190,6 @@ def reset_plugins() -> None:
     with _lock:
         _host = None
 
-
-set_registry_source(lambda: get_plugin_host().registry)
 
 __all__ = ["PluginHost", "PluginInfo", "PluginLoadWarning", "get_plugin_host", "get_registry", "reset_plugins",
            "allowed_from_env"]

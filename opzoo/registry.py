@@ -261,7 +261,7 @@ _source: Callable[[], Registry] | None = None
 
 
 def set_registry_source(source: Callable[[], Registry]) -> None:
-    """Make ``source()`` the process-wide registry (the plugin host installs itself here on import)."""
+    """Make ``source()`` the process-wide registry (``opzoo/__init__`` installs the plugin host's registry, loaded on first use)."""
     global _source
     _source = source
 

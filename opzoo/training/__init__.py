@@ -17,7 +17,7 @@ _LAZY = {
     **dict.fromkeys(["Adapt", "H5Trajectories", "StepBatchSampler"], ".data"),
     "EMA": ".ema",
     **dict.fromkeys(["DatasetResult", "evaluate_dataset", "write_results"], ".evaluate"),
-    "adapt_model": ".adapt",
+    "adapt_model": "opzoo.adapt",
     **dict.fromkeys(["adapt_to_data", "finetune_config"], ".finetune"),
     **dict.fromkeys(["OptimizerHook", "StepContext"], ".hooks"),
     "read_log": ".logger",

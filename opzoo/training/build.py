@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from ..adapt import SHAPE_FIELDS
 from ..builder import create_model, load
 from ..data import MixtureDataset, WindowDataset
 from ..errors import ConfigError
-from .adapt import SHAPE_FIELDS
 from .config import RunConfig
 from .data import Adapt, H5Trajectories, split
 from .shape_check import check_frames, check_resolution
@@ -21,7 +21,7 @@ def build_model(section) -> nn.Module:
 
     name = section.name
     if parse_model_reference(name).kind != "backbone":
-        # with adapt, the shape fields are targets of opzoo.training.adapt, not load overrides
+        # with adapt, the shape fields are targets of opzoo.adapt, not load overrides
         args = {k: v for k, v in section.args.items() if not (section.adapt and k in SHAPE_FIELDS)}
         return load(name, pretrained=section.pretrained, **args, **_oversize(section))
     if section.pretrained:

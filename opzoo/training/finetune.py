@@ -5,7 +5,7 @@ The model is brought to the data where the data cannot be brought to the model (
 - **fewer channels** than the model: padded with 1.0 up to ``in_channels`` and masked out of the
   loss and the metrics (the model is unchanged);
 - **more channels**, another ``T_in`` (``in_timesteps``) or another resolution (``resolution``):
-  the input and output layers are adapted by :func:`opzoo.training.adapt.adapt_model` — copy
+  the input and output layers are adapted by :func:`opzoo.adapt.adapt_model` — copy
   what matches, initialize the rest (timm's ``in_chans`` habit);
 - **space** is otherwise interpolated (bilinear, align_corners=False) to the model's pretraining
   resolution (``pretrained_cfg['resolution']``);
@@ -21,8 +21,8 @@ from typing import Any, Sequence
 
 from torch import nn
 
+from ..adapt import SHAPE_FIELDS, adapt_model
 from ..errors import ConfigError
-from .adapt import SHAPE_FIELDS, adapt_model
 from .config import RunConfig, parse_run_config
 from .data import H5Trajectories
 

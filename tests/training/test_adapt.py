@@ -1,4 +1,4 @@
-"""opzoo.training.adapt: a pretrained model's input/output layers adapted to new data shapes.
+"""opzoo.adapt (via opzoo.training.adapt_model): a pretrained model's input/output layers adapted to new data shapes.
 
 The rule (copy what matches, initialize the rest; new inputs start at zero) makes exact statements
 checkable: with more channels the adapted model computes the pretrained function on the old
