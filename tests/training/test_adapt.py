@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import opzoo
-from opzoo.training.adapt import adapt_model
+from opzoo.adapt import adapt_model
 
 from .conftest import tiny_pot_args
 
