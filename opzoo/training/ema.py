@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator
+
 import torch
 from torch import nn
 
@@ -36,3 +39,18 @@ class EMA:
     @torch.no_grad()
     def copy_to(self, model: nn.Module) -> None:
         model.load_state_dict(self.shadow)
+
+
+@contextlib.contextmanager
+def ema_weights(model: nn.Module, ema: EMA | None) -> Iterator[nn.Module]:
+    """``model`` with the averaged weights inside the block (evaluation, export) and its own after it;
+    the model unchanged when there is no EMA."""
+    if ema is None:
+        yield model
+        return
+    backup = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    ema.copy_to(model)
+    try:
+        yield model
+    finally:
+        model.load_state_dict(backup)

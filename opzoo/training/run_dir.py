@@ -362,7 +362,37 @@ def move_aside(run_dir: str | os.PathLike) -> Path | None:
     return target
 
 
-def write_json_atomic(path: Path, doc: Mapping[str, Any]) -> None:
+# ---- the data a run trains on ----------------------------------------------------------------------
+DATA_NAME = "data_fingerprints.json"
+
+
+def record_or_check_data(run_dir: Path, plan: RunPlan, sources) -> None:
+    """A fresh run records its data files' fingerprints (``data_fingerprints.json``,
+    :func:`opzoo.data.fingerprint.file_fingerprint` of each opened source); a resume refuses when a
+    file's content, size, shape or fields changed since, naming the file and what changed: a
+    trajectory trained on must never move into the test split."""
+    from ..data.fingerprint import file_fingerprint, fingerprint_changes
+
+    current, seen = [], set()
+    for src in sources:
+        if src.path not in seen:
+            seen.add(src.path)
+            current.append(file_fingerprint(src.path, src))
+    path = Path(run_dir) / DATA_NAME
+    if plan.action == "resume" and path.is_file():
+        recorded = {f["path"]: f for f in json.loads(path.read_text())}
+        for now in current:
+            before = recorded.get(now["path"])
+            changes = fingerprint_changes(before, now) if before else ["not a file of this run when it started"]
+            if changes:
+                raise RunDirError(
+                    f"{now['path']} changed since this run started ({'; '.join(changes)}): resuming would train and "
+                    f"test on other data than the checkpoints saw. Restore the file, or pass --new to start again")
+    elif plan.action == "fresh" or not path.is_file():
+        write_json_atomic(path, current)
+
+
+def write_json_atomic(path: Path, doc: Any) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps(doc, indent=2) + "\n")
     os.replace(tmp, path)

@@ -8,7 +8,6 @@ hooks -> lr = lr · schedule(i) · lr_scale · hook multipliers -> optimizer ste
 
 from __future__ import annotations
 
-import json
 import math
 import time
 import warnings
@@ -41,7 +40,7 @@ from .distributed import (
     unwrap,
     wrap_model,
 )
-from .ema import EMA
+from .ema import EMA, ema_weights
 from .evaluate import DatasetResult, Persistence, evaluate_dataset, write_results
 from .expert_load import ExpertLoadMonitor, step_counts
 from .finetune import adapt_to_data
@@ -296,13 +295,8 @@ class Trainer:
     # ---- evaluation -----------------------------------------------------------------------------
     def evaluate(self, step: int, write: bool = True, plots: bool | None = None) -> list[DatasetResult]:
         """Roll out every test set over its horizon (rank 0); writes ``eval/step-N.{json,csv}`` and plots."""
-        model = unwrap(self.wrapped)
-        backup = None
-        if self.ema is not None:
-            backup = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            self.ema.copy_to(model)
         results, firsts = [], {}
-        try:
+        with ema_weights(unwrap(self.wrapped), self.ema) as model:
             for name, source in self.data.test:
                 r, first = evaluate_dataset(model, name, source, self.data.adapt, self.cfg.data.horizon,
                                             device=self.device, max_trajectories=self.cfg.data.max_test_trajectories,
@@ -310,9 +304,6 @@ class Trainer:
                 r.persistence = self._persistence(name, source)
                 results.append(r)
                 firsts[name] = first
-        finally:
-            if backup is not None:
-                model.load_state_dict(backup)
         if write:
             out = self.run_dir / "eval"
             write_results(results, out, stem=f"step-{step:08d}")
@@ -562,39 +553,11 @@ class Trainer:
         logger.log({"kind": "error", "step": step, "message": msg}, flush=True)
         raise TrainingDivergedError(msg)
 
-    def _data_fingerprints(self) -> list[dict]:
-        """Each data file of the run (training and test files), fingerprinted from its opened source."""
-        from ..data.fingerprint import file_fingerprint
-
-        out, seen = [], set()
-        sources = [part.source for part in self.data.train.datasets] + [te.source for _, te in self.data.test]
-        for src in sources:
-            if src.path not in seen:
-                seen.add(src.path)
-                out.append(file_fingerprint(src.path, src))
-        return out
-
     def _check_data_fingerprints(self, plan) -> None:
-        """A fresh run records its data files' fingerprints (``data_fingerprints.json``); a resume refuses
-        when a file's content, size, shape or fields changed since, naming the file and what changed: a
-        trajectory trained on must never move into the test split."""
-        from ..data.fingerprint import fingerprint_changes
-
-        if not self.env.is_main:
-            return
-        path = self.run_dir / "data_fingerprints.json"
-        current = self._data_fingerprints()
-        if plan.action == "resume" and path.is_file():
-            recorded = {f["path"]: f for f in json.loads(path.read_text())}
-            for now in current:
-                before = recorded.get(now["path"])
-                changes = fingerprint_changes(before, now) if before else ["not a file of this run when it started"]
-                if changes:
-                    raise rundir.RunDirError(
-                        f"{now['path']} changed since this run started ({'; '.join(changes)}): resuming would train and "
-                        f"test on other data than the checkpoints saw. Restore the file, or pass --new to start again")
-        elif plan.action == "fresh" or not path.is_file():
-            rundir.write_json_atomic(path, current)
+        """Record (fresh run) or compare (resume) the data files' fingerprints (:mod:`opzoo.training.run_dir`)."""
+        if self.env.is_main:
+            sources = [part.source for part in self.data.train.datasets] + [te.source for _, te in self.data.test]
+            rundir.record_or_check_data(self.run_dir, plan, sources)
 
     def _recall_step_zero(self, result: TrainResult) -> None:
         """A resumed run's step-0 (zero-shot) scores, from the eval file the first session wrote, so that the
@@ -608,25 +571,17 @@ class Trainer:
 
     def export(self, out: Path) -> Path:
         """Save the trained model (EMA weights when on) as an opzoo repo with its data facts."""
-        model = unwrap(self.wrapped)
-        backup = None
-        if self.ema is not None:
-            backup = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            self.ema.copy_to(model)
-        a = self.data.adapt
+        from ..builder import save_pretrained
         from .seen_data import training_record
 
-        model.pretrained_cfg = {**getattr(model, "pretrained_cfg", {}), "resolution": list(a.resolution),
-                                "channels": a.channels, "in_timesteps": a.in_timesteps,
-                                "datasets": self.data.train.names, "trained_steps": self.cfg.training.steps,
-                                "training_data": training_record(self.cfg.data.datasets, [te for _, te in self.data.test])}
-        try:
-            from ..builder import save_pretrained
-
+        a = self.data.adapt
+        with ema_weights(unwrap(self.wrapped), self.ema) as model:
+            model.pretrained_cfg = {**getattr(model, "pretrained_cfg", {}), "resolution": list(a.resolution),
+                                    "channels": a.channels, "in_timesteps": a.in_timesteps,
+                                    "datasets": self.data.train.names, "trained_steps": self.cfg.training.steps,
+                                    "training_data": training_record(self.cfg.data.datasets,
+                                                                     [te for _, te in self.data.test])}
             return Path(save_pretrained(model, out, card=self._card()))
-        finally:
-            if backup is not None:
-                model.load_state_dict(backup)
 
     def _card(self) -> str:
         """This run's model card: base model, data and splits, steps and lr, test errors, command."""
