@@ -26,8 +26,8 @@ import torch
 from torch import Tensor, nn
 
 from .builder import load
+from .data import FrameShape, TrajectoryDataset, split_trajectories
 from .training.build import model_resolution
-from .training.data import Adapt, H5Trajectories, split
 from .training.evaluate import DatasetResult, evaluate_dataset
 from .training.generate import generate_dataset
 
@@ -72,12 +72,12 @@ def make_data(kind_args: dict, path: Path, n: int, seed: int) -> Path:
     return path
 
 
-def evaluate_on(models: dict[str, nn.Module], files: dict[str, Path], adapt: Adapt) -> dict[str, dict[str, tuple]]:
+def evaluate_on(models: dict[str, nn.Module], files: dict[str, Path], frame_shape: FrameShape) -> dict[str, dict[str, tuple]]:
     """``{dataset: {model: (DatasetResult, (truth, pred) of trajectory 0)}}`` over whole trajectories."""
     out: dict[str, dict[str, tuple]] = {}
     for name, path in files.items():
-        source = H5Trajectories(str(path))
-        out[name] = {m: evaluate_dataset(model, name, source, adapt, keep_first=True) for m, model in models.items()}
+        source = TrajectoryDataset(str(path))
+        out[name] = {m: evaluate_dataset(model, name, source, frame_shape, keep_first=True) for m, model in models.items()}
     return out
 
 
@@ -224,12 +224,12 @@ def run_demo(out_dir: str | Path = "demo_out", finetune_steps: int = 300, n_test
               f"pretrained on {', '.join(models[name].pretrained_cfg.get('datasets', []))}")
     reference = models[MODELS[0]]
     c = reference.config
-    adapt = Adapt(model_resolution(reference), c.in_channels, c.in_timesteps, c.out_timesteps)
+    frame_shape = FrameShape(model_resolution(reference), c.in_channels, c.in_timesteps, c.out_timesteps)
 
     print(f"\n1. held-out data: {n_test} new trajectories of each pretraining PDE (seed {HELD_OUT_SEED})")
     files = {name: make_data(spec, out_dir / "data" / f"{name}-heldout.h5", n_test, HELD_OUT_SEED)
              for name, spec in MICRO_SUITE.items()}
-    results = evaluate_on({**models, "persistence": Persistence()}, files, adapt)
+    results = evaluate_on({**models, "persistence": Persistence()}, files, frame_shape)
     print_table(results)
 
     ft, persistence = None, None
@@ -239,8 +239,8 @@ def run_demo(out_dir: str | Path = "demo_out", finetune_steps: int = 300, n_test
               f"(seed {UNSEEN_SEED}), the last 20 % held out")
         train_file = make_data(spec, out_dir / "data" / f"{name}.h5", n_finetune, UNSEEN_SEED)
         ft = finetune_unseen(train_file, out_dir / "finetune", finetune_steps, finetune_lr, batch_size, seed)
-        test = split(str(train_file), None, None, FINETUNE_TEST_FRACTION)[1]  # the trainer's test split
-        persistence = evaluate_dataset(Persistence(), name, test, adapt)
+        test = split_trajectories(TrajectoryDataset(str(train_file)), FINETUNE_TEST_FRACTION)[1]  # the trainer's test split
+        persistence = evaluate_dataset(Persistence(), name, test, frame_shape)
         print(f"\nunseen {name}, l2 full on its held-out trajectories ({finetune_steps} steps, same budget and lr):")
         for label, r in (("persistence baseline", persistence), ("aot-pot-micro zero-shot", ft.zero_shot),
                          ("aot-pot-micro fine-tuned", ft.finetuned), ("aot-pot-micro from scratch", ft.scratch)):

@@ -14,11 +14,17 @@ Generating (``ns``, ``diffusion-reaction``, ``swe``, ``burgers``, ``darcy``)::
 
     generate("ns", "ns.h5", n=100, res=64, nu=1e-3, seed=0, device="cpu")
 
-Training data: ``WindowDataset`` / ``MixtureDataset`` items are dicts with ``x`` ``[*R, t_in, C_max]``,
-``y`` ``[*R, t_out, C_max]``, ``mask`` ``[C_max]`` bool, ``dataset`` int64; ``BalancedSampler``
-draws them by dataset weight, seeded and DDP-aware; ``TrajectoryDataset`` gives whole trajectories
-``[*R, T, C_max]`` for rollout evaluation. ``make_mixture`` / ``make_trajectory_sets`` build both
-from a list of ``DataSpec``.
+Training and evaluation data (the one pipeline; the trainer, eval and finetune use it)::
+
+    trajectories = TrajectoryDataset("file.h5")            # item i: [*S, T, C], read lazily
+    train, test = split_trajectories(trajectories, 0.1)    # the last 10 % for testing, same open file
+    windows = WindowDataset(train, t_in=10, resolution=(64, 64), n_channels=4)   # x, y, mask, dataset
+    mixture = MixtureDataset([windows, ...], weights=[1, ...])
+    sampler = StepBatchSampler(mixture.window_probabilities(), 32, seed=0, start=0, stop=1000)
+    frames, mask = FrameShape((64, 64), 4, 10).frames(test.read(0))   # a test trajectory for a model
+
+``StepBatchSampler`` draws each step's global batch from (seed, step), balanced over datasets by
+weight, so a resumed run and a W-rank run see exactly the batches of one uninterrupted process.
 """
 
 
@@ -30,13 +36,14 @@ from opzoo.data.errors import DataFormatError, GeneratorError, NonFiniteDataErro
 _LAZY = {
     **dict.fromkeys(["CanonicalWriter", "write_canonical"], "opzoo.data.canonical"),
     "convert_to_canonical": "opzoo.data.convert",
-    **dict.fromkeys(["TrajectoryDataset", "WindowDataset", "train_test_split"], "opzoo.data.datasets"),
+    **dict.fromkeys(["TrajectoryDataset", "WindowDataset", "split_trajectories", "train_test_split"],
+                    "opzoo.data.datasets"),
     **dict.fromkeys(["GENERATORS", "generate", "make_generator"], "opzoo.data.generators"),
     "inspect_file": "opzoo.data.inspect",
-    **dict.fromkeys(["DataSpec", "MixtureDataset", "make_mixture", "make_trajectory_sets"], "opzoo.data.mixture"),
+    "MixtureDataset": "opzoo.data.mixture",
     **dict.fromkeys(["LAYOUTS", "SourceInfo", "TrajectorySource", "detect_layout", "open_source"], "opzoo.data.readers"),
-    "BalancedSampler": "opzoo.data.sampler",
-    **dict.fromkeys(["pad_channels", "resize"], "opzoo.data.transforms"),
+    **dict.fromkeys(["StepBatchSampler", "collate", "step_generator"], "opzoo.data.sampler"),
+    **dict.fromkeys(["FrameShape", "pad_channels", "resize"], "opzoo.data.transforms"),
 }
 
 
@@ -44,30 +51,31 @@ __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
 
 
 __all__ = [
-    "BalancedSampler",
     "CanonicalWriter",
     "DataFormatError",
-    "DataSpec",
+    "FrameShape",
     "GENERATORS",
     "GeneratorError",
     "LAYOUTS",
     "MixtureDataset",
     "NonFiniteDataError",
     "SourceInfo",
+    "StepBatchSampler",
     "TrajectoryDataset",
     "TrajectorySource",
     "UnknownLayoutError",
     "WindowDataset",
+    "collate",
     "convert_to_canonical",
     "detect_layout",
     "generate",
     "inspect_file",
     "make_generator",
-    "make_mixture",
-    "make_trajectory_sets",
     "open_source",
     "pad_channels",
     "resize",
+    "split_trajectories",
+    "step_generator",
     "train_test_split",
     "write_canonical",
 ]

@@ -1,6 +1,7 @@
-"""PyTorch datasets over one trajectory file: training windows and whole trajectories.
+"""PyTorch datasets over one trajectory file: its trajectories (and their train/test split), and the
+training windows cut from them.
 
-Both resize space to a common resolution and pad channels to a common count (with a mask), so
+Windows resize space to a common resolution and pad channels to a common count (with a mask), so
 that datasets of different PDEs can be mixed (:mod:`opzoo.data.mixture`).
 """
 
@@ -14,14 +15,11 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from opzoo.data.errors import DataFormatError
 from opzoo.data.readers import TrajectorySource, open_source
 from opzoo.data.transforms import as_size, pad_channels, resize
 
 NAN_POLICIES = ("raise", "skip")
-
-
-def _as_source(source: TrajectorySource | str | os.PathLike, layout: str | None) -> TrajectorySource:
-    return source if isinstance(source, TrajectorySource) else open_source(source, layout=layout)
 
 
 def _as_samples(samples: Sequence[int] | range | None, n: int, path: str) -> np.ndarray:
@@ -29,6 +27,68 @@ def _as_samples(samples: Sequence[int] | range | None, n: int, path: str) -> np.
     if index.size and (index.min() < 0 or index.max() >= n):
         raise IndexError(f"{path}: samples must lie in [0, {n}); got {index.min()}..{index.max()}")
     return index
+
+
+class TrajectoryDataset(Dataset):
+    """The trajectories of one file (all of them, or the subset ``indices``), read lazily through
+    :func:`opzoo.data.open_source` (canonical HDF5 or any layout it detects).
+
+    Item ``i`` is trajectory ``indices[i]`` as ``[*S, T, C]`` float32; :meth:`read` gives a frame range.
+    Frames are returned as the file holds them (no resize, no padding: :class:`FrameShape` does that
+    for a model). Subsets (:meth:`subset`, :func:`split_trajectories`) share the open file.
+    ``check_finite=False`` (the default here) leaves NaN/Inf to the caller, e.g. the trainer's per-step
+    loss check, which names the step and the dataset.
+    """
+
+    def __init__(self, source: TrajectorySource | str | os.PathLike, layout: str | None = None,
+                 indices: Sequence[int] | None = None, *, check_finite: bool = False):
+        self.source = source if isinstance(source, TrajectorySource) else open_source(
+            source, layout=layout, check_finite=check_finite)
+        self.path, self.layout = self.source.path, layout
+        self.shape = tuple(self.source.shape)
+        if len(self.shape) < 4:
+            raise DataFormatError(f"{self.path}: trajectories shaped {list(self.shape[1:])}; expected [*S, T, C] "
+                                  "with 1-3 spatial dims")
+        self.indices = list(range(self.shape[0])) if indices is None else [int(i) for i in _as_samples(
+            indices, self.shape[0], self.path)]
+
+    def select_channels(self, names: Sequence[str]) -> None:
+        """Read only the channels ``names``, in that order, matched by name (e.g. a model's
+        ``pretrained_cfg['fields']``): :meth:`opzoo.data.TrajectorySource.select_channels`. Subsets
+        sharing the file share the selection."""
+        self.source.select_channels(list(names))
+        self.shape = tuple(self.source.shape)
+
+    def subset(self, indices: Sequence[int]) -> "TrajectoryDataset":
+        """The trajectories ``indices`` (of the file) of this file, on the same open file."""
+        return TrajectoryDataset(self.source, self.layout, indices)
+
+    @property
+    def channel_names(self) -> list[str]:
+        return list(self.source.fields)
+
+    @property
+    def spatial(self) -> tuple[int, ...]:
+        return self.shape[1:-2]
+
+    @property
+    def n_steps(self) -> int:
+        return self.shape[-2]
+
+    @property
+    def channels(self) -> int:
+        return self.shape[-1]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def read(self, i: int, t0: int = 0, t1: int | None = None) -> torch.Tensor:
+        """Frames ``t0:t1`` of trajectory ``i`` (of this subset): ``[*S, t1-t0, C]`` float32."""
+        x = self.source.read(self.indices[i], t0, t1)
+        return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return self.read(i)
 
 
 class WindowDataset(Dataset):
@@ -43,14 +103,14 @@ class WindowDataset(Dataset):
 
     where ``R`` is ``resolution`` (or the file's ``S``) and ``C_max`` is ``n_channels`` (or the
     file's ``C``). Windows start every ``stride`` frames. ``samples`` restricts the trajectories
-    (e.g. a train split). ``nan_policy="raise"`` fails on a window with NaN/Inf naming the file,
+    (a :class:`TrajectoryDataset` brings its own: e.g. the train split). ``nan_policy="raise"`` fails on a window with NaN/Inf naming the file,
     key, sample and frames; ``"skip"`` scans the file once at construction, leaves out every window
     touching a non-finite frame and warns with the count (``self.skipped_windows``).
     """
 
     def __init__(
         self,
-        source: TrajectorySource | str | os.PathLike,
+        source: "TrajectoryDataset | TrajectorySource | str | os.PathLike",
         t_in: int = 10,
         t_out: int = 1,
         *,
@@ -67,7 +127,9 @@ class WindowDataset(Dataset):
             raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
         if t_in < 1 or t_out < 1 or stride < 1:
             raise ValueError(f"t_in, t_out and stride must be >= 1; got {t_in}, {t_out}, {stride}")
-        self.source = _as_source(source, layout)
+        if isinstance(source, TrajectoryDataset):
+            source, samples = source.source, source.indices if samples is None else samples
+        self.source = source if isinstance(source, TrajectorySource) else open_source(source, layout=layout)
         self.t_in, self.t_out, self.stride = int(t_in), int(t_out), int(stride)
         n_spatial = len(self.source.spatial_shape)
         self.resolution = as_size(resolution, n_spatial) if resolution is not None else tuple(self.source.spatial_shape)
@@ -133,56 +195,24 @@ class WindowDataset(Dataset):
         }
 
 
-class TrajectoryDataset(Dataset):
-    """Whole trajectories for rollout evaluation, resized and padded like :class:`WindowDataset`.
-
-    Item ``i`` is a dict: ``trajectory`` ``[*R, T, C_max]`` float32 (frames ``t_start`` to
-    ``t_start + n_steps``), ``mask`` ``[C_max]`` bool, ``dataset`` ``[]`` int64. A rollout takes
-    the first ``t_in`` frames as input and compares the rest.
-    """
-
-    def __init__(
-        self,
-        source: TrajectorySource | str | os.PathLike,
-        *,
-        resolution: int | Sequence[int] | None = None,
-        n_channels: int | None = None,
-        pad_value: float = 1.0,
-        samples: Sequence[int] | range | None = None,
-        t_start: int = 0,
-        n_steps: int | None = None,
-        layout: str | None = None,
-        dataset_index: int = 0,
-    ):
-        self.source = _as_source(source, layout)
-        n_spatial = len(self.source.spatial_shape)
-        self.resolution = as_size(resolution, n_spatial) if resolution is not None else tuple(self.source.spatial_shape)
-        self.n_channels = int(n_channels) if n_channels is not None else self.source.n_channels
-        self.pad_value = float(pad_value)
-        self.samples = _as_samples(samples, self.source.n_samples, self.source.path)
-        self.t_start = int(t_start)
-        self.t_stop = self.source.n_steps if n_steps is None else self.t_start + int(n_steps)
-        if not 0 <= self.t_start < self.t_stop <= self.source.n_steps:
-            raise ValueError(f"{self.source.path}: frames {self.t_start}:{self.t_stop} outside [0, {self.source.n_steps}]")
-        self.dataset_index = int(dataset_index)
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-        frames = torch.from_numpy(self.source.read(int(self.samples[i]), self.t_start, self.t_stop))
-        frames, mask = pad_channels(resize(frames, self.resolution), self.n_channels, self.pad_value)
-        return {"trajectory": frames, "mask": mask, "dataset": torch.tensor(self.dataset_index, dtype=torch.int64)}
-
-
 def train_test_split(n_samples: int, test_fraction: float = 0.1, n_test: int | None = None) -> tuple[range, range]:
     """Split ``range(n_samples)`` into (train, test): the last samples are the test set, as in
-    FNO's and DPOT's files. ``n_test`` overrides ``test_fraction``; at least one sample is
-    kept for each side when ``n_samples >= 2``."""
+    FNO's and DPOT's files. The test set holds ``n_test`` samples, or ``round(test_fraction *
+    n_samples)`` and at least one; the training set must keep at least one (ValueError otherwise)."""
     if n_test is None:
-        n_test = int(round(test_fraction * n_samples))
-        if n_samples >= 2:
-            n_test = min(max(n_test, 1), n_samples - 1)
-    if not 0 <= n_test <= n_samples:
-        raise ValueError(f"n_test = {n_test} not in [0, {n_samples}]")
+        n_test = max(1, int(round(test_fraction * n_samples)))
+    if not 0 <= n_test < n_samples:
+        raise ValueError(f"{n_samples} trajectories are too few to hold out {n_test} for testing "
+                         f"(test_fraction {test_fraction:.0%}) and keep one for training")
     return range(0, n_samples - n_test), range(n_samples - n_test, n_samples)
+
+
+def split_trajectories(trajectories: TrajectoryDataset, test_fraction: float = 0.1,
+                       n_test: int | None = None) -> tuple[TrajectoryDataset, TrajectoryDataset]:
+    """(train, test) subsets of one file's trajectories by :func:`train_test_split`, on the same open file."""
+    try:
+        train, test = train_test_split(len(trajectories), test_fraction, n_test)
+    except ValueError as e:
+        raise DataFormatError(f"{trajectories.path}: {e}") from None
+    return trajectories.subset([trajectories.indices[i] for i in train]), \
+        trajectories.subset([trajectories.indices[i] for i in test])

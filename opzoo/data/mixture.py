@@ -1,53 +1,28 @@
 """The multi-dataset mixture used for pretraining (DPOT section 3.3).
 
 Every dataset is resized to one resolution and padded to the widest channel count (pad value 1.0,
-with a mask), cut into windows of ``t_in`` frames -> the next ``t_out`` frames, and sampled with
-per-dataset weights by :class:`opzoo.data.sampler.BalancedSampler`.
+with a mask), cut into windows of ``t_in`` frames -> the next ``t_out`` frames
+(:class:`~opzoo.data.datasets.WindowDataset`), and drawn with per-dataset weights by
+:class:`opzoo.data.sampler.StepBatchSampler` from :meth:`MixtureDataset.window_probabilities`.
+The trainer builds it from a run config (``opzoo.training.build.build_data``)::
 
-Typical use::
-
-    specs = [DataSpec("ns_1e-3.h5"), DataSpec("swe.h5", weight=3), DataSpec("dr.h5", weight=3)]
-    train = make_mixture(specs, t_in=10, resolution=128, split="train")
-    sampler = BalancedSampler(train, seed=0)          # DDP-aware
-    loader = DataLoader(train, batch_size=32, sampler=sampler, num_workers=4)
-    tests = make_trajectory_sets(specs, resolution=128, split="test")   # one per dataset
+    parts = [WindowDataset(train, 10, 1, resolution=(128, 128), n_channels=4, dataset_index=k)
+             for k, train in enumerate(train_splits)]
+    mixture = MixtureDataset(parts, weights=[1, 3, 3])
 """
 
 from __future__ import annotations
 
 import bisect
 import os
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from opzoo.data.datasets import TrajectoryDataset, WindowDataset, train_test_split
-from opzoo.data.readers import TrajectorySource, open_source
+from opzoo.data.datasets import WindowDataset
 from opzoo.data.transforms import pad_channels
-
-SPLITS = ("train", "test", "all")
-
-
-@dataclass
-class DataSpec:
-    """One dataset of a mixture: a file, its sampling weight, and how to split it.
-
-    ``n_test`` (or ``test_fraction``) last trajectories form the test split.
-    """
-
-    path: str | os.PathLike
-    weight: float = 1.0
-    layout: str | None = None
-    test_fraction: float = 0.1
-    n_test: int | None = None
-    name: str | None = None
-
-    @property
-    def label(self) -> str:
-        return self.name or os.path.splitext(os.path.basename(os.fspath(self.path)))[0]
 
 
 class MixtureDataset(Dataset):
@@ -56,7 +31,7 @@ class MixtureDataset(Dataset):
     Item ``i`` (global index over all windows, datasets in order) is the window dict of its dataset
     with ``x`` ``[*R, t_in, C_max]``, ``y`` ``[*R, t_out, C_max]``, ``mask`` ``[C_max]`` and
     ``dataset`` = the dataset's position here; channels are padded again to the widest dataset if
-    needed. ``weights[k]`` is the sampling weight of dataset ``k`` (used by BalancedSampler).
+    needed. ``weights[k]`` is the sampling weight of dataset ``k`` (the sampler's, through :meth:`window_probabilities`).
     """
 
     def __init__(
@@ -128,75 +103,3 @@ class MixtureDataset(Dataset):
             item = {"x": x, "y": y, "mask": mask}
         item["dataset"] = torch.tensor(k, dtype=torch.int64)
         return item
-
-
-def _split_samples(source: TrajectorySource, spec: DataSpec, split: str) -> range:
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    if split == "all":
-        return range(source.n_samples)
-    train, test = train_test_split(source.n_samples, spec.test_fraction, spec.n_test)
-    return train if split == "train" else test
-
-
-def _open_all(specs: Sequence[DataSpec | str]) -> tuple[list[DataSpec], list[TrajectorySource]]:
-    specs = [s if isinstance(s, DataSpec) else DataSpec(s) for s in specs]
-    sources = [open_source(s.path, layout=s.layout) for s in specs]
-    dims = {len(s.spatial_shape) for s in sources}
-    if len(dims) > 1:
-        raise ValueError(
-            "a mixture needs the same number of spatial dims in every file: "
-            + ", ".join(f"{s.path}: S = {list(s.spatial_shape)}" for s in sources)
-        )
-    return specs, sources
-
-
-def make_mixture(
-    specs: Sequence[DataSpec | str],
-    *,
-    t_in: int = 10,
-    t_out: int = 1,
-    resolution: int | Sequence[int] | None = 128,
-    split: str = "train",
-    stride: int = 1,
-    pad_value: float = 1.0,
-    nan_policy: str = "raise",
-) -> MixtureDataset:
-    """Open every file in ``specs`` and build the training mixture over its ``split``.
-
-    ``resolution=None`` keeps the files' own grid (they must then agree). Channels are padded to
-    the widest file. Returns a :class:`MixtureDataset` whose ``weights`` come from the specs.
-    """
-    specs, sources = _open_all(specs)
-    n_channels = max(s.n_channels for s in sources)
-    if resolution is None:
-        shapes = {tuple(s.spatial_shape) for s in sources}
-        if len(shapes) > 1:
-            raise ValueError(f"files have different grids {sorted(shapes)}; pass resolution= to resize them")
-    datasets = [
-        WindowDataset(
-            source, t_in, t_out, resolution=resolution, n_channels=n_channels, pad_value=pad_value,
-            samples=_split_samples(source, spec, split), stride=stride, nan_policy=nan_policy, dataset_index=k,
-        )
-        for k, (spec, source) in enumerate(zip(specs, sources))
-    ]
-    return MixtureDataset(datasets, [s.weight for s in specs], [s.label for s in specs])
-
-
-def make_trajectory_sets(
-    specs: Sequence[DataSpec | str],
-    *,
-    resolution: int | Sequence[int] | None = 128,
-    split: str = "test",
-    pad_value: float = 1.0,
-) -> list[TrajectoryDataset]:
-    """One :class:`TrajectoryDataset` per file (its ``split``), resized and padded as the mixture."""
-    specs, sources = _open_all(specs)
-    n_channels = max(s.n_channels for s in sources)
-    return [
-        TrajectoryDataset(
-            source, resolution=resolution, n_channels=n_channels, pad_value=pad_value,
-            samples=_split_samples(source, spec, split), dataset_index=k,
-        )
-        for k, (spec, source) in enumerate(zip(specs, sources))
-    ]

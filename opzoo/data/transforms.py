@@ -1,11 +1,14 @@
-"""Shape unification for the mixture (DPOT preprocessing): spatial resize and channel padding."""
+"""Shape unification (DPOT preprocessing): spatial resize and channel padding, and the frame shape a model takes."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 import torch.nn.functional as F
+
+from opzoo.data.errors import DataFormatError
 
 _MODES = {1: "linear", 2: "bilinear", 3: "trilinear"}
 
@@ -51,3 +54,21 @@ def pad_channels(frames: torch.Tensor, n_channels: int, value: float = 1.0) -> t
         return frames, mask
     pad = frames.new_full((*frames.shape[:-1], n_channels - channels), value)
     return torch.cat([frames, pad], dim=-1), mask
+
+
+@dataclass
+class FrameShape:
+    """The frames a model takes: spatial ``resolution``, ``channels`` (a file's are padded, with a mask),
+    ``in_timesteps`` and ``out_timesteps``."""
+
+    resolution: tuple[int, ...]
+    channels: int
+    in_timesteps: int
+    out_timesteps: int = 1
+
+    def frames(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[*S, T, C]`` -> (``[*resolution, T, channels]``, mask ``[channels]`` bool)."""
+        x = resize(x, self.resolution)
+        if x.shape[-1] > self.channels:
+            raise DataFormatError(f"data has {x.shape[-1]} channels but the model takes {self.channels}")
+        return pad_channels(x, self.channels)

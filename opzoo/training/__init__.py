@@ -14,7 +14,7 @@ from .._lazy import lazy_exports
 _LAZY = {
     **dict.fromkeys(["CheckpointReadError", "latest_checkpoint", "list_checkpoints", "read_checkpoint"], ".checkpoint"),
     **dict.fromkeys(["RunConfig", "load_run_config", "parse_run_config", "read_document"], ".config"),
-    **dict.fromkeys(["Adapt", "H5Trajectories", "StepBatchSampler"], ".data"),
+    "StepBatchSampler": "opzoo.data.sampler",
     "EMA": ".ema",
     **dict.fromkeys(["DatasetResult", "evaluate_dataset", "write_results"], ".evaluate"),
     "adapt_model": "opzoo.adapt",
@@ -31,7 +31,13 @@ _LAZY = {
 }
 
 
-__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
+# old names, kept for one release (CHANGELOG.md): name -> (module, new name, note)
+_DEPRECATED = {
+    "Adapt": ("opzoo.data", "FrameShape", "the same fields; removed in the next release"),
+    "H5Trajectories": ("opzoo.data", "TrajectoryDataset", "the same arguments; removed in the next release"),
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals(), _DEPRECATED)
 
 
 __all__ = [
@@ -39,7 +45,7 @@ __all__ = [
     "OptimizerHook", "StepContext", "build_optimizer", "build_param_groups", "one_cycle_factor", "schedule_factor",
     "relative_l2_loss", "l2_full", "l2_per_step", "denoising_noise", "add_denoising_noise", "EMA",
     "evaluate_dataset", "write_results", "DatasetResult", "read_log", "finetune_config", "adapt_model", "adapt_to_data",
-    "Adapt", "H5Trajectories", "StepBatchSampler",
+    "StepBatchSampler",
     "latest_checkpoint", "list_checkpoints", "read_checkpoint", "CheckpointReadError",
     "RunDirError", "RunDirBusyError", "RunStopped", "HARMLESS_KEYS",
 ]

@@ -12,8 +12,8 @@ from typing import Sequence
 
 import numpy as np
 
+from ..data import TrajectoryDataset
 from ..data.errors import NonFiniteDataError
-from .data import H5Trajectories
 
 OVERFLOW = 1e18  # |x| at least this overflows float32 once squared (the relative L2 sums squares)
 
@@ -56,7 +56,7 @@ def non_finite_in(values: np.ndarray) -> tuple[int, int]:
     return count, int(np.flatnonzero(per_frame)[0])
 
 
-def scan_trajectories(source: H5Trajectories, n: int | None = None, frames: int | None = None) -> list[BadTrajectory]:
+def scan_trajectories(source: TrajectoryDataset, n: int | None = None, frames: int | None = None) -> list[BadTrajectory]:
     """Every trajectory among the first ``n`` of ``source`` (a subset: indices reported in the file)
     with NaN/Inf in frames ``0 .. frames`` (default: all)."""
     n = len(source) if n is None else min(n, len(source))
@@ -74,7 +74,7 @@ def scan_trajectories(source: H5Trajectories, n: int | None = None, frames: int 
     return out
 
 
-def check_test_sets(test: Sequence[tuple[str, H5Trajectories]], frames: Sequence[int], limit: int | None) -> None:
+def check_test_sets(test: Sequence[tuple[str, TrajectoryDataset]], frames: Sequence[int], limit: int | None) -> None:
     """Refuse NaN/Inf in the frames each test set's evaluation will read, before any training."""
     bad = [b for (name, src), t in zip(test, frames) for b in scan_trajectories(src, limit, t)]
     if bad:
@@ -83,7 +83,7 @@ def check_test_sets(test: Sequence[tuple[str, H5Trajectories]], frames: Sequence
                                  f"remove it (`opzoo data inspect {bad[0].path}` lists every such trajectory)")
 
 
-def bad_windows_message(windows: Sequence[tuple[H5Trajectories | object, int]], step: int) -> str:
+def bad_windows_message(windows: Sequence[tuple[TrajectoryDataset | object, int]], step: int) -> str:
     """The message for a training batch of ``step`` holding NaN/Inf: ``windows`` are ``(source, sample)``
     of the windows found bad (``source`` has ``path`` and ``read(sample)``), the first is described."""
     source, sample = windows[0]

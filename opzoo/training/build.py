@@ -1,4 +1,8 @@
-"""Building what a run needs from its config: the model, the data mixture and the test sets."""
+"""Building what a run needs from its config: the model, the data mixture and the test sets.
+
+Each data file is opened once per run (:func:`open_datasets`); fine-tuning's shape adaptation and the
+mixture read the same open files.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +12,10 @@ from torch import nn
 
 from ..adapt import SHAPE_FIELDS
 from ..builder import create_model, load
-from ..data import MixtureDataset, WindowDataset
+from ..data import FrameShape, MixtureDataset, TrajectoryDataset, WindowDataset, split_trajectories
+from ..data.errors import DataFormatError
 from ..errors import ConfigError
-from .config import RunConfig
-from .data import Adapt, H5Trajectories, split
+from .config import DatasetSpec, RunConfig
 from .shape_check import check_frames, check_resolution
 
 
@@ -46,7 +50,41 @@ def model_resolution(model: nn.Module) -> tuple[int, ...] | None:
     return tuple(int(r) for r in res) if res else None
 
 
-def select_model_fields(model: nn.Module, sources: list[H5Trajectories]) -> None:
+def open_trajectories(path: str, layout: str | None = None) -> TrajectoryDataset:
+    """A file's trajectories, or a ConfigError naming the file (a run's data is part of its config)."""
+    try:
+        return TrajectoryDataset(path, layout)
+    except (DataFormatError, ValueError, OSError) as e:
+        raise ConfigError(str(e) if str(e).startswith(str(path)) else f"{path}: {e}") from None
+
+
+@dataclass
+class OpenDataset:
+    """One dataset of a run, its files opened: the train and test trajectories."""
+
+    spec: DatasetSpec
+    train: TrajectoryDataset
+    test: TrajectoryDataset
+
+
+def open_datasets(cfg: RunConfig) -> list[OpenDataset]:
+    """Every dataset of the run, each file opened once: a separate test file, or the last
+    ``test_fraction`` of the file held out (:func:`opzoo.data.split_trajectories`)."""
+    opened = []
+    for d in cfg.data.datasets:
+        trajectories = open_trajectories(d.path, d.layout)
+        if d.test_path is not None:
+            train, test = trajectories, open_trajectories(d.test_path, d.layout)
+        else:
+            try:
+                train, test = split_trajectories(trajectories, d.test_fraction)
+            except DataFormatError as e:
+                raise ConfigError(str(e)) from None
+        opened.append(OpenDataset(d, train, test))
+    return opened
+
+
+def select_model_fields(model: nn.Module, sources: list[TrajectoryDataset]) -> None:
     """A model that names its channels (``pretrained_cfg['fields']``, one per input channel) reads every
     file's channels by name, in its own order: a file in another order is reordered, one missing a field
     is refused naming it. Files of a model without names (or with fewer names than channels: channels
@@ -54,19 +92,22 @@ def select_model_fields(model: nn.Module, sources: list[H5Trajectories]) -> None
     fields = list(getattr(model, "pretrained_cfg", {}).get("fields") or [])
     if fields and getattr(model.config, "in_channels", None) == len(fields):
         for src in sources:
-            src.select_channels(fields)
+            try:
+                src.select_channels(fields)
+            except DataFormatError as e:
+                raise ConfigError(str(e)) from None
 
 
 @dataclass
 class RunData:
-    adapt: Adapt
+    frame_shape: FrameShape
     train: MixtureDataset
-    test: list[tuple[str, H5Trajectories]]
+    test: list[tuple[str, TrajectoryDataset]]
     test_frames: list[int]  # frames each test set's evaluation reads (T_in + horizon)
 
 
-def build_data(cfg: RunConfig, model: nn.Module) -> RunData:
-    """Open every dataset (metadata only), check it fits the model, and build the mixture."""
+def build_data(cfg: RunConfig, model: nn.Module, opened: list[OpenDataset] | None = None) -> RunData:
+    """Check every dataset (``opened``, or opened here: metadata only) fits the model, and build the mixture."""
     mc = model.config
     channels = cfg.data.channels or mc.in_channels
     if channels != mc.in_channels:
@@ -74,7 +115,7 @@ def build_data(cfg: RunConfig, model: nn.Module) -> RunData:
     if mc.out_channels != mc.in_channels:
         raise ConfigError(f"auto-regressive training needs in_channels == out_channels, the model has "
                           f"{mc.in_channels} -> {mc.out_channels}")
-    splits = [(d, *split(d.path, d.layout, d.test_path, d.test_fraction)) for d in cfg.data.datasets]
+    splits = [(o.spec, o.train, o.test) for o in (open_datasets(cfg) if opened is None else opened)]
     select_model_fields(model, [src for _, tr, te in splits for src in (tr, te)])
     resolution = cfg.data.resolution or model_resolution(model) or splits[0][1].spatial
     for d, tr, te in splits:
@@ -84,7 +125,7 @@ def build_data(cfg: RunConfig, model: nn.Module) -> RunData:
                                   f"train a model with in_channels >= {src.channels}")
             if len(src.spatial) != len(resolution):
                 raise ConfigError(f"{src.path}: {len(src.spatial)}-D data, but the run's resolution is {list(resolution)}")
-    adapt = Adapt(tuple(resolution), channels, mc.in_timesteps, mc.out_timesteps)
+    shape = FrameShape(tuple(resolution), channels, mc.in_timesteps, mc.out_timesteps)
     for d, tr, _ in splits:
         if tr.n_steps < mc.in_timesteps + mc.out_timesteps:
             raise ConfigError(f"{tr.path}: trajectories have {tr.n_steps} frames, fewer than "
@@ -92,9 +133,9 @@ def build_data(cfg: RunConfig, model: nn.Module) -> RunData:
     test_frames = [check_frames(te, mc.in_timesteps, mc.out_timesteps, cfg.data.horizon, "data.horizon")
                    for _, _, te in splits]
     where = "data.resolution" if cfg.data.resolution else f"{splits[0][1].path} (the run's resolution)"
-    check_resolution(model, adapt.resolution, where)
-    parts = [WindowDataset(tr.source, mc.in_timesteps, mc.out_timesteps, resolution=adapt.resolution,
-                           n_channels=channels, samples=tr.indices, dataset_index=k)
+    check_resolution(model, shape.resolution, where)
+    parts = [WindowDataset(tr, mc.in_timesteps, mc.out_timesteps, resolution=shape.resolution,
+                           n_channels=channels, dataset_index=k)
              for k, (d, tr, _) in enumerate(splits)]
     mixture = MixtureDataset(parts, [d.weight for d, _, _ in splits], names=[d.name for d, _, _ in splits])
-    return RunData(adapt, mixture, [(d.name, te) for d, _, te in splits], test_frames)
+    return RunData(shape, mixture, [(d.name, te) for d, _, te in splits], test_frames)

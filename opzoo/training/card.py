@@ -44,7 +44,7 @@ def _fmt(x: float | None) -> str:
 
 
 def split_text(path: str, test) -> str:
-    """Which trajectories of ``path`` are the test split (``test``: its H5Trajectories), by file name and
+    """Which trajectories of ``path`` are the test split (``test``: its TrajectoryDataset), by file name and
     content hash (a card is meant for publishing: no local path)."""
     from ..data.fingerprint import content_hash
 
@@ -80,7 +80,7 @@ def run_card(*, model_name: str, from_scratch: bool, base_weights: str, datasets
              in_timesteps: int) -> str:
     """The card template (``${parameters}``, ``${config}`` are filled by :func:`opzoo.model_card.render_card`).
 
-    ``datasets``: ``(path, test H5Trajectories)`` per file.
+    ``datasets``: ``(path, test TrajectoryDataset)`` per file.
     """
     zero = {r.name: r for r in zero_shot or []}
     kind = "trained from scratch" if from_scratch else "fine-tuned"

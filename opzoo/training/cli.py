@@ -148,9 +148,9 @@ def _say_array_order(paths: Sequence[str], layout: str | None) -> None:
 
     for path in paths:
         if str(path).lower().endswith(SUFFIXES) and (layout or "array").partition(":")[0] == "array":
-            from .data import H5Trajectories
+            from .build import open_trajectories
 
-            src = H5Trajectories(path, layout)
+            src = open_trajectories(path, layout)
             axes = ["N", *"XYZ"[:len(src.spatial)], "T", "C"]
             _header(f"data: {path} read as [{', '.join(axes)}] = {list(src.source.shape)} "
                     f"({'--layout ' + layout if layout else 'the canonical order; another: --layout array:<axes>'})")
@@ -184,12 +184,12 @@ def _load_model(name: str, pretrained: bool | None):
     return load(name, pretrained=pretrained).eval()
 
 
-def _adapt_for(model, data_paths: Sequence[str], resolution, layout: str | None = None):
-    from .build import model_resolution, select_model_fields
-    from .data import Adapt, H5Trajectories
+def _frame_shape_for(model, data_paths: Sequence[str], resolution, layout: str | None = None):
+    from ..data import FrameShape
+    from .build import model_resolution, open_trajectories, select_model_fields
 
     _say_array_order(data_paths, layout)
-    sources = [H5Trajectories(p, layout) for p in data_paths]
+    sources = [open_trajectories(p, layout) for p in data_paths]
     select_model_fields(model, sources)
     res = tuple(resolution) if resolution else (model_resolution(model) or sources[0].spatial)
     c = model.config
@@ -200,10 +200,10 @@ def _adapt_for(model, data_paths: Sequence[str], resolution, layout: str | None 
                              f"{', '.join(axes[:len(src.spatial)])}, T, C]), but the model runs on {len(res)}-D grids "
                              f"{list(res)}; check the file's axis order (--layout array:<axes>) or use a "
                              f"{len(src.spatial)}-D model")
-    return Adapt(res, c.in_channels, c.in_timesteps, c.out_timesteps), sources
+    return FrameShape(res, c.in_channels, c.in_timesteps, c.out_timesteps), sources
 
 
-def _bad_trajectories(sources, adapt, horizon, limit, skip: bool) -> list[list]:
+def _bad_trajectories(sources, frame_shape, horizon, limit, skip: bool) -> list[list]:
     """Per source, the trajectories with NaN/Inf in the frames a rollout reads; refused unless ``skip``."""
     from ..data.errors import NonFiniteDataError
     from .bad_data import scan_trajectories
@@ -211,7 +211,7 @@ def _bad_trajectories(sources, adapt, horizon, limit, skip: bool) -> list[list]:
 
     found = []
     for src in sources:
-        frames = check_frames(src, adapt.in_timesteps, adapt.out_timesteps, horizon, "--horizon")
+        frames = check_frames(src, frame_shape.in_timesteps, frame_shape.out_timesteps, horizon, "--horizon")
         bad = scan_trajectories(src, limit, frames)
         if bad and not skip:
             more = f" (and {len(bad) - 1} more trajectory(ies) in that file)" if len(bad) > 1 else ""
@@ -243,7 +243,7 @@ def _split_of(model, src, split: str | None, test_fraction: float | None, includ
     return (src if indices == list(range(len(src))) else src.subset(indices)), label
 
 
-def _eval_every_window(args, model, adapt, sources, split) -> int:
+def _eval_every_window(args, model, frame_shape, sources, split) -> int:
     """``opzoo eval --windows all``: one-step scores over every window, pooled over the files in order."""
     from .evaluate import evaluate_windows
     from .logger import strict_json
@@ -254,10 +254,10 @@ def _eval_every_window(args, model, adapt, sources, split) -> int:
     if fields is None or any(_vrmse_fields(model, s) != fields for s in sources):
         raise OpzooError("--windows all pools the files, so they must hold the same named channels")
     where = "; ".join(which for _, which in split)
-    r = evaluate_windows(model, sources, adapt, batch, fields, name=", ".join(Path(p).name for p in args.data))
+    r = evaluate_windows(model, sources, frame_shape, batch, fields, name=", ".join(Path(p).name for p in args.data))
     protocol = cfg.get("test_protocol")
     from_cfg = args.batch_size is None and cfg.get("test_batch_size")
-    print(f"protocol: every window (T_in={adapt.in_timesteps} -> 1, stride 1) of {where}, {r.n_windows} windows in "
+    print(f"protocol: every window (T_in={frame_shape.in_timesteps} -> 1, stride 1) of {where}, {r.n_windows} windows in "
           f"file order, one-step scores as the mean of batch means (batch size {batch}"
           f"{', the model pretrained_cfg.test_batch_size' if from_cfg else ''})")
     if protocol:
@@ -321,16 +321,16 @@ def cmd_eval(args) -> int:
 
     _claim_out_dir(Path(args.out), args.model, args.new)
     model = _load_model(args.model, args.pretrained)
-    adapt, sources = _adapt_for(model, args.data, args.resolution, args.layout)
+    frame_shape, sources = _frame_shape_for(model, args.data, args.resolution, args.layout)
     split = [_split_of(model, src, args.split, args.test_fraction, args.include_training) for src in sources]
     for path, (_, which) in zip(args.data, split):
         print(f"scoring {Path(path).name}: {which}")
     sources = [src for src, _ in split]
     if args.windows == "all":
-        _bad_trajectories(sources, adapt, None, None, False)
-        return _eval_every_window(args, model, adapt, sources, split)
+        _bad_trajectories(sources, frame_shape, None, None, False)
+        return _eval_every_window(args, model, frame_shape, sources, split)
     args.batch_size = args.batch_size or 8
-    bad = _bad_trajectories(sources, adapt, args.horizon, args.max_trajectories, args.skip_bad_trajectories)
+    bad = _bad_trajectories(sources, frame_shape, args.horizon, args.max_trajectories, args.skip_bad_trajectories)
     out = Path(args.out)
     results = []
     for path, src, (_, which), skipped in zip(args.data, sources, split, bad):
@@ -338,11 +338,11 @@ def cmd_eval(args) -> int:
         if skipped:
             print(f"{name}: skipped {len(skipped)} trajectory(ies) with NaN/Inf values: "
                   + ", ".join(f"{b.index} ({b.count} values)" for b in skipped))
-        r, (truth, pred) = evaluate_dataset(model, name, src, adapt, args.horizon, batch_size=args.batch_size,
+        r, (truth, pred) = evaluate_dataset(model, name, src, frame_shape, args.horizon, batch_size=args.batch_size,
                                             max_trajectories=args.max_trajectories, keep_first=True,
                                             exclude=[b.position for b in skipped],
                                             vrmse_fields=_vrmse_fields(model, src))
-        with_persistence(r, src, adapt, args.horizon, batch_size=args.batch_size, max_trajectories=args.max_trajectories,
+        with_persistence(r, src, frame_shape, args.horizon, batch_size=args.batch_size, max_trajectories=args.max_trajectories,
                          exclude=[b.position for b in skipped])
         results.append(r)
         for fname, v in r.vrmse.items():
@@ -379,13 +379,13 @@ def cmd_rollout(args) -> int:
     if args.steps is not None and args.steps < 1:
         raise OpzooError(f"--steps must be >= 1, got {args.steps}")
     model = _load_model(args.model, args.pretrained)
-    adapt, (src,) = _adapt_for(model, [args.data], args.resolution, args.layout)
-    t_in = adapt.in_timesteps
+    frame_shape, (src,) = _frame_shape_for(model, [args.data], args.resolution, args.layout)
+    t_in = frame_shape.in_timesteps
     if not 0 <= args.index < len(src):
         raise OpzooError(f"{args.data}: --index {args.index} out of range; the file has {len(src)} trajectories")
     from .shape_check import check_frames
 
-    check_frames(src, t_in, adapt.out_timesteps, None, "--steps")
+    check_frames(src, t_in, frame_shape.out_timesteps, None, "--steps")
     if args.steps is not None and args.steps < 1:
         raise OpzooError(f"--steps must be >= 1, got {args.steps}")
     from .bad_data import non_finite_in
@@ -399,7 +399,7 @@ def cmd_rollout(args) -> int:
                                  f"{args.data}` lists the trajectories with NaN/Inf)")
     steps = args.steps or src.n_steps - t_in
     avail = min(steps, src.n_steps - t_in)
-    frames, mask = adapt.frames(src.read(args.index, 0, t_in + avail))
+    frames, mask = frame_shape.frames(src.read(args.index, 0, t_in + avail))
     with torch.no_grad():
         pred = model.rollout(frames[None, ..., :t_in, :], steps)[0]
     print(f"rolled out {steps} steps from trajectory {args.index} of {args.data}")

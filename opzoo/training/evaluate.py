@@ -13,7 +13,8 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from .data import Adapt, H5Trajectories
+from .._deprecation import renamed_arguments
+from ..data import FrameShape, TrajectoryDataset
 from .logger import strict_json
 from .losses import l2_full, l2_per_step
 from .vrmse import vrmse, vrmse_summary
@@ -71,17 +72,17 @@ class Persistence(nn.Module):
         return last.expand(*last.shape[:-2], steps, last.shape[-1]).clone()
 
 
-def with_persistence(result: DatasetResult, source: H5Trajectories, adapt: Adapt, horizon: int | None = None,
+def with_persistence(result: DatasetResult, source: TrajectoryDataset, frame_shape: FrameShape, horizon: int | None = None,
                      batch_size: int = 8, device="cpu", max_trajectories: int | None = None,
                      exclude: Sequence[int] = ()) -> DatasetResult:
     """``result`` with ``persistence`` set: the same trajectories and horizon scored by :class:`Persistence`."""
-    result.persistence = evaluate_dataset(Persistence(), result.name, source, adapt, horizon, batch_size, device,
+    result.persistence = evaluate_dataset(Persistence(), result.name, source, frame_shape, horizon, batch_size, device,
                                           max_trajectories, exclude=exclude)
     return result
 
 
 @torch.no_grad()
-def rollout_trajectories(model: nn.Module, source: H5Trajectories, adapt: Adapt, horizon: int | None,
+def rollout_trajectories(model: nn.Module, source: TrajectoryDataset, frame_shape: FrameShape, horizon: int | None,
                          batch_size: int = 8, device: torch.device | str = "cpu", max_trajectories: int | None = None,
                          autocast: bool = False, exclude: Sequence[int] = ()):
     """Roll out from the first ``T_in`` frames of each trajectory (but the positions in ``exclude``).
@@ -91,7 +92,7 @@ def rollout_trajectories(model: nn.Module, source: H5Trajectories, adapt: Adapt,
     """
     from ..errors import ConfigError
 
-    t_in = adapt.in_timesteps
+    t_in = frame_shape.in_timesteps
     h = source.n_steps - t_in if horizon is None else min(horizon, source.n_steps - t_in)
     if h < 1:
         raise ConfigError(f"{source.path}: trajectories of {source.n_steps} frames leave nothing to roll out after "
@@ -101,14 +102,15 @@ def rollout_trajectories(model: nn.Module, source: H5Trajectories, adapt: Adapt,
     order = [i for i in range(n) if i not in skip]
     for start in tqdm(range(0, len(order), batch_size), desc=f"rollout {os.path.basename(source.path)}", unit="batch",
                       disable=None, leave=False):
-        frames, mask = zip(*(adapt.frames(source.read(i, 0, t_in + h)) for i in order[start:start + batch_size]))
+        frames, mask = zip(*(frame_shape.frames(source.read(i, 0, t_in + h)) for i in order[start:start + batch_size]))
         frames = torch.stack(frames).to(device)
         with torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16, enabled=autocast):
             pred = model.rollout(frames[..., :t_in, :], h)
         yield frames[..., t_in:, :].float(), pred.float(), mask[0].to(device)
 
 
-def evaluate_dataset(model: nn.Module, name: str, source: H5Trajectories, adapt: Adapt, horizon: int | None = None,
+@renamed_arguments({"adapt": "frame_shape"})
+def evaluate_dataset(model: nn.Module, name: str, source: TrajectoryDataset, frame_shape: FrameShape, horizon: int | None = None,
                      batch_size: int = 8, device="cpu", max_trajectories: int | None = None, autocast: bool = False,
                      keep_first: bool = False, exclude: Sequence[int] = (), vrmse_fields: dict[str, int] | None = None):
     """``DatasetResult`` of one dataset; with ``keep_first`` also ``(truth, pred)`` of its first trajectory.
@@ -125,7 +127,7 @@ def evaluate_dataset(model: nn.Module, name: str, source: H5Trajectories, adapt:
     shorts: dict[int, list] = {}
     try:
         with ExpertLoadRecorder(model) as recorder:  # which experts this dataset's inputs go to
-            for truth, pred, mask in rollout_trajectories(model, source, adapt, horizon, batch_size, device,
+            for truth, pred, mask in rollout_trajectories(model, source, frame_shape, horizon, batch_size, device,
                                                           max_trajectories, autocast, exclude):
                 fulls.append(l2_full(pred, truth, mask).cpu())
                 for h in SHORT_HORIZONS:
@@ -165,7 +167,7 @@ class WindowsResult:
 
 
 @torch.no_grad()
-def evaluate_windows(model: nn.Module, sources: Sequence[H5Trajectories], adapt: Adapt, batch_size: int,
+def evaluate_windows(model: nn.Module, sources: Sequence[TrajectoryDataset], frame_shape: FrameShape, batch_size: int,
                      vrmse_fields: dict[str, int], name: str = "all files", device="cpu") -> WindowsResult:
     """Every window (``T_in`` frames and the next one, stride 1) of every trajectory of ``sources``, in order,
     predicted one step ahead: VRMSE per field and relative L2 as the mean over consecutive batches of
@@ -174,7 +176,7 @@ def evaluate_windows(model: nn.Module, sources: Sequence[H5Trajectories], adapt:
     with ``full=True``: its DataLoader runs over the concatenated files without shuffling)."""
     was_training = model.training
     model.eval()
-    t_in, fields = adapt.in_timesteps, list(vrmse_fields.values())
+    t_in, fields = frame_shape.in_timesteps, list(vrmse_fields.values())
     windows = [(src, i, t) for src in sources for i in range(len(src)) for t in range(src.n_steps - t_in)]
     sums = {"model": torch.zeros(len(fields) + 1, dtype=torch.float64),
             "persistence": torch.zeros(len(fields) + 1, dtype=torch.float64)}
@@ -182,7 +184,7 @@ def evaluate_windows(model: nn.Module, sources: Sequence[H5Trajectories], adapt:
     try:
         for start in tqdm(range(0, len(windows), batch_size), desc=f"every window of {name}", unit="batch",
                           disable=None, leave=False):
-            frames, mask = zip(*(adapt.frames(src.read(i, t, t + t_in + 1)) for src, i, t in windows[start:start + batch_size]))
+            frames, mask = zip(*(frame_shape.frames(src.read(i, t, t + t_in + 1)) for src, i, t in windows[start:start + batch_size]))
             frames = torch.stack(frames).to(device)
             truth, x = frames[..., t_in:, :].float(), frames[..., :t_in, :]
             for key, pred in (("model", model(x).float()), ("persistence", x[..., -1:, :].float())):

@@ -23,8 +23,8 @@ from torch import nn
 
 from ..adapt import SHAPE_FIELDS, adapt_model
 from ..errors import ConfigError
+from .build import OpenDataset, open_datasets
 from .config import RunConfig, parse_run_config
-from .data import H5Trajectories
 
 AXES = "XYZ"
 
@@ -84,7 +84,7 @@ def finetune_config(model: str, data: Sequence[str], output_dir: str, *, steps: 
     return parse_run_config(document, source="finetune arguments")
 
 
-def _file_shape(src: H5Trajectories) -> str:
+def _file_shape(src) -> str:
     return f"[N={src.shape[0]}, {', '.join(f'{a}={n}' for a, n in zip(AXES, src.spatial))}, T={src.n_steps}, C={src.channels}]"
 
 
@@ -93,20 +93,19 @@ def _model_shape(cfg) -> str:
     return f"[N, {', '.join(AXES[:d])}, T, C] with T_in={cfg.in_timesteps}, C={cfg.in_channels}"
 
 
-def adapt_to_data(model: nn.Module, cfg: RunConfig) -> nn.Module:
+def adapt_to_data(model: nn.Module, cfg: RunConfig, opened: list[OpenDataset] | None = None) -> nn.Module:
     """``model`` adapted to the run's data (more channels, ``data.resolution``, shape fields in ``model.args``).
 
-    Raises ConfigError naming the file and both shapes when the data cannot fit the model at all.
+    ``opened``: the run's files as :func:`opzoo.training.build.open_datasets` opened them (opened here if
+    not given). Raises ConfigError naming the file and both shapes when the data cannot fit the model at all.
     """
     mc = model.config
     dims = getattr(mc, "spatial_dims", None)
     targets = {k: v for k, v in cfg.model.args.items() if k in SHAPE_FIELDS}
     widest = None
-    for d in cfg.data.datasets:
-        for path in (d.path, d.test_path):
-            if path is None:
-                continue
-            src = H5Trajectories(path, d.layout)
+    for o in open_datasets(cfg) if opened is None else opened:
+        for src in (o.train, o.test):
+            path = src.path
             if dims is not None and len(src.spatial) != dims:
                 raise ConfigError(
                     f"{path}: {len(src.spatial)}-D data shaped {_file_shape(src)} cannot fine-tune "

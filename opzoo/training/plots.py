@@ -75,7 +75,7 @@ def plot_rollout_panels(truth: torch.Tensor, pred: torch.Tensor, steps: Sequence
 
 def rollout_title(model: str, source, position: int, channel: int) -> str:
     """A rollout plot's title: model, dataset file, channel name and the trajectory's index *in the file*
-    (``source``: the H5Trajectories subset the trajectory was read from, ``position`` its place there)."""
+    (``source``: the TrajectoryDataset subset the trajectory was read from, ``position`` its place there)."""
     names = source.channel_names
     cname = names[channel] if 0 <= channel < len(names) else f"padded channel {channel}"
     return (f"{model} on {Path(source.path).name}\nchannel {channel} ({cname}), "

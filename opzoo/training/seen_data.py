@@ -26,7 +26,7 @@ def _span(indices: Sequence[int]) -> list[int] | None:
 
 def training_record(datasets: Sequence[Any], tests: Sequence[Any]) -> list[dict[str, Any]]:
     """``pretrained_cfg["training_data"]`` of a run: ``datasets`` its ``DatasetSpec``s, ``tests`` the
-    matching test ``H5Trajectories``."""
+    matching test ``TrajectoryDataset``."""
     out = []
     for spec, test in zip(datasets, tests):
         n = int(test.source.n_samples)

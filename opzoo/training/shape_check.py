@@ -15,11 +15,11 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from ..data import TrajectoryDataset
 from ..errors import ConfigError
-from .data import H5Trajectories
 
 
-def check_frames(source: H5Trajectories, t_in: int, t_out: int, horizon: int | None, what: str) -> int:
+def check_frames(source: TrajectoryDataset, t_in: int, t_out: int, horizon: int | None, what: str) -> int:
     """Frames a rollout of ``source`` reads (``T_in + H``); raises ConfigError naming the file and the
     numbers when it has no trajectories or too few frames. ``what`` says whose horizon (a flag, a key)."""
     if len(source) == 0:

@@ -20,15 +20,15 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from ..data import StepBatchSampler, collate, step_generator
 from ..data.errors import NonFiniteDataError
 from ..errors import ConfigError, OpzooError
 from ..routing import aux_losses, named_routers
 from . import checkpoint as ckpt
 from . import run_dir as rundir
 from .bad_data import bad_windows_message, check_test_sets, non_finite_in
-from .build import RunData, build_data, build_model
+from .build import RunData, build_data, build_model, open_datasets
 from .config import RunConfig
-from .data import StepBatchSampler, collate, step_generator
 from .distributed import (
     DistEnv,
     all_reduce_max,
@@ -118,9 +118,10 @@ class Trainer:
         self._generate_missing()
         torch.manual_seed(cfg.seed)
         self.model = model if model is not None else build_model(cfg.model)
+        opened = open_datasets(cfg)
         if cfg.model.adapt:
-            self.model = adapt_to_data(self.model, cfg)
-        self.data: RunData = build_data(cfg, self.model)
+            self.model = adapt_to_data(self.model, cfg, opened)
+        self.data: RunData = build_data(cfg, self.model, opened)
         check_test_sets(self.data.test, self.data.test_frames, cfg.data.max_test_trajectories)
         self.hooks = build_hooks(cfg.optimizer.hooks)
         for hook in self.hooks:
@@ -157,7 +158,7 @@ class Trainer:
     def _persistence(self, name: str, source) -> DatasetResult:
         """The persistence baseline on test set ``name`` (computed once per run: it has no weights)."""
         if name not in self._baselines:
-            self._baselines[name] = evaluate_dataset(Persistence(), name, source, self.data.adapt, self.cfg.data.horizon,
+            self._baselines[name] = evaluate_dataset(Persistence(), name, source, self.data.frame_shape, self.cfg.data.horizon,
                                                      device=self.device,
                                                      max_trajectories=self.cfg.data.max_test_trajectories)
         return self._baselines[name]
@@ -298,7 +299,7 @@ class Trainer:
         results, firsts = [], {}
         with ema_weights(unwrap(self.wrapped), self.ema) as model:
             for name, source in self.data.test:
-                r, first = evaluate_dataset(model, name, source, self.data.adapt, self.cfg.data.horizon,
+                r, first = evaluate_dataset(model, name, source, self.data.frame_shape, self.cfg.data.horizon,
                                             device=self.device, max_trajectories=self.cfg.data.max_test_trajectories,
                                             autocast=self.autocast, keep_first=True)
                 r.persistence = self._persistence(name, source)
@@ -574,7 +575,7 @@ class Trainer:
         from ..builder import save_pretrained
         from .seen_data import training_record
 
-        a = self.data.adapt
+        a = self.data.frame_shape
         with ema_weights(unwrap(self.wrapped), self.ema) as model:
             model.pretrained_cfg = {**getattr(model, "pretrained_cfg", {}), "resolution": list(a.resolution),
                                     "channels": a.channels, "in_timesteps": a.in_timesteps,
@@ -595,7 +596,7 @@ class Trainer:
             base = resolve_weights(name, pretrained)[1].removeprefix("weights: ")
         except OpzooError:  # a bare backbone name
             base = f"backbone {name}, random init"
-        a = self.data.adapt
+        a = self.data.frame_shape
         datasets = [(d.path, te) for d, (_, te) in zip(self.cfg.data.datasets, self.data.test)]
         return run_card(model_name=name, from_scratch=self.from_scratch, base_weights=base, datasets=datasets,
                         steps=self.cfg.training.steps, lr=self.cfg.optimizer.lr, batch_size=self.cfg.training.batch_size,

@@ -11,8 +11,8 @@ import pytest
 from safetensors import safe_open
 
 import opzoo
+from opzoo.data import FrameShape, TrajectoryDataset, split_trajectories
 from opzoo.demo import MICRO_SUITE
-from opzoo.training.data import Adapt, split
 from opzoo.training.evaluate import evaluate_dataset
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,10 +100,10 @@ def test_shipped_weights_give_the_card_numbers_on_the_regenerated_test_split(rep
     work, _ = reproduced
     model = opzoo.load(name, pretrained=True)
     expected = json.loads(shipped(name, "eval.json").read_text())["datasets"]
-    adapt = Adapt((32, 32), 2, 10, 1)
+    frame_shape = FrameShape((32, 32), 2, 10, 1)
     for ds in MICRO_SUITE:
-        test = split(str(work / "data" / "micro-mix" / f"{ds}.h5"), None, None, 0.1)[1]
-        got = evaluate_dataset(model, ds, test, adapt).l2_full
+        test = split_trajectories(TrajectoryDataset(str(work / "data" / "micro-mix" / f"{ds}.h5")), 0.1)[1]
+        got = evaluate_dataset(model, ds, test, frame_shape).l2_full
         assert got == pytest.approx(expected[ds]["l2_full"], rel=1e-3), (ds, got)
 
 

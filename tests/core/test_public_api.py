@@ -102,6 +102,27 @@ def test_the_old_form_needs_all_five_dims():
         opzoo.pot_preset_args(512, 4)
 
 
+def test_renamed_training_names_still_work_with_a_deprecation_warning(tmp_path):
+    """``Adapt`` and ``H5Trajectories`` became ``opzoo.data.FrameShape`` and ``TrajectoryDataset`` (one data
+    pipeline); ``evaluate_dataset(adapt=...)`` became ``frame_shape=``. Each old form works for a release."""
+    import numpy as np
+
+    import opzoo.training
+    from opzoo.data import FrameShape, TrajectoryDataset, write_canonical
+    from opzoo.training.evaluate import Persistence
+
+    for old, new in (("Adapt", FrameShape), ("H5Trajectories", TrajectoryDataset)):
+        with pytest.warns(DeprecationWarning, match=f"opzoo.training.{old} is deprecated; use opzoo.data.{new.__name__}"):
+            assert getattr(opzoo.training, old) is new
+    write_canonical(tmp_path / "a.h5", np.ones((2, 4, 4, 3, 1), np.float32), ["u"])
+    with pytest.warns(DeprecationWarning, match="use frame_shape="):
+        r = opzoo.training.evaluate_dataset(Persistence(), "a", TrajectoryDataset(str(tmp_path / "a.h5")),
+                                            adapt=FrameShape((4, 4), 1, 1))
+    assert r.l2_full == 0.0
+    with pytest.raises(TypeError, match="both adapt="):
+        opzoo.training.evaluate_dataset(Persistence(), "a", None, adapt=1, frame_shape=1)
+
+
 if __name__ == "__main__":
     GOLDEN.write_text(json.dumps(surface(), indent=1, sort_keys=True) + "\n")
     print(f"wrote {GOLDEN}", file=sys.stderr)

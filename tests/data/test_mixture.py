@@ -1,4 +1,5 @@
-"""Mixture: resize, channel padding with mask, windows, balanced DDP-aware sampling."""
+"""The one data pipeline: trajectories and their split, resize, channel padding with mask, windows, the
+mixture, and the per-step balanced DDP-aware batch sampler."""
 
 import numpy as np
 import pytest
@@ -6,15 +7,16 @@ import torch
 from torch.utils.data import DataLoader
 
 from opzoo.data import (
-    BalancedSampler,
-    DataSpec,
+    DataFormatError,
+    FrameShape,
     MixtureDataset,
+    StepBatchSampler,
     TrajectoryDataset,
     WindowDataset,
-    make_mixture,
-    make_trajectory_sets,
+    collate,
     pad_channels,
     resize,
+    split_trajectories,
     train_test_split,
     write_canonical,
 )
@@ -72,10 +74,15 @@ def test_window_dataset_stride_samples_and_too_short(tmp_path):
         WindowDataset(path, t_in=10, t_out=1)
 
 
+def _train_windows(path, k, resolution=8, n_test=None):
+    train, _ = split_trajectories(TrajectoryDataset(path), n_test=n_test)
+    return WindowDataset(train, 2, resolution=resolution, n_channels=3, dataset_index=k)
+
+
 def test_mixture_resizes_pads_and_labels(tmp_path):
     a, data_a = _file(tmp_path, "a.h5", n=5, s=(16, 16), t=6, c=1, seed=1)
     b, data_b = _file(tmp_path, "b.h5", n=3, s=(8, 8), t=5, c=3, seed=2)
-    mix = make_mixture([DataSpec(a, weight=1.0), DataSpec(b, weight=3.0, n_test=1)], t_in=2, resolution=8, split="train")
+    mix = MixtureDataset([_train_windows(a, 0), _train_windows(b, 1, n_test=1)], [1.0, 3.0], ["a", "b"])
     assert mix.n_channels == 3 and mix.weights == [1.0, 3.0] and mix.names == ["a", "b"]
     # a: 4 train samples x 4 windows; b: 2 train samples x 3 windows
     assert mix.sizes == [16, 6] and len(mix) == 22
@@ -94,104 +101,77 @@ def test_mixture_resizes_pads_and_labels(tmp_path):
 def test_mixture_rejects_mismatched_datasets(tmp_path):
     a, _ = _file(tmp_path, "a.h5", n=2, s=(8, 8), t=5, c=1)
     b, _ = _file(tmp_path, "b.h5", n=2, s=(4, 4), t=5, c=1)
-    with pytest.raises(ValueError, match="pass resolution="):
-        make_mixture([a, b], t_in=2, resolution=None)
     with pytest.raises(ValueError, match="share resolution"):
         MixtureDataset([WindowDataset(a, 2), WindowDataset(b, 2)])
-    c, _ = _file(tmp_path, "c.h5", n=2, s=(8,), t=5, c=1)
-    with pytest.raises(ValueError, match="same number of spatial dims"):
-        make_mixture([a, c], t_in=2)
+    with pytest.raises(ValueError, match="no windows"):
+        MixtureDataset([WindowDataset(a, 2, samples=[])])
 
 
-def test_trajectory_sets_match_training_preprocessing(tmp_path):
+def test_trajectories_split_on_one_open_file(tmp_path):
     a, data_a = _file(tmp_path, "a.h5", n=10, s=(16, 16), t=6, c=2, seed=1)
-    b, _ = _file(tmp_path, "b.h5", n=4, s=(8, 8), t=7, c=1, seed=2)
-    tests = make_trajectory_sets([a, b], resolution=8)
-    assert [len(t) for t in tests] == [1, 1]  # last 10 % (at least one) of each file
-    item = tests[0][0]
-    assert item["trajectory"].shape == (8, 8, 6, 2) and item["mask"].all()
-    torch.testing.assert_close(item["trajectory"], resize(torch.from_numpy(data_a[9]), (8, 8)))
-    other = tests[1][0]
-    assert other["trajectory"].shape == (8, 8, 7, 2) and other["mask"].tolist() == [True, False]
-    assert int(other["dataset"]) == 1
-    window = WindowDataset(a, 2, resolution=8, samples=[9])[1]
-    torch.testing.assert_close(window["x"], item["trajectory"][..., 1:3, :])
-    part = TrajectoryDataset(a, t_start=2, n_steps=3)
-    np.testing.assert_array_equal(part[4]["trajectory"].numpy(), data_a[4, :, :, 2:5])
+    trajectories = TrajectoryDataset(a)
+    train, test = split_trajectories(trajectories, 0.2)
+    assert train.indices == list(range(8)) and test.indices == [8, 9]
+    assert train.source is test.source is trajectories.source  # the file is opened once
+    np.testing.assert_array_equal(test[1].numpy(), data_a[9])
+    np.testing.assert_array_equal(test.read(0, 2, 5).numpy(), data_a[8, :, :, 2:5])
+    frames, mask = FrameShape((8, 8), 3, 2).frames(test.read(0))
+    assert frames.shape == (8, 8, 6, 3) and mask.tolist() == [True, True, False]
+    torch.testing.assert_close(frames[..., :2], resize(torch.from_numpy(data_a[8]), (8, 8)))
+    window = WindowDataset(test, 2, resolution=8, n_channels=3)[1]  # a split's windows: the same frames
+    torch.testing.assert_close(window["x"], frames[..., 1:3, :])
+    one, _ = _file(tmp_path, "one.h5", n=1, s=(4, 4), t=3, c=1)
+    with pytest.raises(DataFormatError, match="one.h5: 1 trajectories are too few"):
+        split_trajectories(TrajectoryDataset(one), 0.1)
 
 
 def test_train_test_split():
     assert train_test_split(100) == (range(0, 90), range(90, 100))
     assert train_test_split(5) == (range(0, 4), range(4, 5))
     assert train_test_split(10, n_test=0) == (range(0, 10), range(10, 10))
+    with pytest.raises(ValueError, match="too few"):
+        train_test_split(10, 0.96)
 
 
 def _mixture(tmp_path, sizes=(40, 4), weights=(1.0, 3.0)):
-    specs = []
+    parts = []
     for k, n in enumerate(sizes):
         path, _ = _file(tmp_path, f"d{k}.h5", n=n, s=(4, 4), t=3, c=1, seed=k)
-        specs.append(DataSpec(path, weight=weights[k], n_test=0))
-    return make_mixture(specs, t_in=2, resolution=None)
+        parts.append(WindowDataset(path, 2, dataset_index=k))
+    return MixtureDataset(parts, list(weights))
 
 
-def test_balanced_sampler_follows_weights_not_sizes(tmp_path):
+def test_step_sampler_follows_weights_not_sizes(tmp_path):
+    """DPOT's balanced sampling: dataset k is drawn with probability w_k / sum(w), its windows uniformly."""
     mix = _mixture(tmp_path)  # 40 windows vs 4 windows, weights 1 : 3
-    sampler = BalancedSampler(mix, num_samples=8000, seed=0)
-    indices = np.array(list(sampler))
+    sampler = StepBatchSampler(mix.window_probabilities(), 80, seed=0, start=0, stop=100)
+    indices = np.concatenate([np.array(batch) for batch in sampler])
     datasets = np.searchsorted(mix.offsets, indices, side="right") - 1
     assert abs((datasets == 1).mean() - 0.75) < 0.02
-    # within a dataset, windows are drawn uniformly
     counts = np.bincount(indices[datasets == 1] - mix.offsets[1], minlength=4)
     assert counts.min() > 0.8 * counts.mean()
     assert indices.min() >= 0 and indices.max() < len(mix)
 
 
-def test_balanced_sampler_is_deterministic_and_epoch_dependent(tmp_path):
+def test_step_sampler_depends_on_seed_and_step_only(tmp_path):
     mix = _mixture(tmp_path)
-    a, b = BalancedSampler(mix, seed=3), BalancedSampler(mix, seed=3)
-    assert list(a) == list(b) and len(a) == len(mix)
-    a.set_epoch(1)
-    assert list(a) != list(b)
-    b.set_epoch(1)
-    assert list(a) == list(b)
-    assert list(BalancedSampler(mix, seed=4)) != list(BalancedSampler(mix, seed=3))
-
-
-def test_balanced_sampler_ranks_split_one_global_sequence(tmp_path):
-    mix = _mixture(tmp_path)
-    world = 3
-    samplers = [BalancedSampler(mix, num_samples=100, seed=5, rank=r, world_size=world) for r in range(world)]
-    for s in samplers:
-        s.set_epoch(2)
-    shares = [list(s) for s in samplers]
-    assert all(len(share) == 34 for share in shares)  # 100 rounded up to 102 = 3 x 34
-    full = BalancedSampler(mix, num_samples=102, seed=5, rank=0, world_size=1)
-    full.set_epoch(2)
-    sequence = list(full)
-    interleaved = [shares[p % world][p // world] for p in range(102)]
-    assert interleaved == sequence  # disjoint positions of the same sequence
+    p = mix.window_probabilities()
+    whole = list(StepBatchSampler(p, 6, seed=3, start=0, stop=10))
+    assert list(StepBatchSampler(p, 6, seed=3, start=4, stop=10)) == whole[4:]  # a resume sees the same batches
+    assert list(StepBatchSampler(p, 6, seed=4, start=0, stop=10)) != whole
+    shares = [list(StepBatchSampler(p, 6, 3, 0, 10, rank=r, world_size=3)) for r in range(3)]
+    assert [sum((s[step] for s in shares), []) for step in range(10)] == whole  # ranks split each global batch
     with pytest.raises(ValueError, match="rank 3"):
-        BalancedSampler(mix, rank=3, world_size=3)
-
-
-def test_balanced_sampler_reads_torch_distributed(tmp_path):
-    import torch.distributed as dist
-
-    mix = _mixture(tmp_path)
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
-        sampler = BalancedSampler(mix, seed=1)
-        assert (sampler.rank, sampler.world_size) == (0, 1)
-        assert list(sampler) == list(BalancedSampler(mix, seed=1, rank=0, world_size=1))
-    finally:
-        dist.destroy_process_group()
+        StepBatchSampler(p, 6, 3, 0, 10, rank=3, world_size=3)
+    with pytest.raises(ValueError, match="batch_size 7 is not divisible by the 2 ranks"):
+        StepBatchSampler(p, 7, 3, 0, 1, rank=0, world_size=2)
 
 
 def test_dataloader_with_worker_processes(tmp_path):
     mix = _mixture(tmp_path)
-    loader = DataLoader(mix, batch_size=8, sampler=BalancedSampler(mix, num_samples=32, seed=0), num_workers=2)
-    batches = list(loader)
+    sampler = StepBatchSampler(mix.window_probabilities(), 8, seed=0, start=0, stop=4)
+    batches = list(DataLoader(mix, batch_sampler=sampler, collate_fn=collate, num_workers=2))
     assert len(batches) == 4 and batches[0]["x"].shape == (8, 4, 4, 2, 1)
-    again = list(DataLoader(mix, batch_size=8, sampler=BalancedSampler(mix, num_samples=32, seed=0), num_workers=0))
+    again = list(DataLoader(mix, batch_sampler=sampler, collate_fn=collate, num_workers=0))
     for x, y in zip(batches, again):
         assert torch.equal(x["x"], y["x"]) and torch.equal(x["dataset"], y["dataset"])

@@ -1,11 +1,10 @@
-"""EMA weights, data adaptation (resize, channel padding) and the per-step sampler."""
+"""EMA weights, data adaptation (resize, channel padding) and foreign layouts in training."""
 
-import pytest
 import torch
 import torch.nn.functional as F
 
 from opzoo.data import pad_channels, resize
-from opzoo.training import EMA, StepBatchSampler
+from opzoo.training import EMA
 
 
 def test_ema_update_formula():
@@ -39,20 +38,6 @@ def test_pad_channels_with_ones_and_mask():
     assert mask.tolist() == [True, False, False]
 
 
-def test_sampler_balanced_deterministic_and_split_across_ranks():
-    # dataset 0 has 10 samples, dataset 1 has 90: equal weights give each half the draws
-    p = torch.cat([torch.full((10,), 0.5 / 10), torch.full((90,), 0.5 / 90)]).double()
-    s = StepBatchSampler(p, 8, seed=3, start=0, stop=400)
-    draws = torch.cat([s.global_indices(i) for i in range(400)])
-    assert float((draws < 10).float().mean()) == pytest.approx(0.5, abs=0.03)
-    assert torch.equal(s.global_indices(17), StepBatchSampler(p, 8, 3, 17, 18).global_indices(17))
-    whole = list(StepBatchSampler(p, 8, 3, 5, 7))
-    r0, r1 = list(StepBatchSampler(p, 8, 3, 5, 7, rank=0, world_size=2)), list(StepBatchSampler(p, 8, 3, 5, 7, rank=1, world_size=2))
-    assert [a + b for a, b in zip(r0, r1)] == whole
-    with pytest.raises(Exception, match="not divisible"):
-        StepBatchSampler(p, 7, 3, 0, 1, rank=0, world_size=2)
-
-
 def test_ema_bf16_autocast_and_tensorboard_run(tmp_path, datasets):
     """EMA on, bf16 autocast forced on CPU (the GPU code path), TensorBoard scalars when installed."""
     import opzoo
@@ -81,7 +66,7 @@ def test_training_reads_foreign_layouts_through_opzoo_data(tmp_path, datasets):
     """A PDEBench per-sample file ('0000/data' [T, X, Y, C]) trains like its canonical twin."""
     import h5py
 
-    from opzoo.training import H5Trajectories
+    from opzoo.data import TrajectoryDataset
 
     canonical = h5py.File(datasets["heat"], "r")["data"][:4]  # [N, X, Y, T, C]
     path = tmp_path / "pdebench.h5"
@@ -89,6 +74,6 @@ def test_training_reads_foreign_layouts_through_opzoo_data(tmp_path, datasets):
         for i, traj in enumerate(canonical):
             g = f.create_group(f"{i:04d}")
             g.create_dataset("data", data=traj.transpose(2, 0, 1, 3))  # [T, X, Y, C]
-    src = H5Trajectories(str(path))
+    src = TrajectoryDataset(str(path))
     assert src.shape == canonical.shape
     assert torch.equal(src.read(2, 3, 7), torch.from_numpy(canonical[2, :, :, 3:7]))

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import opzoo
-from opzoo.training import Adapt, H5Trajectories, Trainer, finetune_config, parse_run_config
+from opzoo.data import FrameShape, TrajectoryDataset
+from opzoo.training import Trainer, finetune_config, parse_run_config
 from opzoo.training.evaluate import evaluate_dataset
 
 from ..hub_cache import place_in_hf_cache
@@ -38,7 +39,7 @@ def test_finetune_on_other_channels_and_resolution(tmp_path, pretrained_dir):
     cfg = finetune_config(str(pretrained_dir), [str(user)], str(tmp_path / "ft"), steps=30, batch_size=4, lr=2e-3,
                           test_fraction=0.25, overrides={"training.eval_every": 30, "evaluation.plots": False})
     trainer = Trainer(cfg, show_progress=False)
-    assert trainer.data.adapt.resolution == (16, 16) and trainer.data.adapt.channels == 2
+    assert trainer.data.frame_shape.resolution == (16, 16) and trainer.data.frame_shape.channels == 2
     sample = trainer.data.train[0]
     assert sample["x"].shape == (16, 16, 4, 2) and sample["mask"].tolist() == [True, False]
     assert torch.all(sample["x"][..., 1] == 1.0)  # the padded channel holds the constant 1
@@ -63,7 +64,7 @@ def test_finetune_adapts_a_model_to_more_channels_another_resolution_and_t_in(tm
     trainer = Trainer(cfg, show_progress=False)
     mc = trainer.model.config
     assert (mc.in_channels, mc.out_channels, mc.in_timesteps, tuple(mc.img_size)) == (3, 3, 6, (24, 24))
-    assert trainer.data.adapt.resolution == (24, 24) and trainer.data.adapt.channels == 3
+    assert trainer.data.frame_shape.resolution == (24, 24) and trainer.data.frame_shape.channels == 3
     pre = opzoo.from_pretrained(pretrained_dir).state_dict()
     now = trainer.model.state_dict()
     # copied: the blocks; the newest 4 of the 6 time-aggregation rows; the old channels' input and output weights
@@ -127,13 +128,13 @@ def test_finetune_refuses_a_resolution_the_patches_do_not_tile(tmp_path, pretrai
 
 def test_rollout_metrics_match_direct_loop(pretrained_dir, datasets):
     model = opzoo.from_pretrained(pretrained_dir)
-    src = H5Trajectories(str(datasets["advection"]), indices=[20, 21])
-    adapt = Adapt((16, 16), 2, 4, 1)
-    r = evaluate_dataset(model, "advection", src, adapt, horizon=6)
+    src = TrajectoryDataset(str(datasets["advection"]), indices=[20, 21])
+    frame_shape = FrameShape((16, 16), 2, 4, 1)
+    r = evaluate_dataset(model, "advection", src, frame_shape, horizon=6)
     assert r.horizon == 6 and r.n_trajectories == 2 and len(r.per_step) == 6
     fulls, curves = [], []
     for i in range(2):
-        frames, _ = adapt.frames(src.read(i))
+        frames, _ = frame_shape.frames(src.read(i))
         window = frames[None, ..., :4, :]
         preds = []
         with torch.no_grad():
@@ -204,7 +205,7 @@ def test_finetune_preset_with_pretrained_weights_from_the_hub_cache(tmp_path, pr
         trainer = Trainer(finetune_config("test-micro-pot", [str(user)], str(tmp_path / "ft2"), steps=1))
         reference = opzoo.from_pretrained(pretrained_dir).state_dict()
         assert all(torch.equal(v, reference[k]) for k, v in trainer.model.state_dict().items())
-        assert trainer.data.adapt.resolution == (16, 16)  # the preset's pretraining resolution, not the file's 20x20
+        assert trainer.data.frame_shape.resolution == (16, 16)  # the preset's pretraining resolution, not the file's 20x20
         assert json.loads((out / "model" / "config.json").read_text())["pretrained_cfg"]["preset"] == "test-micro-pot"
     finally:
         registry.forget("tests")

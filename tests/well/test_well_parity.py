@@ -26,7 +26,7 @@ from the_well.data.normalization import ZScoreNormalization  # noqa: E402
 
 import opzoo  # noqa: E402
 from opzoo.cli import main as opzoo_main  # noqa: E402
-from opzoo.training.data import H5Trajectories  # noqa: E402
+from opzoo.data import TrajectoryDataset  # noqa: E402
 from opzoo.training.vrmse import vrmse  # noqa: E402
 from opzoo_well.converter import convert_the_well  # noqa: E402
 from opzoo_well.datasets import STATS_DIR, dataset  # noqa: E402
@@ -113,7 +113,7 @@ def check_parity(arch: str, name: str, spatial: tuple[int, ...], init: dict, tmp
     data_file = write_well_file(tmp_path / "data" / "part.hdf5", name, spatial, n_traj=2, n_steps=T_IN + STEPS)
     ref_pred, ref_target = well_reference(tmp_path / "data", name, well, n_traj=2)  # [B, T, *S, C]
 
-    src = H5Trajectories(str(data_file))
+    src = TrajectoryDataset(str(data_file))
     src.select_channels(model.pretrained_cfg["fields"])  # opzoo's reader, channels by name
     frames = torch.stack([src.read(i) for i in range(2)])  # [B, *S, T, C], physical
     with torch.no_grad():
@@ -261,7 +261,7 @@ def test_delta_target_matches_the_wells_delta_rollout(tmp_path):
     model = opzoo.load(str(tmp_path / "repo"), target="delta")
     data_file = write_well_file(tmp_path / "data" / "part.hdf5", name, spatial, n_traj=2, n_steps=T_IN + STEPS)
     ref_pred, _ = well_reference(tmp_path / "data", name, well, n_traj=2, is_delta=True)
-    src = H5Trajectories(str(data_file))
+    src = TrajectoryDataset(str(data_file))
     src.select_channels(model.pretrained_cfg["fields"])
     frames = torch.stack([src.read(i) for i in range(2)])
     with torch.no_grad():

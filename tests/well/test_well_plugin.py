@@ -140,9 +140,9 @@ def test_eval_reports_vrmse_per_field_next_to_l2_full(tmp_path, capsys):
     result = json.loads((tmp_path / "out" / "eval.json").read_text())["datasets"]["valid"]
     assert set(result["vrmse"]) == {"pressure", "velocity_x", "velocity_y", "full"}
     # the same numbers from the metric directly, on the same rollout
-    from opzoo.training.data import H5Trajectories
+    from opzoo.data import TrajectoryDataset
 
-    src = H5Trajectories(str(data))
+    src = TrajectoryDataset(str(data))
     src.select_channels(model.pretrained_cfg["fields"])
     frames = torch.stack([src.read(i) for i in range(2)])
     with torch.no_grad():
