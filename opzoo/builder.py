@@ -375,9 +375,10 @@ def preset_named(name: str) -> Preset:
 
 
 def resolve_weights(name: str, pretrained: bool | None) -> tuple[bool, str]:
-    """``(pretrained, header)`` for a command that runs model ``name``: ``pretrained=None`` (the default
-    of ``eval``, ``rollout``, ``finetune``) means a preset's published weights when it has some, else
-    random init; ``header`` is the one line saying which weights run."""
+    """``(pretrained, description)`` for model ``name``: ``pretrained=None`` (the default of ``eval``,
+    ``rollout``, ``finetune``) means a preset's published weights when it has some, else random init;
+    ``description`` says which weights run (e.g. ``NAME pretrained, from hf-hub:...``; the CLI prints it
+    after ``weights:``, a card names the base model with it)."""
     from .hub import check_repo_dir
 
     name = str(name)
@@ -387,7 +388,7 @@ def resolve_weights(name: str, pretrained: bool | None) -> tuple[bool, str]:
             raise ConfigError(f"--no-pretrained applies to presets; {name} is a saved model and always loads its weights")
         if ref.kind == "dir":
             check_repo_dir(ref.path)
-        return True, f"weights: {name} (a saved opzoo repo)"
+        return True, f"{name} (a saved opzoo repo)"
     preset = get_registry().preset(ref.preset)
     if pretrained is None:
         pretrained = preset.pretrained is not None
@@ -395,9 +396,9 @@ def resolve_weights(name: str, pretrained: bool | None) -> tuple[bool, str]:
         if preset.pretrained is None:
             raise HubError(f"preset {preset.name!r} has no published weights; drop --pretrained (or pass "
                            f"--no-pretrained) to run it from random init")
-        return True, f"weights: {preset.name} pretrained, from {source_description(preset.pretrained, preset.owner)}"
+        return True, f"{preset.name} pretrained, from {source_description(preset.pretrained, preset.owner)}"
     why = "--no-pretrained" if preset.pretrained is not None else "this preset publishes no weights"
-    return False, f"weights: {preset.name} random init ({why})"
+    return False, f"{preset.name} random init ({why})"
 
 
 __all__ = [

@@ -184,7 +184,7 @@ def cmd_export(args) -> int:
 
     pretrained, header = resolve_weights(args.name, True if parse_model_reference(args.name, backbones=False).saved
                                          else args.pretrained)
-    print(header.replace("(--no-pretrained)", "(export without --pretrained)"))
+    print("weights: " + header.replace("(--no-pretrained)", "(export without --pretrained)"))
     model = load(args.name, pretrained=pretrained, **parse_overrides(args.set))
     out = model.save_pretrained(args.out)
     print(f"wrote {out}/config.json, model.safetensors, README.md")

@@ -25,7 +25,8 @@ _LAZY = {
     **dict.fromkeys(["add_denoising_noise", "denoising_noise"], ".noise"),
     **dict.fromkeys(["build_optimizer", "build_param_groups"], ".optim"),
     **dict.fromkeys(["one_cycle_factor", "schedule_factor"], ".schedule"),
-    **dict.fromkeys(["Trainer", "TrainingDivergedError", "TrainResult"], ".trainer"),
+    **dict.fromkeys(["Trainer", "TrainResult"], ".trainer"),
+    "TrainingDivergedError": ".forensics",
     **dict.fromkeys(["HARMLESS_KEYS", "RunDirBusyError", "RunDirError"], ".run_dir"),
     "RunStopped": ".stop",
 }

@@ -161,8 +161,8 @@ def cmd_finetune(args) -> int:
     from .finetune import finetune_config, recommended_lr
     from .trainer import Trainer
 
-    pretrained, header = resolve_weights(args.model, args.pretrained)
-    _header(header)
+    pretrained, weights = resolve_weights(args.model, args.pretrained)
+    _header(f"weights: {weights}")
     _say_array_order(args.data, args.layout)
     lr, why = (args.lr, "--lr") if args.lr is not None else recommended_lr(args.model, pretrained)
     _header(f"lr: {lr:g} ({why})")
@@ -179,8 +179,8 @@ def _load_model(name: str, pretrained: bool | None):
     """The model a command runs, and print the header line saying which weights those are."""
     from ..builder import load, resolve_weights
 
-    pretrained, header = resolve_weights(name, pretrained)
-    _header(header)
+    pretrained, weights = resolve_weights(name, pretrained)
+    _header(f"weights: {weights}")
     return load(name, pretrained=pretrained).eval()
 
 

@@ -100,3 +100,22 @@ def full_state_dict(model: nn.Module, env: DistEnv, strategy: str) -> dict[str, 
 
         return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     return {k: v.detach().cpu() for k, v in unwrap(model).state_dict().items()}
+
+
+def pick_device(name: str, env: DistEnv) -> torch.device:
+    """``training.device``: ``auto`` is this rank's GPU when there is one, else the CPU."""
+    if name == "auto":
+        return torch.device(f"cuda:{env.local_rank}" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def start_process(section, device: str, deterministic: bool) -> tuple[DistEnv, torch.device]:
+    """This process's rank (torch.distributed initialised from torchrun's environment, per the run config's
+    ``distributed`` ``section``) and device (``training.device``); ``deterministic`` algorithms if asked."""
+    env = init_distributed(section.backend, pick_device(device, DistEnv()), timeout_s=section.timeout_s)
+    device = pick_device(device, env)
+    if deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        if device.type == "cuda":
+            torch.backends.cudnn.benchmark = False
+    return env, device

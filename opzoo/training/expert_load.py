@@ -8,7 +8,8 @@ from collections import deque
 import torch
 from torch import Tensor, nn
 
-from ..routing import expert_counts
+from ..routing import aux_losses, expert_counts, named_routers
+from .hooks import OptimizerHook, StepContext
 
 
 class ExpertCollapseWarning(UserWarning):
@@ -61,4 +62,31 @@ class ExpertLoadMonitor:
         return messages
 
 
-__all__ = ["ExpertCollapseWarning", "ExpertLoadMonitor", "step_counts"]
+class RouterMonitor(OptimizerHook):
+    """The built-in step hook of a model with routers (:func:`router_monitor`): adds this step's router losses
+    (``aux_loss`` weighted total, ``aux/<group>`` unweighted, this rank's) to the step's log record, and every
+    ``log_every`` steps the global expert loads (all ranks); warns (and logs) on expert collapse."""
+
+    def __init__(self, threshold: float = 0.9, window: int = 50, log_every: int = 1):
+        self.monitor, self.log_every = ExpertLoadMonitor(threshold, window), log_every
+
+    def before_optimizer_step(self, ctx: StepContext) -> None:
+        step, model = ctx.step + 1, ctx.model
+        losses = {f"aux/{g}": float(v.detach()) for g, v in aux_losses(model).items()}
+        if losses:
+            losses["aux_loss"] = float(model.aux_loss().detach())
+        counts = step_counts(model, reduce=ctx.all_reduce_mean)
+        for msg in self.monitor.update(step, counts):
+            ctx.log({"kind": "warning", "step": step, "message": msg})
+        ctx.record.update(losses)
+        if step % self.log_every == 0:
+            ctx.record["expert_load"] = {n: [round(float(v), 6) for v in c / c.sum().clamp_min(1e-12)]
+                                         for n, c in counts.items()}
+
+
+def router_monitor(model: nn.Module, threshold: float, window: int, log_every: int) -> list[RouterMonitor]:
+    """``[RouterMonitor]`` for a model with routers, else ``[]``."""
+    return [RouterMonitor(threshold, window, log_every)] if any(True for _ in named_routers(model)) else []
+
+
+__all__ = ["ExpertCollapseWarning", "ExpertLoadMonitor", "RouterMonitor", "router_monitor", "step_counts"]

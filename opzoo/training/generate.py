@@ -45,3 +45,11 @@ def generate_dataset(spec: Mapping[str, Any], path: str | Path, progress: bool =
     generate(spec["kind"], path, int(spec["n"]), seed=int(spec.get("seed", 0)),
              batch_size=int(spec.get("batch_size", 16)), progress=progress, **options)
     return path
+
+
+def generate_missing(datasets, progress: bool = True) -> None:
+    """Generate every dataset of a run config (``data.datasets``) that names a ``generate`` spec and whose file
+    does not exist yet (rank 0 only: the caller waits at a barrier)."""
+    for d in datasets:
+        if d.generate is not None and not Path(d.path).is_file():
+            generate_dataset(d.generate, d.path, progress=progress)

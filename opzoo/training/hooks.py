@@ -45,6 +45,8 @@ class StepContext:
     ``forward(x)`` runs the model under the run's autocast; ``all_reduce_mean(t)`` averages a
     tensor across ranks (identity with one process). ``base_lr`` is ``lr · schedule(step)``.
     ``run_dir`` is the run's output directory (where a hook may write its own files; rank 0 only).
+    ``record`` is this step's ``log.jsonl`` record: a hook may add JSON fields to it (in
+    ``before_optimizer_step``); ``log(record)`` writes another record (e.g. a ``{"kind": "warning", ...}``).
     """
 
     step: int
@@ -60,6 +62,8 @@ class StepContext:
     world_size: int = 1
     rank: int = 0
     run_dir: Path | None = None
+    record: dict[str, Any] = dataclasses.field(default_factory=dict)
+    log: Callable[[dict[str, Any]], None] = lambda record: None
 
 
 class OptimizerHook:

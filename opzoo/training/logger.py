@@ -96,3 +96,15 @@ def read_log(path: str | os.PathLike, kind: str | None = "train") -> list[dict[s
         if kind is None or rec.get("kind") == kind:
             out.append(rec)
     return out
+
+
+def progress_line(step: int, total: int, start: int, loss: float, lr: float, elapsed: float) -> str:
+    """The line printed every ``training.log_every`` steps when stdout is not a terminal (no bar)."""
+    rate = (step - start) / elapsed if elapsed > 0 else float("nan")
+    eta = (total - step) / rate if rate > 0 else float("nan")
+    if not math.isfinite(eta):
+        return f"step {step}/{total}  loss {loss:.4g}  lr {lr:.3g}  {rate:.2f} steps/s  ETA ?"
+    m, s = divmod(int(round(eta)), 60)
+    h, m = divmod(m, 60)
+    return f"step {step}/{total}  loss {loss:.4g}  lr {lr:.3g}  {rate:.2f} steps/s  ETA " + \
+        (f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}")

@@ -28,6 +28,7 @@ import re
 import socket
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -413,3 +414,42 @@ def clear_finished(run_dir: Path) -> None:
 
 __all__ = ["RunDirLock", "RunDirError", "RunDirBusyError", "RunPlan", "plan_run", "move_aside", "HARMLESS_KEYS",
            "config_changes"]
+
+
+def take_run_dir(run_dir: Path, config: Mapping[str, Any], defaults: Mapping[str, Any], *, is_main: bool,
+                 new: bool, allow_resume: bool, sync, say) -> tuple[RunPlan, RunDirLock | None]:
+    """Lock ``run_dir`` (rank 0: ``is_main``), move old contents aside for ``new``, and decide: fresh, resume
+    (verified checkpoint) or finished. Refusals raise RunDirError naming what differs; the directory is then
+    left as it was. ``sync()`` is a barrier across ranks; ``say(line)`` prints on rank 0. The caller releases
+    the returned lock when the run ends."""
+    from .checkpoint import clean_temporaries
+
+    lock = RunDirLock(run_dir) if is_main else None
+    moved = None
+    if lock is not None:
+        lock.acquire()
+    try:
+        if lock is not None and new:
+            moved = move_aside(run_dir)
+        sync()
+        plan = plan_run(run_dir, config, defaults, allow_resume=allow_resume or new)
+        if plan.action == "finished":
+            return plan, lock
+        if lock is not None:
+            # only now: a refused or finished run leaves the directory as it was, .lock included
+            # (meanwhile a contender is told the recorded PID has ended, see describe_holder)
+            lock.record_holder()
+            if moved is not None:
+                say(f"moved the previous contents of {run_dir} to {moved}")
+            for left in clean_temporaries(run_dir / "checkpoints"):
+                warnings.warn(f"{left}: a temporary directory of another process (PID@host in its name); "
+                              "left in place", stacklevel=3)
+            clear_finished(run_dir)
+            if plan.action == "fresh":
+                write_started_config(run_dir, config)
+        sync()
+        return plan, lock
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise

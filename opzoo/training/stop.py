@@ -33,6 +33,18 @@ class StopSignals:
             raise KeyboardInterrupt(f"second {signal.Signals(signum).name}")
         self.signum = signum
 
+    def requested(self, env=None, device=None) -> bool:
+        """Some rank got SIGTERM/SIGINT (agreed across ``env``'s ranks: collective; no device work with one
+        process)."""
+        if env is None or env.world_size == 1:
+            return self.signum is not None
+        import torch
+
+        from .distributed import all_reduce_max
+
+        flag = torch.tensor([float(self.signum is not None)], device=device)
+        return bool(all_reduce_max(flag, env)[0] > 0)
+
     def __enter__(self) -> "StopSignals":
         if threading.current_thread() is threading.main_thread():
             for s in self.SIGNALS:

@@ -1,0 +1,62 @@
+"""A finished run's model: saved as an opzoo repo (EMA weights when on) with the facts of its data and a
+model card that says what it was trained on, how, and how it scores."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from torch import nn
+
+from ..errors import OpzooError
+from .build import RunData
+from .config import RunConfig
+from .distributed import DistEnv, full_state_dict
+from .ema import EMA, ema_weights
+from .evaluate import DatasetResult
+
+
+def export_model(model: nn.Module, ema: EMA | None, cfg: RunConfig, data: RunData, out: Path, card: str) -> Path:
+    """Save ``model`` (with ``ema``'s weights swapped in) to ``out`` with its data facts in ``pretrained_cfg``."""
+    from ..builder import save_pretrained
+    from .seen_data import training_record
+
+    shape = data.frame_shape
+    with ema_weights(model, ema) as model:
+        model.pretrained_cfg = {**getattr(model, "pretrained_cfg", {}), "resolution": list(shape.resolution),
+                                "channels": shape.channels, "in_timesteps": shape.in_timesteps,
+                                "datasets": data.train.names, "trained_steps": cfg.training.steps,
+                                "training_data": training_record(cfg.data.datasets, [te for _, te in data.test])}
+        return Path(save_pretrained(model, out, card=card))
+
+
+def unsharded_copy(wrapped: nn.Module, model: nn.Module, env: DistEnv) -> nn.Module | None:
+    """An FSDP run's weights gathered (every rank calls this) into an unsharded copy of ``model`` (rank 0)."""
+    weights = full_state_dict(wrapped, env, "fsdp")
+    if not env.is_main:
+        return None
+    copy = type(model)(model.config)
+    copy.load_state_dict(weights)
+    copy.preset_name = getattr(model, "preset_name", None)
+    copy.pretrained_cfg = dict(getattr(model, "pretrained_cfg", {}))
+    return copy
+
+
+def run_model_card(cfg: RunConfig, data: RunData, from_scratch: bool, zero_shot: Sequence[DatasetResult] | None,
+                   final: Sequence[DatasetResult], command: str | None) -> str:
+    """The run's model card: base model, data and splits, steps and lr, test errors, command."""
+    from ..builder import resolve_weights
+    from ..reference import parse_model_reference
+    from .card import run_card
+
+    name = cfg.model.name
+    try:  # a saved repo always brings its weights, whatever model.pretrained says
+        base = resolve_weights(name, True if parse_model_reference(name).saved else cfg.model.pretrained)[1]
+    except OpzooError:  # a bare backbone name
+        base = f"backbone {name}, random init"
+    shape = data.frame_shape
+    datasets = [(d.path, te) for d, (_, te) in zip(cfg.data.datasets, data.test)]
+    return run_card(model_name=name, from_scratch=from_scratch, base_weights=base, datasets=datasets,
+                    steps=cfg.training.steps, lr=cfg.optimizer.lr, batch_size=cfg.training.batch_size, seed=cfg.seed,
+                    zero_shot=zero_shot, final=final or [], command=command, resolution=shape.resolution,
+                    channels=shape.channels, in_timesteps=shape.in_timesteps)
