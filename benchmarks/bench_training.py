@@ -29,7 +29,7 @@ from opzoo.training import checkpoint as ckpt
 
 def model_args(width: int) -> dict:
     return {"in_channels": 2, "out_channels": 2, "in_timesteps": 10, "img_size": [32, 32], "patch_size": 4,
-            "width": width, "depth": 4, "out_layer_dim": 32, "mixer_args": {"n_blocks": 4, "modes": 8}}
+            "width": width, "depth": 4, "out_layer_dim": 32, "mixer": "fourier-attention", "mixer_args": {"n_blocks": 4, "modes": 8}}
 
 
 def write_data(path: Path, n: int = 16, res: int = 32, steps: int = 20) -> np.ndarray:

@@ -14,7 +14,7 @@
     python benchmarks/gpu_report.py --device cpu --quick --out /tmp/report.md   # tiny sizes, any machine
 
 ``--quick`` runs the same steps at tiny sizes (32x32 inputs, 2 rounds, a few presets in the checks)
-so the script itself is tested on CPU (tests/core/test_gpu_report.py). The exit status is 1 when a
+so the script itself is tested on CPU (tests/zoo/test_gpu_report.py). The exit status is 1 when a
 check failed; the report is written either way.
 """
 
@@ -44,7 +44,7 @@ import bench_aot  # noqa: E402
 import bench_dpot_official  # noqa: E402
 import bench_fourier  # noqa: E402
 
-CHECK_FILES = ["tests/core/test_compile_presets.py", "tests/core/test_bf16_presets.py"]
+CHECK_FILES = ["tests/zoo/test_compile_presets.py", "tests/zoo/test_bf16_presets.py"]
 # the full report also runs, on the device: the MoE presets' bf16 steps
 EXTRA_CHECKS = [("tests/moe/test_bf16.py", {}, None)]
 

@@ -208,13 +208,6 @@ def cmd_push(args) -> int:
     return 0
 
 
-def cmd_demo(args) -> int:
-    from .demo import run_demo
-
-    run_demo(out_dir=args.out, finetune_steps=args.finetune_steps, n_test=args.n_test)
-    return 0
-
-
 def build_parser(plugin_commands: bool = True) -> argparse.ArgumentParser:
     """The ``opzoo`` parser; ``plugin_commands=False`` leaves out the commands plugins add, which would
     import every plugin (and torch): ``opzoo --help`` then names the plugins from their entry-point
@@ -271,13 +264,6 @@ def build_parser(plugin_commands: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--private", action="store_true")
     p.set_defaults(func=cmd_push)
 
-    p = sub.add_parser("demo", help="pretrained micro operators by name: held-out errors vs persistence, "
-                                     "fine-tuning on an unseen PDE, plots (offline, ~3 min on 2 CPU cores)")
-    p.add_argument("--out", default="demo_out", help="where the data, runs and PNGs go")
-    p.add_argument("--finetune-steps", type=int, default=300, help="fine-tuning budget (0 skips fine-tuning)")
-    p.add_argument("--n-test", type=int, default=8, help="held-out trajectories per pretraining PDE")
-    p.set_defaults(func=cmd_demo)
-
     for add_commands in _command_providers():
         add_commands(sub)
     if plugin_commands:
@@ -301,7 +287,7 @@ def _plugin_distributions() -> list[str]:
     return sorted({ep.dist.name if ep.dist is not None else ep.name for ep in entry_points(group=PROJECT_NAME)})
 
 
-CORE_COMMANDS = frozenset({"list", "info", "verify", "plugins", "export", "convert", "push", "demo", "data", "pretrain",
+CORE_COMMANDS = frozenset({"list", "info", "verify", "plugins", "export", "convert", "push", "data", "pretrain",
                            "finetune", "eval", "rollout"})
 
 

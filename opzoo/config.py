@@ -53,7 +53,12 @@ class ModelConfig:
             if f.name.endswith("_args") and isinstance(value, Mapping):  # a component's arguments
                 for k, v in value.items():
                     _check_size_field(k, v, f"{source}.{f.name}.{k}")
+        config.validate(source)
         return config
+
+    def validate(self, source: str = "model_args") -> None:
+        """Checks beyond fields and types, run by :meth:`from_dict` (e.g. that named components exist and take
+        their ``*_args``); ConfigError naming the field. A backbone's config overrides it."""
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.init}

@@ -97,10 +97,10 @@ class Block(nn.Module, metaclass=abc.ABCMeta):
 
     ``state`` is the residual state of the backbone's Residual (the latent ``[B, *S, D]`` for the
     plain residual); a block joins each of its sub-layers to it with a Residual, so any block works
-    with any Residual. Constructed as ``BlockClass(config, index=i, **block_args)`` for block ``i``,
-    where ``config`` is the backbone's config (for the POT backbone a :class:`opzoo.PotConfig`, whose
-    ``make_mixer()``, ``make_feedforward()``, ``make_norm()`` and ``make_residual(k)`` build the
-    components the config names). A block with ``sublayers = m`` residual sub-layers gives them the
+    with any Residual. Constructed as ``BlockClass(parts, index=i, **block_args)`` for block ``i``,
+    where ``parts`` is the backbone's builder (for the POT backbone a :class:`opzoo.PotParts`: the
+    config's fields read through it, and ``make_mixer()``, ``make_feedforward()``, ``make_norm()`` and
+    ``make_residual(k)`` build the components the config names). A block with ``sublayers = m`` residual sub-layers gives them the
     residual indices ``m*i, ..., m*i + m - 1``, so indices count sub-layers across the network.
     """
 

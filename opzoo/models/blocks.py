@@ -1,7 +1,7 @@
 """The POT backbone's two built-in block layouts, registered as ``dpot`` and ``sandwich``.
 
-Each builds its parts from the config (``config.make_mixer()`` etc.), so the mixer, feed-forward
-and residual are whatever the config names.
+Each builds its parts with the :class:`~opzoo.PotParts` it is given (``parts.make_mixer()`` etc.), so the
+mixer, feed-forward and residual are whatever the config names.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from torch import Tensor
 from ..interfaces import Block
 
 if TYPE_CHECKING:
-    from .pot import PotConfig
+    from .pot_parts import PotParts
 
 
 class DpotBlock(Block):
@@ -25,13 +25,13 @@ class DpotBlock(Block):
 
     sublayers = 1
 
-    def __init__(self, config: "PotConfig", index: int):
+    def __init__(self, parts: "PotParts", index: int):
         super().__init__()
-        self.norm1 = config.make_norm()
-        self.mixer = config.make_mixer()
-        self.norm2 = config.make_norm()
-        self.mlp = config.make_feedforward()
-        self.residual = config.make_residual(index)
+        self.norm1 = parts.make_norm()
+        self.mixer = parts.make_mixer()
+        self.norm2 = parts.make_norm()
+        self.mlp = parts.make_feedforward()
+        self.residual = parts.make_residual(index)
 
     def branch(self, z: Tensor) -> Tensor:
         u = self.norm1(z)
@@ -50,16 +50,16 @@ class SandwichBlock(Block):
 
     sublayers = 2
 
-    def __init__(self, config: "PotConfig", index: int):
+    def __init__(self, parts: "PotParts", index: int):
         super().__init__()
-        self.norm1 = config.make_norm()
-        self.mixer = config.make_mixer()
-        self.post_norm1 = config.make_norm()
-        self.norm2 = config.make_norm()
-        self.mlp = config.make_feedforward()
-        self.post_norm2 = config.make_norm()
-        self.residual1 = config.make_residual(2 * index)
-        self.residual2 = config.make_residual(2 * index + 1)
+        self.norm1 = parts.make_norm()
+        self.mixer = parts.make_mixer()
+        self.post_norm1 = parts.make_norm()
+        self.norm2 = parts.make_norm()
+        self.mlp = parts.make_feedforward()
+        self.post_norm2 = parts.make_norm()
+        self.residual1 = parts.make_residual(2 * index)
+        self.residual2 = parts.make_residual(2 * index + 1)
 
     def mixer_branch(self, z: Tensor) -> Tensor:
         return self.post_norm1(self.mixer(self.norm1(z)))

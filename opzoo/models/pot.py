@@ -27,17 +27,21 @@ from ..config import ModelConfig
 from ..errors import ConfigError, WeightsError
 from ..interfaces import Backbone, Block, FeedForward, Mixer, Residual
 from ..layers.grid import append_grid
-from ..layers.norm_act import ChannelsLastGroupNorm, make_activation
+from ..layers.norm_act import make_activation
 from ..layers.patch_embed import PatchEmbed, conv_nd, conv_transpose_nd
 from ..layers.time_agg import TimeAggregator, fold_time_weights
 from ..layers.weight_init import trunc_normal_
 from ..registry import get_registry
 from .io_layout import DimMap, fields_then_grid_index, newest_aligned_index, prefix_index, time_channel_index
+from .pot_parts import PotParts, component_args
 
 
 @dataclasses.dataclass
 class PotConfig(ModelConfig):
-    """POT hyper-parameters; defaults are DPOT-Ti's (img 128, patch 8, D 512, depth 4)."""
+    """POT hyper-parameters; the dims default to DPOT-Ti's (img 128, patch 8, D 512, depth 4), the components
+    to the core's own (``dpot`` block, ``pointwise-mlp`` mixer, ``mlp`` feed-forward, ``plain`` residual), so
+    that ``create_model("pot")`` builds with no plugin. DPOT's network names opzoo-fourier's
+    ``fourier-attention`` mixer (``opzoo_fourier.dpot_preset_args``)."""
 
     spatial_dims: int = 2
     img_size: tuple[int, ...] = (128, 128)
@@ -52,8 +56,8 @@ class PotConfig(ModelConfig):
     normalize: bool = False
     norm_groups: int = 8
     block: str = "dpot"
-    mixer: str = "fourier-attention"
-    mixer_args: dict[str, Any] = dataclasses.field(default_factory=lambda: {"n_blocks": 4, "modes": 32})
+    mixer: str = "pointwise-mlp"  # the core's own; DPOT's is opzoo-fourier's "fourier-attention"
+    mixer_args: dict[str, Any] = dataclasses.field(default_factory=dict)
     residual: str = "plain"
     residual_args: dict[str, Any] = dataclasses.field(default_factory=dict)
     block_args: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -78,30 +82,40 @@ class PotConfig(ModelConfig):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
 
-    # ---- the parts a block builds (the components this config names) --------------------------
+    def validate(self, source: str = "model_args") -> None:
+        """Every component named here exists and takes its ``*_args`` (called where the config is built)."""
+        from .pot_parts import check_component_args
+
+        check_component_args(self, source)
+
+    # ---- the old factory methods: the parts are built by opzoo.PotParts now ----------------------
+    def _parts(self, method: str):
+        import warnings
+
+        from .pot_parts import PotParts
+
+        warnings.warn(f"PotConfig.{method}() is deprecated (a config is data): use opzoo.PotParts(config).{method}() "
+                      "(a block receives a PotParts as its first argument); removed in the next release",
+                      DeprecationWarning, stacklevel=3)
+        return PotParts(self)
+
     def make_block(self, index: int) -> Block:
-        """Block ``index``: ``registry block(self, index=index, **block_args)``."""
-        return get_registry().get("block", self.block)(self, index=index, **self.block_args)
+        return self._parts("make_block").make_block(index)
 
     def make_mixer(self) -> Mixer:
-        """``registry mixer(width, **mixer_args)``: ``[B, *S, D] -> [B, *S, D]``."""
-        return get_registry().get("mixer", self.mixer)(self.width, **self.mixer_args)
+        return self._parts("make_mixer").make_mixer()
 
     def make_feedforward(self) -> FeedForward:
-        """``registry feedforward(width, hidden_dim=int(width * mlp_ratio), act=act, **feedforward_args)``."""
-        cls = get_registry().get("feedforward", self.feedforward)
-        return cls(self.width, hidden_dim=int(self.width * self.mlp_ratio), act=self.act, **self.feedforward_args)
+        return self._parts("make_feedforward").make_feedforward()
 
     def make_residual(self, index: int) -> Residual:
-        """Sub-layer ``index``'s residual: ``registry residual(width, index=index, **residual_args)``."""
-        return get_registry().get("residual", self.residual)(self.width, index=index, **self.residual_args)
+        return self._parts("make_residual").make_residual(index)
 
     def make_norm(self) -> nn.Module:
-        """The blocks' GroupNorm(norm_groups, width) over channels-last tokens."""
-        return ChannelsLastGroupNorm(self.norm_groups, self.width)
+        return self._parts("make_norm").make_norm()
 
     def make_activation(self) -> nn.Module:
-        return make_activation(self.act)
+        return self._parts("make_activation").make_activation()
 
 
 class PotBackbone(Backbone):
@@ -117,14 +131,17 @@ class PotBackbone(Backbone):
         super().__init__(config)
         c = config
         c.check()
+        parts = PotParts(c)
         conv, conv_t = conv_nd(c.spatial_dims), conv_transpose_nd(c.spatial_dims)
         self.patch_embed = PatchEmbed(c.in_channels + c.spatial_dims + 1, c.out_channels * c.patch_size + 3, c.width,
                                       c.patch_size, c.spatial_dims, c.act)
         grid = [s // c.patch_size for s in c.img_size]
         self.pos_embed = nn.Parameter(torch.zeros(1, c.width, *grid))
         self.time_agg = TimeAggregator(c.in_timesteps, c.width, c.time_agg)
-        self.streams = get_registry().get("residual", c.residual).stream_adapter(c.width, **c.residual_args)
-        self.blocks = nn.ModuleList(c.make_block(i) for i in range(c.depth))
+        residual = get_registry().get("residual", c.residual)
+        self.streams = residual.stream_adapter(c.width, **component_args("residual", c.residual, residual,
+                                                                           c.residual_args, "residual_args"))
+        self.blocks = nn.ModuleList(parts.make_block(i) for i in range(c.depth))
         self.cls_head = nn.Sequential(
             nn.Linear(c.width, c.width), make_activation(c.act),
             nn.Linear(c.width, c.width), make_activation(c.act),

@@ -1,7 +1,9 @@
 """The POT size table (Ti/S/M/L/H) and the configs of presets on the POT backbone (DESIGN §6.2).
 
 Every plugin's POT preset (dpot-*, aot-pot-*, nestor-*, ...) takes its dims from :data:`POT_SIZES`
-through :func:`pot_preset_args`, so one table says what "S" means for all of them.
+through :func:`pot_preset_args`, so one table says what "S" means for all of them. The token mixer is the
+caller's: ``pot_preset_args(size, mixer=..., mixer_args=...)``; a mixer's plugin says how a size sets its
+arguments (opzoo-fourier's ``dpot_preset_args`` gives DPOT's Fourier attention with ``n_blocks = heads``).
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from .pot import PotConfig
 
 @dataclasses.dataclass(frozen=True)
 class PotSize:
-    """One size of the POT backbone: latent ``width`` D, ``depth`` blocks, ``heads`` (the Fourier
-    attention's ``n_blocks``), the feed-forward's ``mlp_ratio`` and the output head's ``out_layer_dim``."""
+    """One size of the POT backbone: latent ``width`` D, ``depth`` blocks, the token mixer's ``heads`` (for DPOT's
+    Fourier attention its ``n_blocks``), the feed-forward's ``mlp_ratio`` and the output head's ``out_layer_dim``."""
 
     width: int
     depth: int
@@ -37,13 +39,16 @@ POT_SIZES: Mapping[str, PotSize] = MappingProxyType({
 })
 
 # DPOT's pretraining setup, shared by every preset on the POT backbone (DESIGN §6.2): 128x128 inputs
-# of 4 channels and 10 steps, patch 8, 32 Fourier modes, 12 dataset classes
+# of 4 channels and 10 steps, patch 8, 12 dataset classes
 _DPOT_SETUP: dict[str, Any] = dict(
     in_channels=4, out_channels=4, in_timesteps=10, out_timesteps=1,
     spatial_dims=2, img_size=[128, 128], patch_size=8, n_cls=12,
-    act="gelu", time_agg="exp_mlp", normalize=False, block="dpot",
-    mixer="fourier-attention", residual="plain", residual_args={},
+    act="gelu", time_agg="exp_mlp", normalize=False, block="dpot", residual="plain", residual_args={},
 )
+
+# what a call without mixer= got before the mixer became the caller's (opzoo-fourier's Fourier attention with
+# n_blocks = heads and DPOT's 32 modes); kept for one release behind a DeprecationWarning
+_LEGACY_MIXER, _LEGACY_MODES = "fourier-attention", 32
 
 
 def pot_size(size: str | PotSize) -> PotSize:
@@ -58,15 +63,17 @@ def pot_size(size: str | PotSize) -> PotSize:
 
 def pot_preset_args(size: str | PotSize, *legacy: Any, **overrides: Any) -> dict[str, Any]:
     """The config of a POT preset: ``size`` (a :data:`POT_SIZES` name or a :class:`PotSize`) in DPOT's
-    pretraining setup, DPOT's network by default; ``overrides`` replace fields, e.g.
-    ``block="sandwich", residual="aot"`` (``mixer_args`` too).
+    pretraining setup; ``overrides`` replace fields and name the token mixer, e.g.
+    ``mixer="pointwise-mlp", mixer_args={}, block="sandwich", residual="aot"``.
 
-    The form of opzoo 0.1's first README, ``pot_preset_args(width, depth, n_blocks, mlp_ratio,
-    out_layer_dim, **overrides)``, still works for one release, with a DeprecationWarning (CHANGELOG.md).
+    Without ``mixer=``, the config is DPOT's network (opzoo-fourier's ``fourier-attention``, ``n_blocks = heads``,
+    32 modes) with a DeprecationWarning: name the mixer, or call ``opzoo_fourier.dpot_preset_args``. The form of
+    opzoo 0.1's first README, ``pot_preset_args(width, depth, n_blocks, mlp_ratio, out_layer_dim, **overrides)``,
+    still works for one release too, with a DeprecationWarning (CHANGELOG.md).
     """
-    if legacy or isinstance(size, int):
-        import warnings
+    import warnings
 
+    if legacy or isinstance(size, int):
         dims = (size, *legacy)
         if len(dims) != 5:
             raise ConfigError(f"pot_preset_args: the old form takes (width, depth, n_blocks, mlp_ratio, out_layer_dim), "
@@ -82,18 +89,23 @@ def pot_preset_args(size: str | PotSize, *legacy: Any, **overrides: Any) -> dict
     if unknown:
         raise ConfigError(f"pot_preset_args: unknown POT config field(s) {', '.join(map(repr, unknown))}")
     args = copy.deepcopy(_DPOT_SETUP)  # callers may edit the lists and dicts they get
-    args.update(width=row.width, depth=row.depth, mlp_ratio=row.mlp_ratio, out_layer_dim=row.out_layer_dim,
-                mixer_args={"n_blocks": row.heads, "modes": 32})
+    args.update(width=row.width, depth=row.depth, mlp_ratio=row.mlp_ratio, out_layer_dim=row.out_layer_dim)
+    if "mixer" not in overrides:
+        warnings.warn(f"pot_preset_args without mixer= gives {_LEGACY_MIXER!r} (opzoo-fourier's mixer) and is deprecated: "
+                      "name the mixer (mixer=..., mixer_args=...), or use opzoo_fourier.dpot_preset_args for DPOT's "
+                      "network; removed in the next release", DeprecationWarning, stacklevel=2)
+        args.update(mixer=_LEGACY_MIXER, mixer_args={"n_blocks": row.heads, "modes": _LEGACY_MODES})
     args.update(overrides)
     return args
 
 
 # The micro pretraining setup (configs/micro/, docs/micro.md) of every plugin's *-micro preset, so
-# that their weights come from the same data, budget and seed and compare directly: DPOT's network
-# at D128, depth 4, 4 heads, on 32x32 inputs of 2 channels, patch 4, 8 modes, normalized per sample
-_MICRO_SIZE = PotSize(width=128, depth=4, heads=4, mlp_ratio=1.0, out_layer_dim=32)
+# that their weights come from the same data, budget and seed and compare directly: D128, depth 4,
+# 4 heads, on 32x32 inputs of 2 channels, patch 4, normalized per sample (the mixer is the caller's:
+# opzoo-fourier's dpot_micro_preset_args gives DPOT's, with 8 modes)
+POT_MICRO_SIZE = PotSize(width=128, depth=4, heads=4, mlp_ratio=1.0, out_layer_dim=32)
 _MICRO_SETUP: dict[str, Any] = dict(in_channels=2, out_channels=2, in_timesteps=10, img_size=[32, 32], patch_size=4,
-                                    mixer_args={"n_blocks": 4, "modes": 8}, normalize=True)
+                                    normalize=True)
 _MICRO_PRETRAINED_CFG: dict[str, Any] = dict(
     channels=2, resolution=[32, 32], in_timesteps=10, datasets=["ns-nu1e-3", "ns-nu1e-4", "diffusion-reaction", "swe"],
     normalization="inside the model (normalize=True: each sample's channels standardized over space and time, the "
@@ -105,10 +117,29 @@ _MICRO_PRETRAINED_CFG: dict[str, Any] = dict(
 )
 
 
+# the pretraining mixture of the micro presets: generator args (configs/micro/*.yaml use them with seed 0;
+# `opzoo demo`'s held-out trajectories use new seeds)
+MICRO_SUITE: Mapping[str, Mapping[str, Any]] = MappingProxyType({
+    "ns-nu1e-3": MappingProxyType({"kind": "ns", "res": 32, "nu": 1.0e-3, "steps": 20, "record_dt": 0.5}),
+    "ns-nu1e-4": MappingProxyType({"kind": "ns", "res": 32, "nu": 1.0e-4, "steps": 20, "record_dt": 0.5}),
+    "diffusion-reaction": MappingProxyType({"kind": "diffusion-reaction", "res": 32, "steps": 20, "t_end": 2.0}),
+    "swe": MappingProxyType({"kind": "swe", "res": 32, "steps": 20, "t_end": 1.0}),
+})
+
+
 def pot_micro_preset_args(**overrides: Any) -> dict[str, Any]:
     """The config of a micro preset on the POT backbone (the shared micro setup above); ``overrides``
-    replace fields as in :func:`pot_preset_args`, e.g. ``block="sandwich", residual="aot"``."""
-    return pot_preset_args(_MICRO_SIZE, **{**copy.deepcopy(_MICRO_SETUP), **overrides})
+    replace fields as in :func:`pot_preset_args` and name the mixer, e.g. ``mixer=..., block="sandwich"``.
+    Without ``mixer=``: DPOT's Fourier attention with 8 modes, deprecated as in :func:`pot_preset_args`."""
+    import warnings
+
+    setup = copy.deepcopy(_MICRO_SETUP)
+    if "mixer" not in overrides:
+        warnings.warn(f"pot_micro_preset_args without mixer= gives {_LEGACY_MIXER!r} (opzoo-fourier's mixer) and is "
+                      "deprecated: name the mixer, or use opzoo_fourier.dpot_micro_preset_args; removed in the next "
+                      "release", DeprecationWarning, stacklevel=2)
+        setup.update(mixer=_LEGACY_MIXER, mixer_args={"n_blocks": POT_MICRO_SIZE.heads, "modes": 8})
+    return pot_preset_args(POT_MICRO_SIZE, **{**setup, **overrides})
 
 
 def micro_pretrained_cfg() -> dict[str, Any]:
@@ -116,4 +147,4 @@ def micro_pretrained_cfg() -> dict[str, Any]:
     return copy.deepcopy(_MICRO_PRETRAINED_CFG)
 
 
-__all__ = ["PotSize", "POT_SIZES", "pot_size", "pot_preset_args", "pot_micro_preset_args", "micro_pretrained_cfg"]
+__all__ = ["PotSize", "POT_SIZES", "POT_MICRO_SIZE", "MICRO_SUITE", "pot_size", "pot_preset_args", "pot_micro_preset_args", "micro_pretrained_cfg"]

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 
-def _pyplot():
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
@@ -19,7 +19,7 @@ def _pyplot():
     return plt
 
 
-def _save(plt, fig, path: str | os.PathLike) -> Path:
+def save_figure(plt, fig, path: str | os.PathLike) -> Path:
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -28,7 +28,7 @@ def _save(plt, fig, path: str | os.PathLike) -> Path:
     return path
 
 
-def _field2d(frame: torch.Tensor) -> np.ndarray:
+def field2d(frame: torch.Tensor) -> np.ndarray:
     """A 2-D view of one spatial frame ``[*S]``: itself in 2-D, the middle slice in 3-D."""
     a = frame.float().cpu().numpy()
     while a.ndim > 2:
@@ -42,7 +42,7 @@ def plot_rollout_panels(truth: torch.Tensor, pred: torch.Tensor, steps: Sequence
 
     truth, pred: ``[*S, T, C]``. 1-D data is drawn as curves (truth and prediction overlaid).
     """
-    plt = _pyplot()
+    plt = pyplot()
     horizon = truth.shape[-2]
     steps = [s for s in steps if 1 <= s <= horizon] or [horizon]
     ndim = truth.ndim - 2
@@ -60,7 +60,7 @@ def plot_rollout_panels(truth: torch.Tensor, pred: torch.Tensor, steps: Sequence
         fig, axes = plt.subplots(3, len(steps), figsize=(max(3.0 * len(steps), 6.0), 8.4), squeeze=False)
         lo, hi = float(t.min()), float(t.max())
         for j, s in enumerate(steps):
-            gt, pr = _field2d(t[..., s - 1]), _field2d(p[..., s - 1])
+            gt, pr = field2d(t[..., s - 1]), field2d(p[..., s - 1])
             for row, (img, name, kw) in enumerate([(gt, "ground truth", dict(vmin=lo, vmax=hi)),
                                                    (pr, "prediction", dict(vmin=lo, vmax=hi)),
                                                    (np.abs(pr - gt), "|error|", dict(cmap="magma"))]):
@@ -70,7 +70,7 @@ def plot_rollout_panels(truth: torch.Tensor, pred: torch.Tensor, steps: Sequence
                 fig.colorbar(im, ax=axes[row, j], fraction=0.046)
     if title:
         fig.suptitle(title, fontsize=10)
-    return _save(plt, fig, path)
+    return save_figure(plt, fig, path)
 
 
 def rollout_title(model: str, source, position: int, channel: int) -> str:
@@ -88,7 +88,7 @@ def plot_error_curves(curves: Mapping[str, Sequence[float]], path: str | os.Path
                       reference_label: str = "zero-shot", label: str = "model") -> Path:
     """Relative L2 error versus rollout step, one line per dataset (log scale); per dataset also the
     ``persistence`` baseline (dotted) and a ``reference`` model, e.g. zero-shot before fine-tuning (dashed)."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for k, (name, curve) in enumerate(curves.items()):
         color = f"C{k % 10}"
@@ -106,13 +106,13 @@ def plot_error_curves(curves: Mapping[str, Sequence[float]], path: str | os.Path
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
     ax.set_title(title or "rollout error per step", fontsize=10)
-    return _save(plt, fig, path)
+    return save_figure(plt, fig, path)
 
 
 def plot_loss(steps: Sequence[int], losses: Sequence[float], path: str | os.PathLike,
               evals: Mapping[str, tuple[Sequence[int], Sequence[float]]] | None = None, title: str = "") -> Path:
     """Training loss (and test l2 full per dataset at every evaluation, as markers) versus step."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     ax.plot(steps, losses, lw=0.8, label="train loss (relative L2 of one step, noised inputs)")
     for name, (s, v) in (evals or {}).items():
@@ -123,7 +123,7 @@ def plot_loss(steps: Sequence[int], losses: Sequence[float], path: str | os.Path
     ax.set_yscale("log")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(plt, fig, path)
+    return save_figure(plt, fig, path)
 
 
 def plot_expert_load(loads: Mapping[str, Mapping[str, Sequence[float]]], path: str | os.PathLike,
@@ -131,7 +131,7 @@ def plot_expert_load(loads: Mapping[str, Mapping[str, Sequence[float]]], path: s
     """Which inputs go where: one heat map per router (rows datasets, columns experts, share of the
     dataset's assignments, each row sums to 1; a router that got none of a dataset's inputs is grey).
     ``loads``: ``{dataset: {router name: [E]}}``."""
-    plt = _pyplot()
+    plt = pyplot()
     datasets = list(loads)
     routers = list(next(iter(loads.values())))
     cols = min(4, len(routers))

@@ -23,7 +23,7 @@ import opzoo
 
 DATA = Path(__file__).parent / "data"
 RANDOM_ARGS = dict(in_channels=2, out_channels=2, in_timesteps=3, img_size=[16, 16], patch_size=4, width=16,
-                   depth=2, out_layer_dim=8, mixer_args={"n_blocks": 2, "modes": 2}, n_cls=2)
+                   depth=2, out_layer_dim=8, mixer="fourier-attention", mixer_args={"n_blocks": 2, "modes": 2}, n_cls=2)
 
 
 def random_aot_model() -> torch.nn.Module:

@@ -262,11 +262,11 @@ def test_builds_on_meta_device():
 @pytest.mark.parametrize(
     "args, match",
     [
-        (dict(nn=4), r"unknown field\(s\) 'nn'.*known fields: n, sinkhorn_iters"),
+        (dict(nn=4), r"unknown field\(s\) 'nn'.*known fields: alpha, compile, eps, n, pre_bias, res_bias, sinkhorn_iters"),
         (dict(n=0), r"residual_args\.n: expected an integer >= 1, got 0"),
         (dict(n=2.5), r"residual_args\.n"),
         (dict(sinkhorn_iters=0), r"residual_args\.sinkhorn_iters"),
-        (dict(alpha="big"), r"residual_args\.alpha: expected a number"),
+        (dict(alpha="big"), r"residual_args\.alpha: expected float, got 'big'"),
         (dict(eps=0.0), r"residual_args\.eps: expected a positive number"),
         (dict(compile="yes"), r"residual_args\.compile: expected"),
     ],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
@@ -15,6 +16,20 @@ def write_dist(root: Path, dist: str, version: str, module: str, source: str, ep
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
     (info / "entry_points.txt").write_text(f"[opzoo]\n{ep_name or module} = {module}\n")
     (info / "RECORD").write_text("")
+
+
+def env_enabling(*dists: str) -> dict[str, str]:
+    """Environment for a process that must load ``dists``: when ``OPZOO_PLUGINS`` restricts loading (e.g. the
+    core's tests run with ``OPZOO_PLUGINS=``, no first-party plugin), the fake distributions are added to it."""
+    if "OPZOO_PLUGINS" not in os.environ:
+        return {}
+    return {"OPZOO_PLUGINS": ",".join(filter(None, [os.environ["OPZOO_PLUGINS"], *dists]))}
+
+
+def enable(monkeypatch, *dists: str) -> None:
+    """:func:`env_enabling` for this process."""
+    for k, v in env_enabling(*dists).items():
+        monkeypatch.setenv(k, v)
 
 
 MIXER_PLUGIN = '''

@@ -2,18 +2,6 @@ import json
 
 from opzoo.cli import main
 
-FIRST_PARTY = ("opzoo-fourier", "opzoo-aot", "opzoo-moe", "opzoo-mup")
-
-
-def test_plugins_lists_the_first_party_plugins_with_versions(capsys):
-    assert main(["plugins"]) == 0
-    out = capsys.readouterr().out
-    for name in FIRST_PARTY:
-        assert f"{name} 0.1.0" in out
-    assert main(["plugins", "--json"]) == 0
-    doc = json.loads(capsys.readouterr().out)
-    assert set(FIRST_PARTY) <= {p["distribution"] for p in doc["loaded"]}
-
 
 def test_list_with_pattern(capsys):
     assert main(["list", "simple-*"]) == 0

@@ -5,7 +5,7 @@ import pytest
 from opzoo.errors import RegistryConflictError
 from opzoo.plugins import PluginHost, PluginLoadWarning
 
-from .fake_dists import MIXER_PLUGIN, write_dist
+from .fake_dists import MIXER_PLUGIN, enable, write_dist
 
 FIRST_PARTY = {"opzoo-fourier", "opzoo-aot", "opzoo-moe", "opzoo-mup"}
 
@@ -102,6 +102,7 @@ def test_a_plugin_adds_a_command_to_the_cli(tmp_path, monkeypatch, fresh_plugins
     from opzoo.cli import main
 
     write_dist(tmp_path, "opzoo-hello", "1.0", "hello_plugin", COMMAND_PLUGIN.replace("{name}", "hello"))
+    enable(monkeypatch, "opzoo-hello")
     monkeypatch.syspath_prepend(str(tmp_path))
     assert main(["hello", "world"]) == 3
     assert capsys.readouterr().out == "hello world\n"
@@ -114,6 +115,7 @@ def test_a_plugin_command_taking_a_core_name_is_an_error_naming_both(tmp_path, m
     from opzoo.cli import build_parser
 
     write_dist(tmp_path, "opzoo-lister", "1.0", "lister_plugin", COMMAND_PLUGIN.replace("{name}", "list"))
+    enable(monkeypatch, "opzoo-lister")
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(RegistryConflictError, match=r"command 'list' is registered by both 'opzoo' and 'opzoo-lister'"):
         build_parser()
@@ -127,6 +129,7 @@ def test_a_plugin_whose_command_hook_raises_is_a_warning_and_adds_nothing(tmp_pa
 '''
     source = source.replace("    p.set_defaults(func=_hello)\n\n    raise", "    p.set_defaults(func=_hello)\n    raise")
     write_dist(tmp_path, "opzoo-halfcmd", "1.0", "halfcmd_plugin", source)
+    enable(monkeypatch, "opzoo-halfcmd")
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.warns(PluginLoadWarning, match=r"opzoo-halfcmd.*opzoo_register_commands raised ValueError: no more commands"):
         parser = build_parser()

@@ -1,7 +1,6 @@
 """Block layouts and feed-forward sub-layers of the POT backbone are registry components."""
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -9,19 +8,6 @@ from torch import nn
 
 import opzoo
 from opzoo.errors import UnknownNameError
-
-GOLDEN = Path(__file__).parent / "golden" / "pot_presets.json"
-NEW_FIELDS = {"block_args": {}, "feedforward": "mlp", "feedforward_args": {}}
-
-
-def test_every_pot_preset_keeps_its_config_and_parameters():
-    """The table was written by the commit before blocks and feed-forwards became components."""
-    golden = json.loads(GOLDEN.read_text())
-    for name, before in golden.items():
-        with torch.device("meta"):
-            model = opzoo.load(name)
-        assert model.config.to_dict() == {**before["config"], **NEW_FIELDS}, name
-        assert {k: list(v.shape) for k, v in model.state_dict().items()} == before["params"], name
 
 
 def test_builtin_components_are_registered_under_their_names():
@@ -111,10 +97,6 @@ def test_an_unknown_block_or_feedforward_names_the_closest(fresh_plugins):
         opzoo.create_model("pot", **TINY, feedforward="mpl")
 
 
-def test_a_config_written_before_the_new_fields_loads_with_their_defaults():
-    golden = json.loads(GOLDEN.read_text())
-    config = opzoo.PotConfig.from_dict(golden["aot-pot-t"]["config"])
-    assert (config.block, config.feedforward, config.block_args, config.feedforward_args) == ("sandwich", "mlp", {}, {})
 
 
 def test_the_core_mlp_and_init_are_timms_without_importing_timm():

@@ -7,35 +7,6 @@ import os
 from .fake_dists import MIXER_PLUGIN, write_dist
 from .subprocess_utils import run_python
 
-PROBE = ("import atexit, sys\n"
-         "atexit.register(lambda: sys.__stderr__.write('HEAVY ' + ','.join(m for m in ('torch', 'opzoo_fourier', "
-         "'opzoo_well', 'h5py') if m in sys.modules) + '\\n'))\n"
-         "from opzoo.cli import main\n"
-         "sys.exit(main({argv!r}))\n")
-
-
-def cli(argv, env):
-    done = run_python(PROBE.format(argv=argv), env=env)
-    heavy = next(line for line in done.stderr.splitlines() if line.startswith("HEAVY"))[6:]
-    return done.returncode, done.stdout, heavy
-
-
-def test_list_and_info_from_the_index_import_nothing_heavy_and_match_the_registry(tmp_path, capsys):
-    import opzoo
-    from opzoo.cli import main
-
-    opzoo.get_registry()  # this process answers from its live registry: the reference
-    env = {"OPZOO_CACHE_DIR": str(tmp_path / "cache")}
-    code, first, heavy = cli(["list"], env)  # builds the index: imports the plugins once
-    assert code == 0 and "torch" in heavy and list((tmp_path / "cache").glob("preset-index-*.json"))
-    for argv in (["list"], ["list", "dpot-*", "--pretrained"], ["list", "*-t", "--aliases"], ["info", "dpot-micro"],
-                 ["info", "well-fno-shear_flow", "--json"], ["info", "nestor-t"]):
-        code, fast, heavy = cli(argv, env)
-        assert code == 0 and heavy == "", (argv, heavy)
-        assert main(argv) == 0
-        assert fast == capsys.readouterr().out, argv
-    assert "dpot-micro" in first
-
 
 def test_the_index_key_changes_with_the_installed_code(tmp_path):
     site = tmp_path / "site"

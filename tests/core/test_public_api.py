@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
-import os
 import sys
 import warnings
 from pathlib import Path
@@ -62,36 +61,8 @@ def test_the_public_surface_matches_its_snapshot():
             f"regenerate the snapshot with `python -m tests.core.test_public_api`")
 
 
-PLUGIN = '''
-import opzoo
-
-@opzoo.hookimpl
-def opzoo_register_models(registry):
-    # the call form of the earlier README: (width, depth, n_blocks, mlp_ratio, out_layer_dim, **overrides)
-    registry.register_model("old-style-pot", backbone="pot",
-                            args=opzoo.pot_preset_args(512, 4, 4, 1.0, 32, block="sandwich"))
-'''
 
 
-def test_a_plugin_using_the_old_pot_preset_args_still_loads_with_a_deprecation_warning(tmp_path):
-    from .fake_dists import write_dist
-    from .subprocess_utils import run_python
-
-    write_dist(tmp_path, "opzoo-old-style", "0.1", "opzoo_old_style", PLUGIN)
-    code = ("import warnings, opzoo, torch\n"
-            "with warnings.catch_warnings(record=True) as caught:\n"
-            "    warnings.simplefilter('always')\n"
-            "    names = opzoo.list_models('old-style-*')\n"
-            "print(names, [str(w.message)[:40] for w in caught if w.category is DeprecationWarning])\n"
-            "with torch.device('meta'):\n"
-            "    m = opzoo.load('old-style-pot')\n"
-            "print(m.config.width, m.config.depth, m.config.mixer_args['n_blocks'], m.config.block)\n"
-            "print(opzoo.pot_preset_args('Ti', block='sandwich') == opzoo.get_registry().preset('old-style-pot').args)")
-    done = run_python(code, env={"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])})
-    lines = done.stdout.splitlines()
-    assert done.returncode == 0, done.stderr
-    assert lines[0].startswith("['old-style-pot'] ['pot_preset_args(width, depth, n_blocks,")
-    assert lines[1] == "512 4 4 sandwich" and lines[2] == "True"
 
 
 def test_the_old_form_needs_all_five_dims():

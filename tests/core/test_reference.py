@@ -17,7 +17,7 @@ ROOT = Path(opzoo.__file__).parent
 def test_each_kind_of_reference(tmp_path, monkeypatch):
     opzoo.load("simple-op").save_pretrained(tmp_path / "me" / "m")
     monkeypatch.chdir(tmp_path)
-    assert parse_model_reference("dpot-t").kind == "preset" and parse_model_reference("dpot-t").preset == "dpot-ti"
+    assert parse_model_reference("simple-op").kind == "preset" and parse_model_reference("simple-op").preset == "simple-op"
     hub = parse_model_reference("hf-hub:me/m@v1")
     assert (hub.kind, hub.repo_id, hub.revision, hub.saved, hub.base_model_id) == ("hub", "me/m", "v1", True, "me/m")
     local = parse_model_reference("me/m")
@@ -30,8 +30,8 @@ def test_each_kind_of_reference(tmp_path, monkeypatch):
         parse_model_reference("me/typo")
     with pytest.raises(opzoo.HubError, match="is not a directory"):
         parse_model_reference("local-dir:me/typo")
-    with pytest.raises(opzoo.UnknownNameError, match="dpot-mirco"):
-        parse_model_reference("dpot-mirco")
+    with pytest.raises(opzoo.UnknownNameError, match="simple-po"):
+        parse_model_reference("simple-po")
 
 
 def test_no_other_module_spells_the_prefixes():

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from .fake_dists import env_enabling
 from .subprocess_utils import run_python
 
 PLUGIN_SOURCE = Path(__file__).resolve().parents[1] / "third_party_plugin"
@@ -36,14 +37,14 @@ out = model(torch.randn(2, 8, 8, 3, 2))
 assert out.shape == (2, 8, 8, 1, 2) and torch.isfinite(out).all()
 print(opzoo.get_registry().owner("mixer", "example-shift"))
 """
-    result = run_python(code, env={"PYTHONPATH": str(installed_plugin)})
+    result = run_python(code, env={"PYTHONPATH": str(installed_plugin), **env_enabling("opzoo-example-plugin")})
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "opzoo-example-plugin"
 
 
 def test_installed_plugin_is_listed_by_the_cli(installed_plugin):
     result = run_python("import sys, opzoo.cli; sys.exit(opzoo.cli.main(['plugins']))",
-                        env={"PYTHONPATH": str(installed_plugin)})
+                        env={"PYTHONPATH": str(installed_plugin), **env_enabling("opzoo-example-plugin")})
     assert result.returncode == 0, result.stderr
     assert "opzoo-example-plugin 0.3.1" in result.stdout
 

@@ -9,7 +9,7 @@ import opzoo
 OFFICIAL_COUNTS = {"dpot-ti": 7_534_643, "dpot-s": 30_801_459, "dpot-m": 122_125_875,
                    "dpot-l": 509_018_739, "dpot-h": 1_031_082_099}
 SMALL = dict(img_size=[32, 32], patch_size=8, width=32, depth=2, out_layer_dim=8, in_timesteps=3,
-             mixer_args={"n_blocks": 4, "modes": 32})
+             mixer="fourier-attention", mixer_args={"n_blocks": 4, "modes": 32})
 
 
 @pytest.mark.parametrize("name", sorted(OFFICIAL_COUNTS))
@@ -32,12 +32,15 @@ def test_presets_point_at_the_official_weights():
         assert (src.repo_id, src.filename, src.converter) == ("hzk17/DPOT", file, "dpot")
 
 
-def test_pot_preset_args_is_dpots_setup_at_given_dims():
-    """The public helper the preset plugins share: DPOT's setup (DPOT §4 / official configs) at one
-    row of the size table, ``overrides`` replacing fields, a fresh dict each call, unknown fields rejected."""
+def test_dpot_preset_args_is_dpots_setup_at_given_dims():
+    """The helper the preset plugins share: DPOT's setup (DPOT §4 / official configs) at one row of the size
+    table with DPOT's Fourier attention (n_blocks = heads, 32 modes), ``overrides`` replacing fields, a fresh
+    dict each call, unknown fields rejected."""
+    from opzoo_fourier import dpot_preset_args
+
     assert opzoo.POT_SIZES["S"] == opzoo.PotSize(width=1024, depth=6, heads=8, mlp_ratio=1.0, out_layer_dim=32)
-    args = opzoo.pot_preset_args("S")
-    assert opzoo.pot_preset_args("s") == opzoo.pot_preset_args(opzoo.PotSize(1024, 6, 8, 1.0, 32)) == args
+    args = dpot_preset_args("S")
+    assert dpot_preset_args("s") == dpot_preset_args(opzoo.PotSize(1024, 6, 8, 1.0, 32)) == args
     assert args == dict(
         in_channels=4, out_channels=4, in_timesteps=10, out_timesteps=1, spatial_dims=2, img_size=[128, 128],
         patch_size=8, width=1024, depth=6, mlp_ratio=1.0, out_layer_dim=32, n_cls=12, act="gelu",
@@ -45,16 +48,23 @@ def test_pot_preset_args_is_dpots_setup_at_given_dims():
         mixer_args={"n_blocks": 8, "modes": 32}, residual="plain", residual_args={},
     )
     assert args == opzoo.get_registry().preset("dpot-s").args
-    sandwich = opzoo.pot_preset_args("S", block="sandwich", residual="aot", residual_args={"n": 2})
+    sandwich = dpot_preset_args("S", block="sandwich", residual="aot", residual_args={"n": 2})
     assert sandwich == {**args, "block": "sandwich", "residual": "aot", "residual_args": {"n": 2}}
     other_mixer = opzoo.pot_preset_args("S", mixer="pointwise-mlp", mixer_args={})
     assert other_mixer == {**args, "mixer": "pointwise-mlp", "mixer_args": {}}
     args["img_size"].append(3)
     args["residual_args"]["n"] = 7
-    assert opzoo.pot_preset_args("S")["img_size"] == [128, 128]
-    assert opzoo.pot_preset_args("S")["residual_args"] == {}
+    assert dpot_preset_args("S")["img_size"] == [128, 128]
+    assert dpot_preset_args("S")["residual_args"] == {}
     with pytest.raises(opzoo.ConfigError, match="'widht'"):
-        opzoo.pot_preset_args("Ti", widht=256)
+        dpot_preset_args("Ti", widht=256)
+    # the core's helper without mixer= is the old call form: DPOT's network, with a DeprecationWarning
+    with pytest.warns(DeprecationWarning, match="pot_preset_args without mixer= gives 'fourier-attention'"):
+        assert opzoo.pot_preset_args("S") == dpot_preset_args("S")
+    with pytest.warns(DeprecationWarning, match="pot_micro_preset_args without mixer="):
+        from opzoo_fourier import dpot_micro_preset_args
+
+        assert opzoo.pot_micro_preset_args(block="sandwich") == dpot_micro_preset_args(block="sandwich")
 
 
 def test_dpot_block_is_one_residual_around_the_whole_branch():
@@ -131,7 +141,7 @@ def test_three_dimensional_pot_and_inflation_from_2d():
 
 
 def test_swapped_components_and_bad_config():
-    model = opzoo.create_model("pot", mixer="pointwise-mlp", mixer_args={}, **{k: v for k, v in SMALL.items() if k != "mixer_args"})
+    model = opzoo.create_model("pot", mixer="pointwise-mlp", mixer_args={}, **{k: v for k, v in SMALL.items() if k not in ("mixer", "mixer_args")})
     assert model(torch.randn(1, 32, 32, 3, 4)).shape == (1, 32, 32, 1, 4)
     with pytest.raises(opzoo.ConfigError, match="img_size"):
         opzoo.create_model("pot", img_size=[30, 32])

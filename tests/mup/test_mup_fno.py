@@ -21,7 +21,7 @@ from opzoo_mup import MuPFNO, mup_factor
 from .conftest import fno1d_run_document
 
 TINY_POT = dict(img_size=[16, 16], patch_size=2, width=32, depth=2, out_layer_dim=16, norm_groups=4,
-                mixer_args={"n_blocks": 4, "modes": 6})
+                mixer="fourier-attention", mixer_args={"n_blocks": 4, "modes": 6})
 
 # (model factory, expected spectral-parameter-name pattern, kept modes per dim K, spatial dims d)
 CASES = {

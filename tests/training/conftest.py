@@ -72,7 +72,7 @@ def datasets(tmp_path_factory) -> dict[str, Path]:
 def micro_pot_args(channels: int = 2, t_in: int = 4) -> dict:
     return {"in_channels": channels, "out_channels": channels, "in_timesteps": t_in, "img_size": [16, 16],
             "patch_size": 2, "width": 32, "depth": 2, "out_layer_dim": 16, "norm_groups": 4,
-            "mixer_args": {"n_blocks": 4, "modes": 4}}
+            "mixer": "fourier-attention", "mixer_args": {"n_blocks": 4, "modes": 4}}
 
 
 def run_document(out: Path, datasets: dict[str, Path], **sections) -> dict:
@@ -97,7 +97,7 @@ def run_document(out: Path, datasets: dict[str, Path], **sections) -> dict:
 def tiny_pot_args(channels: int = 2, t_in: int = 4) -> dict:
     """A very small POT for tests of the machinery (not of learning)."""
     return {**micro_pot_args(channels, t_in), "patch_size": 4, "width": 16, "depth": 1, "out_layer_dim": 8,
-            "mixer_args": {"n_blocks": 2, "modes": 2}}
+            "mixer": "fourier-attention", "mixer_args": {"n_blocks": 2, "modes": 2}}
 
 
 def run_cli(*args: str, env: dict | None = None, timeout: float = 300, module: str = "opzoo.training.cli"):

@@ -19,10 +19,10 @@ from .diagnostics import (
     plot_amax_gains,
 )
 from .equations import sinkhorn_knopp
-from .residual import AOT_ARGS, AOTResidual, AOTState, AOTStreams, check_aot_args
+from .residual import AOT_ARGS, AOTResidual, AOTResidualArgs, AOTState, AOTStreams, check_aot_args
 
 __all__ = [
-    "AOTResidual", "AOTStreams", "AOTState", "AOT_ARGS", "check_aot_args", "equations", "sinkhorn_knopp",
+    "AOTResidual", "AOTResidualArgs", "AOTStreams", "AOTState", "AOT_ARGS", "check_aot_args", "equations", "sinkhorn_knopp",
     "AOTDiagnostics", "Gains", "SubLayerCoefficients", "amax_gains", "aot_residuals", "collect_diagnostics",
     "composite_products", "plot_amax_gains",
 ]

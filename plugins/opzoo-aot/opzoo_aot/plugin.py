@@ -2,6 +2,7 @@
 
 import opzoo
 
+from . import demo
 from .presets import register_presets
 from .residual import AOTResidual
 
@@ -14,3 +15,8 @@ def opzoo_register_components(registry):
 @opzoo.hookimpl
 def opzoo_register_models(registry):
     register_presets(registry)
+
+
+@opzoo.hookimpl
+def opzoo_register_commands(subparsers):
+    demo.add_command(subparsers)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from importlib.resources import files
 
 import opzoo
+from opzoo_fourier import dpot_micro_preset_args, dpot_preset_args
 
 CARDS = files("opzoo_aot") / "model_cards"
 
@@ -15,15 +16,14 @@ AOT_RESIDUAL_ARGS = dict(n=4, sinkhorn_iters=20, alpha=0.01)
 AOT_POT_SIZES = {"aot-pot-t": "Ti", "aot-pot-s": "S", "aot-pot-m": "M", "aot-pot-l": "L"}
 ALIASES = {"aot-pot-t": ("aot-pot-ti",)}
 
-# aot-pot-micro: dpot-micro's dims and setup (opzoo.pot_micro_preset_args) with sandwich blocks and
+# aot-pot-micro: dpot-micro's dims and setup (opzoo_fourier.dpot_micro_preset_args) with sandwich blocks and
 # AOT residuals, pretrained by opzoo on its synthetic suite (configs/micro/aot-pot-micro.yaml) with
 # the same data, budget and seed; the weights ship in this package (pretrained/aot-pot-micro/)
 
 
 def aot_pot_args(name: str) -> dict:
-    """The POT config of preset ``name``: DPOT's dims and setup with sandwich blocks and AOT residuals."""
-    return opzoo.pot_preset_args(AOT_POT_SIZES[name], block="sandwich", residual="aot",
-                                 residual_args=dict(AOT_RESIDUAL_ARGS))
+    """The POT config of preset ``name``: DPOT's network (opzoo-fourier) with sandwich blocks and AOT residuals."""
+    return dpot_preset_args(AOT_POT_SIZES[name], block="sandwich", residual="aot", residual_args=dict(AOT_RESIDUAL_ARGS))
 
 
 def register_presets(registry) -> None:
@@ -39,7 +39,7 @@ def register_presets(registry) -> None:
     registry.register_model(
         "aot-pot-micro",
         backbone="pot",
-        args=opzoo.pot_micro_preset_args(block="sandwich", residual="aot", residual_args=dict(AOT_RESIDUAL_ARGS)),
+        args=dpot_micro_preset_args(block="sandwich", residual="aot", residual_args=dict(AOT_RESIDUAL_ARGS)),
         pretrained=opzoo.PretrainedSource.package("opzoo_aot", "pretrained/aot-pot-micro"),
         card=CARDS / "aot-pot-micro.md",
         pretrained_cfg=opzoo.micro_pretrained_cfg(),

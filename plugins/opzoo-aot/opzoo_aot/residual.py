@@ -19,6 +19,7 @@ the eager path are the same functions.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 from typing import Any, Callable, Literal, NamedTuple, Union
 
@@ -29,36 +30,47 @@ import opzoo
 
 from . import equations
 
-__all__ = ["AOTResidual", "AOTStreams", "AOTState", "AOT_ARGS", "check_aot_args"]
+__all__ = ["AOTResidual", "AOTResidualArgs", "AOTStreams", "AOTState", "AOT_ARGS", "check_aot_args"]
 
 CompileMode = Union[bool, Literal["auto"]]
 
-# residual_args understood by the AOT residual, with their defaults (the paper's n=4, 20 iterations, α=0.01)
-AOT_ARGS: dict[str, Any] = dict(
-    n=4, sinkhorn_iters=20, alpha=0.01, res_bias=4.0, pre_bias=4.0, eps=1e-6, compile="auto"
-)
+@dataclasses.dataclass
+class AOTResidualArgs:
+    """The ``residual_args`` of the AOT residual, with their defaults (the paper's n=4, 20 Sinkhorn iterations,
+    α=0.01); opzoo checks a config's ``residual_args`` against it where the config is built."""
+
+    n: int = 4
+    sinkhorn_iters: int = 20
+    alpha: float = 0.01
+    res_bias: float = 4.0
+    pre_bias: float = 4.0
+    eps: float = 1e-6
+    compile: Union[bool, Literal["auto"]] = "auto"
+
+    def check(self, where: str = "residual_args") -> None:
+        for key in ("n", "sinkhorn_iters"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise opzoo.ConfigError(f"{where}.{key}: expected an integer >= 1, got {value!r}")
+        for key in ("alpha", "res_bias", "pre_bias", "eps"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise opzoo.ConfigError(f"{where}.{key}: expected a number, got {value!r}")
+        if self.eps <= 0:
+            raise opzoo.ConfigError(f"{where}.eps: expected a positive number, got {self.eps!r}")
+        if self.compile not in (True, False, "auto"):
+            raise opzoo.ConfigError(f"{where}.compile: expected true, false or 'auto', got {self.compile!r}")
+
+
+# the defaults, as a dict (derived from AOTResidualArgs: one place says them)
+AOT_ARGS: dict[str, Any] = dataclasses.asdict(AOTResidualArgs())
 
 
 def check_aot_args(args: dict[str, Any]) -> dict[str, Any]:
-    """``residual_args`` with defaults filled in; a clear ConfigError for unknown or invalid values."""
-    unknown = sorted(set(args) - set(AOT_ARGS))
-    if unknown:
-        raise opzoo.ConfigError(
-            f"residual_args: unknown field(s) {', '.join(map(repr, unknown))} for the 'aot' residual; "
-            f"known fields: {', '.join(AOT_ARGS)}"
-        )
-    a = {**AOT_ARGS, **args}
-    for key in ("n", "sinkhorn_iters"):
-        if isinstance(a[key], bool) or not isinstance(a[key], int) or a[key] < 1:
-            raise opzoo.ConfigError(f"residual_args.{key}: expected an integer >= 1, got {a[key]!r}")
-    for key in ("alpha", "res_bias", "pre_bias", "eps"):
-        if isinstance(a[key], bool) or not isinstance(a[key], (int, float)):
-            raise opzoo.ConfigError(f"residual_args.{key}: expected a number, got {a[key]!r}")
-    if a["eps"] <= 0:
-        raise opzoo.ConfigError(f"residual_args.eps: expected a positive number, got {a['eps']!r}")
-    if a["compile"] not in (True, False, "auto"):
-        raise opzoo.ConfigError(f"residual_args.compile: expected true, false or 'auto', got {a['compile']!r}")
-    return a
+    """``residual_args`` with defaults filled in; a ConfigError naming an unknown or invalid key."""
+    built = opzoo.build_dataclass(AOTResidualArgs, args, "residual_args")
+    built.check()
+    return dataclasses.asdict(built)
 
 
 def _check_dim(dim: Any) -> int:
@@ -152,14 +164,16 @@ def _compiled(fn: Callable) -> Callable:
 class AOTResidual(opzoo.Residual):
     """One sub-layer's AOT connection: ``forward(state, branch) -> state`` (:class:`AOTState`), with
     ``X'[:, i] = Σ_j H_res[i, j] X[:, j] + h_post[i] · branch(Σ_i h_pre[i] X[:, i])``.
-    Constructed as ``AOTResidual(dim, index=k, **residual_args)`` (keys in :data:`AOT_ARGS`).
+    Constructed as ``AOTResidual(dim, index=k, **residual_args)`` (the fields of :class:`AOTResidualArgs`).
     """
 
-    def __init__(self, dim: int, index: int = 0, n: int = 4, sinkhorn_iters: int = 20, alpha: float = 0.01,
-                 res_bias: float = 4.0, pre_bias: float = 4.0, eps: float = 1e-6, compile: CompileMode = "auto"):
+    args_class = AOTResidualArgs
+
+    def __init__(self, dim: int, index: int = 0, **residual_args: Any):
         super().__init__()
-        check_aot_args(dict(n=n, sinkhorn_iters=sinkhorn_iters, alpha=alpha, res_bias=res_bias,
-                            pre_bias=pre_bias, eps=eps, compile=compile))
+        a = check_aot_args(residual_args)
+        n, sinkhorn_iters, alpha, eps, compile = a["n"], a["sinkhorn_iters"], a["alpha"], a["eps"], a["compile"]
+        res_bias, pre_bias = a["res_bias"], a["pre_bias"]
         self.dim, self.index, self.n = _check_dim(dim), index, n
         self.sinkhorn_iters, self.eps, self.compile = sinkhorn_iters, float(eps), compile
         self.phi_pre = nn.Parameter(torch.zeros(n * dim, n))

@@ -16,7 +16,7 @@ DPOT_REPO = "hzk17/DPOT"
 DPOT_SIZES = {"dpot-ti": "Ti", "dpot-s": "S", "dpot-m": "M", "dpot-l": "L", "dpot-h": "H"}
 FNO_MODES = {1: 16, 2: 12, 3: 8}  # the reference scripts' defaults (fourier_1d/2d/3d.py)
 
-# dpot-micro: DPOT's network at micro dims (opzoo.pot_micro_preset_args), pretrained by opzoo on its
+# dpot-micro: DPOT's network at micro dims (dpot_micro_preset_args), pretrained by opzoo on its
 # synthetic suite (configs/micro/dpot-micro.yaml); the weights ship in this package (pretrained/dpot-micro/)
 
 
@@ -25,9 +25,27 @@ DPOT_LR_SOURCE = ("DPOT (Hao et al. 2024), sec. 4 and app. A: AdamW with lr 1e-3
                   "models of all scales; fine-tuning reuses the recipe")
 
 
+DPOT_MODES, DPOT_MICRO_MODES = 32, 8  # DPOT's Fourier modes; the micro setup's (docs/micro.md)
+
+
+def dpot_preset_args(size: str | opzoo.PotSize, **overrides) -> dict:
+    """DPOT's network at POT size ``size`` (a :data:`opzoo.POT_SIZES` name or a PotSize) in DPOT's setup: the
+    ``fourier-attention`` mixer with ``n_blocks = heads`` and 32 modes; ``overrides`` as in
+    :func:`opzoo.pot_preset_args` (e.g. ``block="sandwich", residual="aot"`` for AOT-POT)."""
+    mixer = {"mixer": "fourier-attention", "mixer_args": {"n_blocks": opzoo.pot_size(size).heads, "modes": DPOT_MODES}}
+    return opzoo.pot_preset_args(size, **{**mixer, **overrides})
+
+
+def dpot_micro_preset_args(**overrides) -> dict:
+    """DPOT's network in the shared micro setup (:func:`opzoo.pot_micro_preset_args`), 8 Fourier modes."""
+    mixer = {"mixer": "fourier-attention",
+             "mixer_args": {"n_blocks": opzoo.POT_MICRO_SIZE.heads, "modes": DPOT_MICRO_MODES}}
+    return opzoo.pot_micro_preset_args(**{**mixer, **overrides})
+
+
 def dpot_args(name: str) -> dict:
     """The POT config of DPOT preset ``name``: DPOT's network at its dims."""
-    return opzoo.pot_preset_args(DPOT_SIZES[name])
+    return dpot_preset_args(DPOT_SIZES[name])
 
 
 def register_presets(registry) -> None:
@@ -48,7 +66,7 @@ def register_presets(registry) -> None:
     registry.register_model(
         "dpot-micro",
         backbone="pot",
-        args=opzoo.pot_micro_preset_args(),
+        args=dpot_micro_preset_args(),
         pretrained=opzoo.PretrainedSource.package("opzoo_fourier", "pretrained/dpot-micro"),
         card=CARDS / "dpot-micro.md",
         pretrained_cfg=opzoo.micro_pretrained_cfg(),

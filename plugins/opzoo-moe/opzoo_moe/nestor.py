@@ -27,8 +27,7 @@ from .feedforward import SparseMoEFeedForward
 from .routers import ImageRouter
 
 if TYPE_CHECKING:
-    from opzoo import PotConfig
-
+    from opzoo import PotParts
 
 class SelfAttention(nn.Module):
     """Softmax self-attention over all tokens of a sample: ``[n, *S, D] -> [n, *S, D]``
@@ -68,12 +67,12 @@ class AttentionExpert(nn.Module):
 class SharedExpert(nn.Module):
     """DPOT's block branch, always active: ``z -> FFN(GN2(Mixer(GN1(z)) + GN1(z)))``; ``[B, *S, D]``."""
 
-    def __init__(self, config: "PotConfig"):
+    def __init__(self, parts: "PotParts"):
         super().__init__()
-        self.norm1 = config.make_norm()
-        self.mixer = config.make_mixer()
-        self.norm2 = config.make_norm()
-        self.mlp = config.make_feedforward()
+        self.norm1 = parts.make_norm()
+        self.mixer = parts.make_mixer()
+        self.norm2 = parts.make_norm()
+        self.mlp = parts.make_feedforward()
 
     def forward(self, z: Tensor) -> Tensor:
         u = self.norm1(z)
@@ -89,23 +88,23 @@ class NestorBlock(Block):
 
     sublayers = 1
 
-    def __init__(self, config: "PotConfig", index: int, n_experts: int = 4, top_k: int = 1, alpha: float = 0.01,
+    def __init__(self, parts: "PotParts", index: int, n_experts: int = 4, top_k: int = 1, alpha: float = 0.01,
                  sub_experts: int = 4, sub_top_k: int = 2, sub_shared: int = 1, beta: float = 0.01,
                  heads: int | None = None, router_noise: float = 0.0, router_temperature: float = 1.0,
                  renormalize: bool = True):
         super().__init__()
-        dim = config.width
+        dim = parts.width
         heads = heads or max(1, dim // 64)
-        self.shared = SharedExpert(config)
+        self.shared = SharedExpert(parts)
         self.router = ImageRouter(dim, n_experts, top_k, noise_std=router_noise, temperature=router_temperature,
                                   renormalize=renormalize, aux_weight=alpha)
         self.experts = nn.ModuleList(
             AttentionExpert(dim, heads, SparseMoEFeedForward(
-                dim, int(dim * config.mlp_ratio), act=config.act, num_experts=sub_experts, top_k=sub_top_k,
+                dim, int(dim * parts.mlp_ratio), act=parts.act, num_experts=sub_experts, top_k=sub_top_k,
                 num_shared=sub_shared, aux_weight=beta, noise_std=router_noise, temperature=router_temperature,
                 renormalize=renormalize))
             for _ in range(n_experts))
-        self.residual = config.make_residual(index)
+        self.residual = parts.make_residual(index)
 
     def branch(self, z: Tensor) -> Tensor:
         for expert in self.experts:  # an idle expert's router must not report last step's loss

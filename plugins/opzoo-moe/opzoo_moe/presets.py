@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from importlib.resources import files
 
-import opzoo
+from opzoo_aot.presets import AOT_RESIDUAL_ARGS
+from opzoo_fourier import dpot_preset_args
 
 CARDS = files("opzoo_moe") / "model_cards"
 
@@ -12,7 +13,6 @@ CARDS = files("opzoo_moe") / "model_cards"
 # top-2 plus one shared MLP expert, alpha = beta = 0.01
 NESTOR_BLOCK_ARGS = dict(n_experts=4, top_k=1, alpha=0.01, sub_experts=4, sub_top_k=2, sub_shared=1, beta=0.01)
 MOE_FFN_ARGS = dict(num_experts=4, top_k=2, num_shared=1, aux_weight=0.01)
-AOT_RESIDUAL_ARGS = dict(n=4, sinkhorn_iters=20, alpha=0.01)  # aot-pot-t's (opzoo-aot)
 
 # preset: its row of the POT size table (opzoo.POT_SIZES) — DPOT-Ti/S dims
 SIZES = {"nestor-ti": "Ti", "nestor-s": "S", "aot-moe-pot-t": "Ti"}
@@ -22,9 +22,9 @@ ALIASES = {"nestor-ti": ("nestor-t",), "aot-moe-pot-t": ("aot-moe-pot-ti",)}
 def preset_args(name: str) -> dict:
     """The POT config of preset ``name``."""
     if name.startswith("nestor"):
-        return opzoo.pot_preset_args(SIZES[name], block="nestor", block_args=dict(NESTOR_BLOCK_ARGS))
-    return opzoo.pot_preset_args(SIZES[name], block="sandwich", residual="aot", residual_args=dict(AOT_RESIDUAL_ARGS),
-                                 feedforward="moe", feedforward_args=dict(MOE_FFN_ARGS))
+        return dpot_preset_args(SIZES[name], block="nestor", block_args=dict(NESTOR_BLOCK_ARGS))
+    return dpot_preset_args(SIZES[name], block="sandwich", residual="aot", residual_args=dict(AOT_RESIDUAL_ARGS),
+                            feedforward="moe", feedforward_args=dict(MOE_FFN_ARGS))
 
 
 def register_presets(registry) -> None:

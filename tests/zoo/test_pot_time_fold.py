@@ -18,7 +18,7 @@ def small_pot(spatial_dims: int, time_agg: str) -> opzoo.Backbone:
     torch.manual_seed(0)
     return opzoo.load("dpot-ti", width=16, depth=1, spatial_dims=spatial_dims, img_size=[8] * spatial_dims,
                       patch_size=4, out_layer_dim=4, time_agg=time_agg,
-                      mixer_args={"n_blocks": 2, "modes": 2}).double()
+                      mixer="fourier-attention", mixer_args={"n_blocks": 2, "modes": 2}).double()
 
 
 @pytest.mark.parametrize("spatial_dims", [2, 3])

@@ -8,12 +8,16 @@ from importlib.resources import files
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors import safe_open
+from safetensors.torch import load_file
 
 import opzoo
+from opzoo import MICRO_SUITE
 from opzoo.data import FrameShape, TrajectoryDataset, split_trajectories
-from opzoo.demo import MICRO_SUITE
 from opzoo.training.evaluate import evaluate_dataset
+
+from ..core.subprocess_utils import run_python
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"dpot-micro": "opzoo_fourier", "aot-pot-micro": "opzoo_aot"}
@@ -109,14 +113,40 @@ def test_shipped_weights_give_the_card_numbers_on_the_regenerated_test_split(rep
 
 def test_micro_setup_helpers_give_fresh_copies_of_the_shared_setup():
     """Plugins build their *-micro presets from the core's micro setup (one definition, no copies)."""
-    args = opzoo.pot_micro_preset_args(block="sandwich")
+    from opzoo_fourier import dpot_micro_preset_args
+
+    args = dpot_micro_preset_args(block="sandwich")
     assert (args["width"], args["depth"], args["img_size"], args["patch_size"], args["in_channels"]) == (
         128, 4, [32, 32], 4, 2)
     assert args["block"] == "sandwich" and args["normalize"] is True and args["mixer_args"] == {"n_blocks": 4, "modes": 8}
     args["img_size"].append(1)
     args["mixer_args"]["modes"] = 1
-    assert opzoo.pot_micro_preset_args() == opzoo.get_registry().preset("dpot-micro").args
+    assert dpot_micro_preset_args() == opzoo.get_registry().preset("dpot-micro").args
     cfg = opzoo.micro_pretrained_cfg()
     cfg["datasets"].clear()
     assert opzoo.micro_pretrained_cfg()["datasets"] == list(MICRO_SUITE)
     assert opzoo.get_registry().preset("aot-pot-micro").pretrained_cfg == opzoo.micro_pretrained_cfg()
+
+
+@pytest.mark.parametrize("name,package", [("dpot-micro", "opzoo_fourier"), ("aot-pot-micro", "opzoo_aot")])
+def test_micro_presets_ship_their_weights_in_the_plugin(name, package):
+    weights = files(package) / "pretrained" / name / "model.safetensors"
+    assert weights.is_file()
+    model = opzoo.load(name, pretrained=True)
+    state = load_file(str(weights))
+    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+    assert sum(p.numel() for p in model.parameters()) <= 2_000_000
+    assert model.config.img_size == (32, 32) and model.pretrained_cfg["resolution"] == [32, 32]
+
+
+def test_micro_presets_load_offline_by_name(tmp_path):
+    code = """
+import opzoo
+for name in ("dpot-micro", "aot-pot-micro"):
+    m = opzoo.load(name, pretrained=True)
+    print(name, sum(p.numel() for p in m.parameters()))
+"""
+    env = {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "empty-cache"), "HF_HOME": str(tmp_path / "home")}
+    result = run_python(code, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "dpot-micro 477577" in result.stdout and "aot-pot-micro 578149" in result.stdout

@@ -6,7 +6,9 @@ import pytest
 import torch
 import yaml
 
-from opzoo.demo import MICRO_SUITE, Persistence, run_demo
+from opzoo import MICRO_SUITE
+from opzoo.training import Persistence
+from opzoo_aot.demo import run_demo
 
 ROOT = Path(__file__).resolve().parents[2]
 

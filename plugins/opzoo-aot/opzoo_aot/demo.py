@@ -23,39 +23,18 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import nn
 
-from .builder import load
-from .data import FrameShape, TrajectoryDataset, split_trajectories
-from .training.build import model_resolution
-from .training.evaluate import DatasetResult, evaluate_dataset
-from .training.generate import generate_dataset
+from opzoo import MICRO_SUITE, load
+from opzoo.data import FrameShape, TrajectoryDataset, content_hash, split_trajectories
+from opzoo.training import DatasetResult, Persistence, evaluate_dataset, field2d, generate_dataset, pyplot, save_figure
 
 MODELS = ("dpot-micro", "aot-pot-micro")
-
-# the pretraining mixture of the micro presets (configs/micro/*.yaml use these generator args with
-# seed 0; the demo's held-out trajectories use new seeds)
-MICRO_SUITE: dict[str, dict] = {
-    "ns-nu1e-3": {"kind": "ns", "res": 32, "nu": 1.0e-3, "steps": 20, "record_dt": 0.5},
-    "ns-nu1e-4": {"kind": "ns", "res": 32, "nu": 1.0e-4, "steps": 20, "record_dt": 0.5},
-    "diffusion-reaction": {"kind": "diffusion-reaction", "res": 32, "steps": 20, "t_end": 2.0},
-    "swe": {"kind": "swe", "res": 32, "steps": 20, "t_end": 1.0},
-}
 # the unseen PDE: Navier–Stokes at a viscosity the micro models were not pretrained on
 UNSEEN = ("ns-nu1e-5", {"kind": "ns", "res": 32, "nu": 1.0e-5, "steps": 20, "record_dt": 0.5})
 HELD_OUT_SEED = 1000
 UNSEEN_SEED = 2000
 FINETUNE_TEST_FRACTION = 0.2
-
-
-class Persistence(nn.Module):
-    """The baseline every operator must beat: the last input frame, repeated.
-
-    ``rollout(x [B, *S, T_in, C], steps) -> [B, *S, steps, C]``.
-    """
-
-    def rollout(self, x: Tensor, steps: int) -> Tensor:
-        return x[..., -1:, :].expand(*x.shape[:-2], steps, x.shape[-1]).clone()
 
 
 @dataclass
@@ -86,12 +65,18 @@ def demo_run_dir(parent: Path, label: str, cfg, train_file: Path) -> Path:
     the harmless keys, and the training data's bytes), so a demo re-run with the same arguments finds its
     finished run again and one with other arguments trains in a directory of its own; nothing is moved
     or deleted."""
-    from .checksums import sha256_file
-    from .training.run_dir import flatten, is_harmless
+    from opzoo.training import HARMLESS_KEYS
 
-    defining = {k: v for k, v in flatten(cfg.to_dict()).items() if not is_harmless(k)}
-    text = json.dumps(defining, sort_keys=True, default=str) + sha256_file(train_file)
+    defining = {k: v for k, v in _flatten(cfg.to_dict()).items() if k not in HARMLESS_KEYS}
+    text = json.dumps(defining, sort_keys=True, default=str) + content_hash(train_file)
     return parent / f"aot-pot-micro-{label}-{hashlib.sha256(text.encode()).hexdigest()[:10]}"
+
+
+def _flatten(doc: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in doc.items():
+        out.update(_flatten(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
 
 
 def finetune_unseen(train_file: Path, out_dir: Path, steps: int, lr: float, batch_size: int, seed: int) -> FinetuneResult:
@@ -100,8 +85,7 @@ def finetune_unseen(train_file: Path, out_dir: Path, steps: int, lr: float, batc
     A run that a previous demo finished with the same config and data is reused (its evaluations
     are read back from ``eval/``); an interrupted one resumes.
     """
-    from .training import Trainer, finetune_config
-    from .training.evaluate import read_results
+    from opzoo.training import Trainer, finetune_config, read_results
 
     runs = {}
     for label, pretrained in (("finetuned", True), ("scratch", False)):
@@ -144,9 +128,7 @@ def print_table(results: dict[str, dict[str, tuple]]) -> None:
 
 def plot_demo(results: dict[str, dict[str, tuple]], dataset: str, steps: Sequence[int], path: Path) -> Path:
     """Rows: ground truth, then prediction and |error| of each model, at rollout ``steps``."""
-    from .training.plots import _field2d, _pyplot, _save
-
-    plt = _pyplot()
+    plt = pyplot()
     per_model = {m: r for m, r in results[dataset].items() if m in MODELS}
     truth = next(iter(per_model.values()))[1][0][..., 0]
     steps = [s for s in steps if 1 <= s <= truth.shape[-1]]
@@ -159,7 +141,7 @@ def plot_demo(results: dict[str, dict[str, tuple]], dataset: str, steps: Sequenc
     for i, (label, field, kind) in enumerate(rows):
         for j, s in enumerate(steps):
             kw = dict(cmap="magma", vmin=0, vmax=err_hi) if kind == "err" else dict(cmap="RdBu_r", vmin=lo, vmax=hi)
-            im = axes[i, j].imshow(_field2d(field[..., s - 1]).T, origin="lower", **kw)
+            im = axes[i, j].imshow(field2d(field[..., s - 1]).T, origin="lower", **kw)
             axes[i, j].set_xticks([]), axes[i, j].set_yticks([])
             if i == 0:
                 axes[i, j].set_title(f"step {s}", fontsize=10)
@@ -167,14 +149,12 @@ def plot_demo(results: dict[str, dict[str, tuple]], dataset: str, steps: Sequenc
                 axes[i, j].set_ylabel(label, fontsize=9)
         fig.colorbar(im, ax=axes[i, -1], fraction=0.046)
     fig.suptitle(f"{dataset}, held-out trajectory 0: rollout from 10 frames", fontsize=11)
-    return _save(plt, fig, path)
+    return save_figure(plt, fig, path)
 
 
 def plot_curves(results: dict[str, dict[str, tuple]], ft: FinetuneResult | None, path: Path) -> Path:
     """Error versus rollout step: one panel per held-out dataset (+ the fine-tuning panel)."""
-    from .training.plots import _pyplot, _save
-
-    plt = _pyplot()
+    plt = pyplot()
     panels = len(results) + (ft is not None)
     fig, axes = plt.subplots(1, panels, figsize=(3.6 * panels, 3.4), squeeze=False)
     styles = {"persistence": dict(color="0.5", ls="--"), "dpot-micro": dict(color="C0"), "aot-pot-micro": dict(color="C3")}
@@ -196,7 +176,7 @@ def plot_curves(results: dict[str, dict[str, tuple]], ft: FinetuneResult | None,
         ax.grid(True, which="both", alpha=0.3)
     axes[0, 0].set_ylabel("relative L2 error")
     axes[0, 0].legend(fontsize=7)
-    return _save(plt, fig, path)
+    return save_figure(plt, fig, path)
 
 
 @dataclass
@@ -224,7 +204,8 @@ def run_demo(out_dir: str | Path = "demo_out", finetune_steps: int = 300, n_test
               f"pretrained on {', '.join(models[name].pretrained_cfg.get('datasets', []))}")
     reference = models[MODELS[0]]
     c = reference.config
-    frame_shape = FrameShape(model_resolution(reference), c.in_channels, c.in_timesteps, c.out_timesteps)
+    frame_shape = FrameShape(tuple(reference.pretrained_cfg["resolution"]), c.in_channels, c.in_timesteps,
+                             c.out_timesteps)
 
     print(f"\n1. held-out data: {n_test} new trajectories of each pretraining PDE (seed {HELD_OUT_SEED})")
     files = {name: make_data(spec, out_dir / "data" / f"{name}-heldout.h5", n_test, HELD_OUT_SEED)
@@ -252,3 +233,18 @@ def run_demo(out_dir: str | Path = "demo_out", finetune_steps: int = 300, n_test
     table = {ds: {m: r[0].l2_full for m, r in per.items()} for ds, per in results.items()}
     return DemoResult(table, ft, persistence.l2_full if persistence is not None else None, (demo_png, curves_png))
 
+
+
+def add_command(subparsers) -> None:
+    """``opzoo demo``, registered by opzoo-aot (it owns aot-pot-micro; opzoo-fourier, a dependency, dpot-micro)."""
+    p = subparsers.add_parser("demo", help="pretrained micro operators by name: held-out errors vs persistence, "
+                                           "fine-tuning on an unseen PDE, plots (offline, ~3 min on 2 CPU cores)")
+    p.add_argument("--out", default="demo_out", help="where the data, runs and PNGs go")
+    p.add_argument("--finetune-steps", type=int, default=300, help="fine-tuning budget (0 skips fine-tuning)")
+    p.add_argument("--n-test", type=int, default=8, help="held-out trajectories per pretraining PDE")
+    p.set_defaults(func=cmd_demo)
+
+
+def cmd_demo(args) -> int:
+    run_demo(out_dir=args.out, finetune_steps=args.finetune_steps, n_test=args.n_test)
+    return 0
