@@ -41,15 +41,14 @@ from .registry import Preset, PretrainedSource, get_registry
 
 if TYPE_CHECKING:
     import torch
-
-    from .interfaces import Backbone
+    from torch import nn
 
 
 
 # ---- building ----------------------------------------------------------------------------------
 def build_model(backbone: str, args: Mapping[str, Any], source: str, overrides: Mapping[str, Any] | None = None,
                 pretrained_cfg: Mapping[str, Any] | None = None, preset_name: str | None = None,
-                override_source: str = "override", pretrained_cfg_source: str | None = None) -> "Backbone":
+                override_source: str = "override", pretrained_cfg_source: str | None = None) -> "nn.Module":
     """Registered backbone ``backbone`` built from config fields ``args`` (random weights).
 
     ``overrides`` replace fields afterwards (type-checked the same way); ``source`` and
@@ -94,7 +93,7 @@ def list_models(pattern: str = "*", pretrained: bool = False, include_aliases: b
     return names
 
 
-def create_model(name: str, pretrained: bool = False, **args: Any) -> "Backbone":
+def create_model(name: str, pretrained: bool = False, **args: Any) -> "nn.Module":
     """timm's name for :func:`load`: a preset, ``hf-hub:``/``local-dir:`` reference or saved directory
     (``args`` are config overrides); or a registered *backbone* name built from config fields ``args``
     with random weights, e.g. ``create_model("pot", width=64, ...)``."""
@@ -108,7 +107,7 @@ def create_model(name: str, pretrained: bool = False, **args: Any) -> "Backbone"
     return build_model(name, args, f"{name} config", oversize or None)
 
 
-def build_preset(preset: Preset, overrides: Mapping[str, Any] | None = None) -> "Backbone":
+def build_preset(preset: Preset, overrides: Mapping[str, Any] | None = None) -> "nn.Module":
     """Preset ``preset`` with config ``overrides`` (random weights)."""
     return build_model(preset.backbone, preset.args, f"preset {preset.name}", overrides,
                        {"preset": preset.name, **preset.pretrained_cfg}, preset.name, f"override of {preset.name}",
@@ -117,15 +116,18 @@ def build_preset(preset: Preset, overrides: Mapping[str, Any] | None = None) -> 
 
 # ---- weights of presets and foreign checkpoints ----------------------------------------------------
 @contextlib.contextmanager
-def pretrained_file(source: PretrainedSource, filename: str | None = None) -> Iterator[Path]:
+def pretrained_file(source: PretrainedSource, filename: str | None = None, local_files_only: bool = False
+                    ) -> Iterator[Path]:
     """A local path to file ``filename`` (default ``source.filename`` or model.safetensors) of ``source``.
 
-    A Hub source is fetched with :func:`opzoo.hub.hub_download` (cache, offline mode and errors as
-    usual); a directory source (a local path or a package resource, possibly inside a zip) is used in place.
+    A Hub source is fetched with :func:`opzoo.hub.hub_download` (cache, offline mode and errors as usual;
+    ``local_files_only``: from the cache alone); a directory source (a local path or a package resource,
+    possibly inside a zip) is used in place.
     """
     filename = filename or source.filename or WEIGHTS_NAME
     if source.repo_id is not None:
-        yield hub_download(source.repo_id, filename, source.revision)
+        yield hub_download(source.repo_id, filename, source.revision,
+                           **({"local_files_only": True} if local_files_only else {}))
         return
     resource = source.directory.joinpath(filename)
     if not resource.is_file():
@@ -136,11 +138,11 @@ def pretrained_file(source: PretrainedSource, filename: str | None = None) -> It
 
 
 @contextlib.contextmanager
-def pretrained_files(source: PretrainedSource) -> Iterator[dict[str, Path]]:
+def pretrained_files(source: PretrainedSource, local_files_only: bool = False) -> Iterator[dict[str, Path]]:
     """Local paths of the weights file (first) and of ``source.extra_files``, by name."""
     names = [source.filename or WEIGHTS_NAME, *source.extra_files]
     with contextlib.ExitStack() as stack:
-        yield {name: stack.enter_context(pretrained_file(source, name)) for name in names}
+        yield {name: stack.enter_context(pretrained_file(source, name, local_files_only)) for name in names}
 
 
 def convert_file(converter: str, path: str | os.PathLike, **options: Any) -> ConvertedCheckpoint:
@@ -159,17 +161,18 @@ def convert_file(converter: str, path: str | os.PathLike, **options: Any) -> Con
 
 
 @contextlib.contextmanager
-def fetch_pretrained(preset: Preset, model_config: Any) -> Iterator[tuple[PretrainedArtifacts, str]]:
-    """``(artifacts, where)``: ``preset``'s published files, fetched (or found in the cache), with the
-    tensors they hold in opzoo's names (converted when they are foreign), for a model of config
-    ``model_config``; ``where`` names them in messages. Runs no check."""
+def fetch_pretrained(preset: Preset, model_config: Any, local_files_only: bool = False
+                     ) -> Iterator[tuple[PretrainedArtifacts, str]]:
+    """``(artifacts, where)``: ``preset``'s published files, fetched (or found in the cache; ``local_files_only``:
+    from the cache alone), with the tensors they hold in opzoo's names (converted when they are foreign), for a
+    model of config ``model_config``; ``where`` names them in messages. Runs no check."""
     src = preset.pretrained
     if src is None:
         raise HubError(
             f"preset {preset.name!r} has no published weights; use pretrained=False to train it from "
             f"scratch, or opzoo.from_pretrained(REPO_OR_DIR) for weights you have"
         )
-    with pretrained_files(src) as files:
+    with pretrained_files(src, local_files_only) as files:
         path = next(iter(files.values()))
         if src.converter is None:
             state_dict, where = read_state_dict(path), str(path)
@@ -179,7 +182,7 @@ def fetch_pretrained(preset: Preset, model_config: Any) -> Iterator[tuple[Pretra
         yield PretrainedArtifacts(preset.name, files, state_dict, model_config, snapshot_revision(path)), where
 
 
-def load_preset_weights(model: "Backbone", preset: Preset) -> None:
+def load_preset_weights(model: "nn.Module", preset: Preset) -> None:
     """Load ``preset``'s published weights into ``model`` (converted first when they are foreign), after
     its source's checks pass on the real files (:class:`opzoo.PretrainedCheck`); nothing changes otherwise."""
     with fetch_pretrained(preset, model.config) as (artifacts, where):
@@ -204,13 +207,13 @@ def convert_to_repo(converter: str, path: str | os.PathLike, out_dir: str | os.P
 
 
 # ---- saved repos ---------------------------------------------------------------------------------
-def save_pretrained(model: "Backbone", save_directory: str | os.PathLike, card: str | None = None) -> Path:
+def save_pretrained(model: "nn.Module", save_directory: str | os.PathLike, card: str | None = None) -> Path:
     """Write config.json, model.safetensors and README.md (model card template ``card``, default the
     preset's card, filled in) into ``save_directory``; a failure leaves any earlier repo there as it was."""
     return _write_model_repo(model, save_directory, card)
 
 
-def _write_model_repo(model: "Backbone", save_directory: str | os.PathLike, card: str | None = None) -> Path:
+def _write_model_repo(model: "nn.Module", save_directory: str | os.PathLike, card: str | None = None) -> Path:
     """:func:`save_pretrained` with card template ``card`` (default: the model's preset's card, if any)."""
     registry = get_registry()
     architecture = registry.backbone_name(type(model))
@@ -224,7 +227,7 @@ def _write_model_repo(model: "Backbone", save_directory: str | os.PathLike, card
 
 
 def push_to_hub(
-    model: "Backbone", repo_id: str, *, token: str | None = None, private: bool | None = None,
+    model: "nn.Module", repo_id: str, *, token: str | None = None, private: bool | None = None,
     revision: str | None = None, commit_message: str = "Upload opzoo model", create_pr: bool = False,
 ):
     """Save ``model`` to a temporary directory and upload it as one commit with huggingface_hub."""
@@ -237,7 +240,7 @@ def push_to_hub(
 def from_pretrained(
     repo_or_dir: str | os.PathLike, revision: str | None = None, *, device: "str | torch.device | None" = None,
     **overrides: Any,
-) -> "Backbone":
+) -> "nn.Module":
     """Load an opzoo repo from a local directory or the Hub (``revision``: branch, tag or commit).
 
     ``overrides`` replace config fields (the weights must still fit). Extra keyword arguments of
@@ -249,8 +252,8 @@ def from_pretrained(
     return _from_files(config_path, weights_path, device, overrides)
 
 
-def _from_files(config_path: Path, weights_path: Path, device, overrides: Mapping[str, Any]) -> "Backbone":
-    def read() -> "Backbone":  # one consistent read: the config and the weights of the same save
+def _from_files(config_path: Path, weights_path: Path, device, overrides: Mapping[str, Any]) -> "nn.Module":
+    def read() -> "nn.Module":  # one consistent read: the config and the weights of the same save
         with open_repo(config_path, weights_path) as repo:
             pretrained_cfg = repo.document["pretrained_cfg"]
             built = build_model(repo.document["architecture"], repo.document["model_args"],
@@ -275,7 +278,7 @@ def is_saved_model_reference(name: str | os.PathLike) -> bool:
         return str(name).startswith((HF_HUB_PREFIX, LOCAL_DIR_PREFIX))
 
 
-def load(name: str | os.PathLike, pretrained: bool = False, **overrides: Any) -> "Backbone":
+def load(name: str | os.PathLike, pretrained: bool = False, **overrides: Any) -> "nn.Module":
     """A model by preset name, ``hf-hub:org/repo[@rev]``, ``local-dir:PATH`` or existing directory.
 
     ``pretrained=True`` loads a preset's published weights (converted on load when they are in a
@@ -311,7 +314,7 @@ def load(name: str | os.PathLike, pretrained: bool = False, **overrides: Any) ->
     return adapt_loaded(model, preset.name, shape).eval()
 
 
-def adapt_loaded(model: "Backbone", name: str, shape: Mapping[str, Any]) -> "Backbone":
+def adapt_loaded(model: "nn.Module", name: str, shape: Mapping[str, Any]) -> "nn.Module":
     """``model`` with its published weights brought to the shape fields ``shape`` (``in_channels``,
     ``out_channels``, ``in_timesteps``, ``img_size``) by :func:`opzoo.adapt.adapt_model`, as timm does for
     ``in_chans``: copy what matches, interpolate positional embeddings, initialize the rest.

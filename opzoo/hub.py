@@ -32,7 +32,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from ._version import __version__
-from .checksums import ChecksumError, sha256_file, verify_file
+from .checksums import sha256_file
 from .config import CONFIG_NAME, read_config, write_config
 from .disk_full import disk_full_as_error
 from .errors import HubError, WeightsError
@@ -202,18 +202,6 @@ def write_repo(model: torch.nn.Module, save_directory: str | os.PathLike, docume
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return directory
-
-
-def verify_weights(document: Mapping[str, Any], weights_path: str | os.PathLike) -> None:
-    """Check ``weights_path`` against the sha256 that config ``document`` records for it (WeightsError
-    naming the file); a repo saved before checksums were recorded has none and passes."""
-    expected = document.get("checksums", {}).get(WEIGHTS_NAME)
-    if expected is None:
-        return
-    try:
-        verify_file(weights_path, expected)
-    except ChecksumError as e:
-        raise WeightsError(f"{e}; re-download or re-save the repo") from None
 
 
 class RepoChanged(Exception):
@@ -419,7 +407,8 @@ def hub_download(repo_id: str, filename: str, revision: str | None = None, **kwa
     try:
         return Path(hf_hub_download(repo_id, filename, revision=revision, etag_timeout=max(hub_wait(), 1.0), **kwargs))
     except LocalEntryNotFoundError:
-        reason = "HF_HUB_OFFLINE=1 is set" if offline else "the Hub could not be reached"
+        reason = ("HF_HUB_OFFLINE=1 is set" if offline else "only the cache was asked (local_files_only)"
+                  if kwargs.get("local_files_only") else "the Hub could not be reached")
         raise HubError(f"{missing} and {reason}; {fetch}") from None
     except RepositoryNotFoundError:
         raise HubError(f"Hub repo {repo_id!r} not found (or private: log in with `hf auth login`)") from None
@@ -510,7 +499,7 @@ def push_folder_to_hub(folder: str | os.PathLike, repo_id: str, **kwargs: Any):
 
 
 __all__ = [
-    "write_repo", "verify_weights", "repo_files", "wait_for_save", "hub_repo_files", "check_repo_id", "read_state_dict", "open_repo", "read_repo_retrying", "RepoChanged", "clean_dead_saves", "push_folder_to_hub", "upload_folder", "load_weights",
+    "write_repo", "repo_files", "wait_for_save", "hub_repo_files", "check_repo_id", "read_state_dict", "open_repo", "read_repo_retrying", "RepoChanged", "clean_dead_saves", "push_folder_to_hub", "upload_folder", "load_weights",
     "load_state_dict_strict", "check_state_dict", "hub_download", "hub_unreachable", "hub_wait", "WEIGHTS_NAME",
     "CARD_NAME",
 ]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from huggingface_hub import ModelCard
 
 if TYPE_CHECKING:
-    from .interfaces import Backbone
+    from torch import nn
 
 DEFAULT_CARD = """---
 library_name: opzoo
@@ -39,7 +39,7 @@ model = opzoo.from_pretrained("PATH_OR_REPO")
 """
 
 
-def render_card(model: "Backbone", architecture: str, template: str | None = None) -> str:
+def render_card(model: "nn.Module", architecture: str, template: str | None = None) -> str:
     """The README.md text for ``model``: ``template`` (its preset's card; default: a generic card) with
     values filled in."""
     name = getattr(model, "preset_name", None) or architecture

@@ -8,10 +8,9 @@ row per check: preset, repo, revision, check, passed or failed, and what was mea
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import fnmatch
-from typing import Iterable, Iterator
+from typing import Iterable
 
 from .errors import ConfigError, HubError, OpzooError, WeightsError
 from .provenance import CheckResult, run_checks
@@ -50,8 +49,9 @@ def select_presets(patterns: Iterable[str], all_presets: bool) -> list[str]:
     return chosen
 
 
-def verify_preset(name: str) -> list[VerifyRow]:
-    """Every check of preset ``name`` on its real files; a file that cannot be had is one 'not run' row."""
+def verify_preset(name: str, local_files_only: bool = False) -> list[VerifyRow]:
+    """Every check of preset ``name`` on its real files (``local_files_only``: those in the Hugging Face cache,
+    without asking the Hub); a file that cannot be had is one 'not run' row."""
     import torch
 
     from .builder import build_preset, fetch_pretrained
@@ -64,7 +64,7 @@ def verify_preset(name: str) -> list[VerifyRow]:
     with torch.device("meta"):
         model = build_preset(preset)
     try:
-        with fetch_pretrained(preset, model.config) as (artifacts, where):
+        with fetch_pretrained(preset, model.config, local_files_only) as (artifacts, where):
             revision = artifacts.revision or (src.revision or "-")
             try:
                 check_state_dict(model, {k: tuple(v.shape) for k, v in artifacts.state_dict.items()}, where)
@@ -90,19 +90,6 @@ def offline_reason() -> str | None:
     return None if reason is None else f"the Hub could not be reached ({reason}, tried for {hub_wait():g} s)"
 
 
-@contextlib.contextmanager
-def cache_only() -> Iterator[None]:
-    """Every Hub look-up inside answers from the cache alone (huggingface_hub's offline mode), so that
-    verifying many presets without a network costs no wait per file."""
-    from huggingface_hub import constants
-
-    previous, constants.HF_HUB_OFFLINE = constants.HF_HUB_OFFLINE, True
-    try:
-        yield
-    finally:
-        constants.HF_HUB_OFFLINE = previous
-
-
 def verify(names: list[str]) -> list[VerifyRow]:
     """Rows for every check of every preset in ``names``. Without a network, the presets whose files are
     in the cache are verified; when none is, a one-line HubError says what ``opzoo verify`` needs."""
@@ -111,8 +98,8 @@ def verify(names: list[str]) -> list[VerifyRow]:
     registry = get_registry()
     hub = any(registry.preset(n).pretrained.repo_id is not None for n in names)
     offline = offline_reason() if hub else None  # directory sources need no network
-    with cache_only() if offline else contextlib.nullcontext():
-        rows = [row for name in names for row in verify_preset(name)]
+    # without a network every look-up answers from the cache alone: no wait per file
+    rows = [row for name in names for row in verify_preset(name, local_files_only=bool(offline))]
     if offline and all(r.status == "not run" for r in rows):
         raise HubError(f"opzoo verify downloads each preset's published files from the Hugging Face Hub, and {offline}; "
                        f"none of the {len(names)} preset(s) has its files in the cache. Run it on a machine with "
@@ -130,4 +117,4 @@ def format_table(rows: list[VerifyRow]) -> str:
     return "\n".join(lines + ["", *details])
 
 
-__all__ = ["VerifyRow", "select_presets", "verify", "verify_preset", "offline_reason", "cache_only", "format_table"]
+__all__ = ["VerifyRow", "select_presets", "verify", "verify_preset", "offline_reason", "format_table"]

@@ -180,17 +180,6 @@ class PotBackbone(Backbone):
         mode = "bilinear" if len(grid) == 2 else "trilinear"
         return F.interpolate(self.pos_embed, size=tuple(grid), mode=mode, align_corners=False)
 
-    def embed(self, x: Tensor) -> Tensor:
-        """``[B, *S, T, C] -> [B, *S/p, T, D]``: grid channels, patch embedding, positions."""
-        d = self.config.spatial_dims
-        b, t = x.shape[0], x.shape[-2]
-        x = append_grid(x)                                     # [B, *S, T, C+d+1]
-        x = x.movedim(-2, 1).movedim(-1, 2).flatten(0, 1)      # [(B T), C+d+1, *S]
-        z = self.patch_embed(x)                                # [(B T), D, *S/p]
-        z = z + self.position_embedding(tuple(z.shape[2:]))
-        z = z.unflatten(0, (b, t)).movedim(2, -1)              # [B, T, *S/p, D]
-        return z.movedim(1, d + 1)                             # [B, *S/p, T, D]
-
     def embed_aggregated(self, x: Tensor) -> Tensor:
         """``[B, *S, T, C] -> [B, *S/p, D]``: ``time_agg(embed(x))`` computed without the per-step latent.
 

@@ -1,8 +1,8 @@
 """The core's import graph has no circle (issue 24), read from the code with ``ast``.
 
-Every ``import``/``from ... import`` counts, at module level or inside a function, and so does
-``importlib.import_module("a.literal.name")``; only imports under ``if TYPE_CHECKING:`` are exempt
-(they never run). ``from pkg import name`` is an import of
+Every ``import``/``from ... import`` counts, at module level, inside a function or under
+``if TYPE_CHECKING:`` (a type-only import never runs, but it is still an arrow of the design: issue 36),
+and so does ``importlib.import_module("a.literal.name")``. ``from pkg import name`` is an import of
 ``pkg.name`` when that is a module, else of ``pkg``. Importing ``a.b`` also runs ``a/__init__``, but
 that implicit edge is not counted: every module would otherwise "import" its package.
 
@@ -34,11 +34,6 @@ def module_files(root: Path) -> dict[str, Path]:
     return out
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
 def _literal_import_module(node: ast.AST) -> str | None:
     """``"a.b"`` for a call ``importlib.import_module("a.b")`` / ``import_module("a.b")``, else None."""
     if not (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
@@ -50,13 +45,10 @@ def _literal_import_module(node: ast.AST) -> str | None:
 
 
 def _imports(tree: ast.AST):
-    """Every Import/ImportFrom node (and literal ``import_module`` call) except under ``if TYPE_CHECKING:``."""
+    """Every Import/ImportFrom node (and literal ``import_module`` call), type-only ones included."""
     stack = [tree]
     while stack:
         node = stack.pop()
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
-            stack.extend(node.orelse)
-            continue
         if isinstance(node, (ast.Import, ast.ImportFrom)) or _literal_import_module(node):
             yield node
         stack.extend(ast.iter_child_nodes(node))
@@ -166,7 +158,7 @@ def test_the_check_finds_a_circle_through_a_function_level_import(tmp_path):
         "pkg/hub.py": """
             from typing import TYPE_CHECKING
             if TYPE_CHECKING:
-                from .user import User   # exempt: never runs
+                from .user import User   # type-only: never runs, still counted
             """,
         "pkg/user.py": "from pkg import hub\n",
         "pkg/cli.py": "import importlib\ndef main():\n    return importlib.import_module('pkg.commands')\n",
@@ -174,12 +166,12 @@ def test_the_check_finds_a_circle_through_a_function_level_import(tmp_path):
     })
     graph = import_graph(tmp_path / "pkg")
     assert graph["pkg.models.net"] == {"pkg.registry"}
-    assert graph["pkg.hub"] == set()
+    assert graph["pkg.hub"] == {"pkg.user"}
     assert graph["pkg.user"] == {"pkg.hub"}
     assert graph["pkg.cli"] == {"pkg.commands"}
     cycles = import_cycles(graph)
-    assert cycles == [["pkg.cli", "pkg.commands"], ["pkg.models.net", "pkg.registry"]]
-    assert describe(graph, cycles[1]) == "pkg.models.net -> pkg.registry -> pkg.models.net"
+    assert cycles == [["pkg.cli", "pkg.commands"], ["pkg.hub", "pkg.user"], ["pkg.models.net", "pkg.registry"]]
+    assert describe(graph, cycles[2]) == "pkg.models.net -> pkg.registry -> pkg.models.net"
 
 
 def test_the_check_finds_a_circle_through_a_package_init(tmp_path):

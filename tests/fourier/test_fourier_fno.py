@@ -47,16 +47,18 @@ def test_spectral_conv_matches_reference(d, sizes, modes):
 def test_spectral_init_and_tags():
     model = opzoo.load("fno-2d", modes=24)
     assert model.config.modes == 24
-    spectral = model.spectral_parameters()
+    spectral = opzoo.find_spectral_weights(model)
     assert len(spectral) == 4 * 2
-    for name, p, modes in spectral:
-        assert p.is_complex() and p.shape == (64, 64, 24, 24) and modes == (24, 24)
-        assert p._opzoo_spectral is True
+    for w in spectral:
+        p = w.param
+        assert p.is_complex() and p.shape == (64, 64, 24, 24) and w.modes == (24, 24)
         # reference init: (1/(in*out)) * U[0,1) for real and imaginary parts
         assert 0 <= p.real.min() and p.real.max() < 1 / 64**2 and 0 <= p.imag.min() and p.imag.max() < 1 / 64**2
         assert abs(p.real.mean().item() - 0.5 / 64**2) < 0.02 / 64**2
-    others = [n for n, p in model.named_parameters() if not getattr(p, "_opzoo_spectral", False)]
-    assert others and all("spectral" not in n for n in others)
+    marked = {w.name for w in spectral}
+    others = [n for n, p in model.named_parameters() if n not in marked]
+    assert others and all("spectral" not in n for n in others) and all(p.is_complex() == (n in marked)
+                                                                       for n, p in model.named_parameters())
 
 
 def test_presets_and_shapes():
@@ -65,7 +67,7 @@ def test_presets_and_shapes():
             model = opzoo.load(f"fno-{d}d")
         c = model.config
         assert (c.width, c.depth, c.act, c.modes, c.spatial_dims) == (64, 4, "gelu", modes, d)
-        assert all(m == (modes,) * d for *_, m in model.spectral_parameters())
+        assert all(w.modes == (modes,) * d for w in opzoo.find_spectral_weights(model))
     model = opzoo.load("fno-3d", modes=4)
     assert model(torch.randn(1, 8, 8, 8, 1, 1)).shape == (1, 8, 8, 8, 1, 1)
     with pytest.raises(ValueError, match="T_in=1, C=1"):
@@ -134,4 +136,4 @@ def test_spectral_weights_roundtrip_through_safetensors(tmp_path):
     x = torch.randn(2, 32, 1, 1)
     with torch.no_grad():
         torch.testing.assert_close(again(x), model(x))
-    assert all(getattr(p, "_opzoo_spectral", False) for _, p, _ in again.spectral_parameters())
+    assert [w.name for w in opzoo.find_spectral_weights(again)] == [w.name for w in opzoo.find_spectral_weights(model)]

@@ -6,6 +6,8 @@ import torch.nn.functional as F
 
 import opzoo
 
+from ..zoo.test_pot_time_fold import per_step_embedding
+
 OFFICIAL_COUNTS = {"dpot-ti": 7_534_643, "dpot-s": 30_801_459, "dpot-m": 122_125_875,
                    "dpot-l": 509_018_739, "dpot-h": 1_031_082_099}
 SMALL = dict(img_size=[32, 32], patch_size=8, width=32, depth=2, out_layer_dim=8, in_timesteps=3,
@@ -133,8 +135,8 @@ def test_three_dimensional_pot_and_inflation_from_2d():
     x2 = torch.randn(2, 32, 32, 3, 4)
     x3 = x2.unsqueeze(3).expand(2, 32, 32, 16, 3, 4)
     with torch.no_grad():
-        e2 = m2.embed(x2)                        # [B, 4, 4, T, D]
-        e3 = m3.embed(x3)                        # [B, 4, 4, 2, T, D]
+        e2 = per_step_embedding(m2, x2)          # [B, 4, 4, T, D]
+        e3 = per_step_embedding(m3, x3)          # [B, 4, 4, 2, T, D]
         torch.testing.assert_close(e3, e2.unsqueeze(3).expand_as(e3), rtol=1e-5, atol=1e-5)
     with pytest.raises(opzoo.ConfigError, match="spatial_dims=2"):
         m2.load_inflated_2d(m2.state_dict())

@@ -19,8 +19,8 @@ import torch
 import opzoo
 from opzoo_moe.routers import TopKRouter
 
-from ..zoo.test_bf16_presets import assert_bf16_close_to_float32, train
 from ..zoo.small_presets import all_presets
+from ..zoo.test_bf16_presets import assert_bf16_close_to_float32, train
 
 MOE_PRESETS = [n for n in all_presets() if opzoo.get_registry().preset(n).owner == "opzoo-moe"]
 

@@ -85,7 +85,3 @@ class FNO(opzoo.Backbone):
             "project.2.weight": [opzoo.DimMap(0, rows)],
             "project.2.bias": [opzoo.DimMap(0, rows)],
         }
-
-    def spectral_parameters(self):
-        """``(name, parameter, modes)`` for every spectral weight."""
-        return [(n, p, p.modes) for n, p in self.named_parameters() if getattr(p, "_opzoo_spectral", False)]

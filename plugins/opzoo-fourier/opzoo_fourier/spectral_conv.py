@@ -4,9 +4,9 @@ Each weight tensor is complex ``[in, out, K, ..., K]`` with the reference standa
 init ``(1 / (in * out)) * U[0, 1)`` (real and imaginary parts). d = 2 has two tensors (rows
 ``k1 in [0, K)`` and ``k1 in [-K, 0)``), d = 3 has four (signs of ``k1, k2``); the last dim is
 the rfft half-spectrum ``[0, K)``. Weights are stored modes-major in memory (see
-:func:`modes_major`; state dicts are the reference shape). Every weight is tagged ``_opzoo_spectral = True`` with its
-``modes`` tuple, and the layer implements the public marker :class:`opzoo.SpectralLayer`
-(``spectral_weights``), through which optimizer hooks (e.g. μP for spectral weights) find them.
+:func:`modes_major`; state dicts are the reference shape). The layer implements the public marker
+:class:`opzoo.SpectralLayer` (``spectral_weights``), through which optimizer hooks (e.g. μP for spectral weights)
+find its weights and their kept modes (:func:`opzoo.find_spectral_weights`).
 """
 
 from __future__ import annotations
@@ -17,13 +17,6 @@ import torch
 from torch import Tensor, nn
 
 import opzoo
-
-
-def tag_spectral(param: nn.Parameter, modes: tuple[int, ...]) -> nn.Parameter:
-    """Mark ``param`` as a spectral weight keeping ``modes`` Fourier modes per spatial dim."""
-    param._opzoo_spectral = True
-    param.modes = tuple(modes)
-    return param
 
 
 def modes_major(weight: Tensor) -> Tensor:
@@ -54,8 +47,7 @@ class SpectralConv(nn.Module):
         # (the reference's order: weights1 (+, +), weights2 (-, +), weights3 (+, -), weights4 (-, -))
         self.signs = [tuple(reversed(s)) for s in itertools.product((1, -1), repeat=spatial_dims - 1)]
         self.weights = nn.ParameterList(
-            tag_spectral(nn.Parameter(modes_major(scale * torch.rand(shape, dtype=torch.cfloat))), self.spectral_modes)
-            for _ in self.signs
+            nn.Parameter(modes_major(scale * torch.rand(shape, dtype=torch.cfloat))) for _ in self.signs
         )
 
     def spectral_weights(self, spatial_dims: int | None = None) -> list[tuple[nn.Parameter, tuple[int, ...]]]:
