@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import torch
+
 from opzoo_aot import AOTResidual
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

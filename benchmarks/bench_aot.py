@@ -20,10 +20,11 @@ import statistics
 import time
 from typing import Callable
 
-import opzoo
 import torch
-from opzoo_aot import AOTResidual
 from tqdm import tqdm
+
+import opzoo
+from opzoo_aot import AOTResidual
 
 
 def synchronize(device: torch.device) -> None:

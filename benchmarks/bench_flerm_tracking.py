@@ -29,8 +29,14 @@ import statistics
 import torch
 from torch import nn
 
-from opzoo_mup.flerm.estimator import (KRONECKER, READOUT_BIAS, READOUT_WEIGHT, KroneckerEMA, finite_difference_fslr,
-                                       z_statistics)
+from opzoo_mup.flerm.estimator import (
+    KRONECKER,
+    READOUT_BIAS,
+    READOUT_WEIGHT,
+    KroneckerEMA,
+    finite_difference_fslr,
+    z_statistics,
+)
 from opzoo_mup.flerm.probe import probe_gradients, z_samples
 
 WARMUP, EVERY, STEPS, LR, BATCH, POOL = 40, 50, 301, 1e-2, 32, 4096

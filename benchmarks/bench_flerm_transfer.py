@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from tqdm.auto import tqdm
 
 from opzoo.training import Trainer, parse_run_config, read_log

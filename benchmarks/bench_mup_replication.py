@@ -30,7 +30,6 @@ from pathlib import Path
 
 import h5py
 import torch
-from torch import nn
 
 import opzoo
 from opzoo_mup import MuPFNO

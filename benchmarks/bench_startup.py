@@ -3,7 +3,7 @@
 Each command runs ``--repeats`` times in a fresh interpreter; the table gives the median, min and max
 wall time next to the target the issues set (``--version``, ``--help``, ``list`` and ``info NAME`` < 1 s),
 and which heavy modules each one imported. ``list`` and ``info`` answer from the preset index
-(``opzoo.preset_index``): the first row times the one-off build of the index (a fresh cache directory),
+(``opzoo.model_io.preset_index``): the first row times the one-off build of the index (a fresh cache directory),
 the others run with it in place, as every run after the first one on a machine does. ``--before`` runs the same commands from another checkout's
 interpreter (e.g. the commit before issue 27) for a side-by-side ratio.
 

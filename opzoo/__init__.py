@@ -18,38 +18,39 @@ from .errors import (
     UnknownNameError,
     WeightsError,
 )
-from .provenance import CheckFailed, Fact, PretrainedArtifacts, PretrainedCheck
-from .registry import PretrainedSource, Registry
-from .registry import set_registry_source as _set_registry_source
+from .host.provenance import CheckFailed, Fact, PretrainedArtifacts, PretrainedCheck
+from .host.registry import PretrainedSource, Registry
+from .host.registry import set_registry_source as _set_registry_source
 
 # Everything that needs torch is imported on first use (PEP 562), so that `opzoo --version`, `--help`
 # and a plugin's `import opzoo` for `opzoo.hookimpl` stay fast: name -> the module that defines it.
 _LAZY = {
     **dict.fromkeys(["convert_to_repo", "create_model", "from_pretrained", "list_models", "load", "push_to_hub",
-                     "save_pretrained"], ".builder"),
-    **dict.fromkeys(["ConvertedCheckpoint", "safe_torch_load"], ".checkpoints"),
+                     "save_pretrained"], ".model_io.builder"),
+    **dict.fromkeys(["ConvertedCheckpoint", "safe_torch_load"], ".model_io.converters"),
     **dict.fromkeys(["ModelConfig", "build_dataclass"], ".config"),
-    "hookimpl": ".hookspecs",
+    "hookimpl": ".contracts.hookspecs",
     **dict.fromkeys(["Backbone", "Block", "FeedForward", "IdentityStreams", "Mixer", "Residual", "StreamAdapter"],
-                    ".interfaces"),
+                    ".contracts.interfaces"),
     "append_grid": ".layers.grid",
-    **dict.fromkeys(["DimMap", "time_channel_index"], ".models.io_layout"),
+    **dict.fromkeys(["DimMap", "time_channel_index"], ".contracts.io_layout"),
     "PotConfig": ".models.pot",
     "PotParts": ".models.pot_parts",
-    "PretrainedCfg": ".pretrained_cfg",
+    "PretrainedCfg": ".model_io.pretrained_cfg",
     **dict.fromkeys(["MICRO_SUITE", "POT_MICRO_SIZE", "POT_SIZES", "PotSize", "micro_pretrained_cfg", "pot_micro_preset_args",
                      "pot_preset_args", "pot_size"],
                     ".models.pot_sizes"),
-    **dict.fromkeys(["get_plugin_host", "get_registry", "reset_plugins"], ".plugins"),
-    **dict.fromkeys(["Router", "Routing"], ".routing"),
-    **dict.fromkeys(["SpectralLayer", "SpectralWeight", "find_spectral_weights"], ".spectral"),
+    **dict.fromkeys(["get_plugin_host", "reset_plugins"], ".host.plugins"),
+    "get_registry": ".host.registry",
+    **dict.fromkeys(["Router", "Routing"], ".contracts.routing"),
+    **dict.fromkeys(["SpectralLayer", "SpectralWeight", "find_spectral_weights"], ".contracts.spectral"),
     **dict.fromkeys(["OptimizerHook", "StepContext"], ".training.hooks"),  # the trainer's interface
 }
 
 
 def _plugin_registry():
-    """The registry the plugin host fills, for :func:`opzoo.registry.get_registry` (host loaded on first use)."""
-    from .plugins import get_plugin_host
+    """The registry the plugin host fills, for :func:`opzoo.host.registry.get_registry` (host loaded on first use)."""
+    from .host.plugins import get_plugin_host
 
     return get_plugin_host().registry
 

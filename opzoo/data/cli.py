@@ -12,8 +12,8 @@ import argparse
 import sys
 from typing import Sequence
 
-from opzoo.cli_common import command_group_main, parse_overrides
-from opzoo.data.errors import DataFormatError, GeneratorError
+from ..cli.common import command_group_main, parse_overrides
+from .errors import DataFormatError, GeneratorError
 
 _DTYPES = ("float32", "float64")
 # the names of opzoo.data.generators.GENERATORS and opzoo.data.readers.LAYOUTS, so that building this
@@ -29,7 +29,7 @@ def _generator_options(items: Sequence[str]) -> dict:
 
 def run_generate(args: argparse.Namespace) -> int:
     """Handler of ``opzoo data generate``."""
-    from opzoo.data.generators import generate
+    from .generators import generate
 
     options = _generator_options(args.set or [])
     for name in ("res", "nu", "steps"):
@@ -58,7 +58,7 @@ def run_generate(args: argparse.Namespace) -> int:
 
 def run_inspect(args: argparse.Namespace) -> int:
     """Handler of ``opzoo data inspect``."""
-    from opzoo.data.inspect import inspect_file
+    from .inspect import inspect_file
 
     try:
         print(inspect_file(args.file, layout=args.layout, max_samples=args.max_samples))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..interfaces import FeedForward
+from ..contracts.interfaces import FeedForward
 from .mlp import Mlp
 from .norm_act import make_activation
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from ..interfaces import Mixer
+from ..contracts.interfaces import Mixer
 from .mlp import Mlp
 
 

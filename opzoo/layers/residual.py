@@ -6,7 +6,7 @@ from typing import Callable
 
 from torch import Tensor
 
-from ..interfaces import Residual
+from ..contracts.interfaces import Residual
 
 
 class PlainResidual(Residual):

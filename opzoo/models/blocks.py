@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
-from ..interfaces import Block
+from ..contracts.interfaces import Block
 
 if TYPE_CHECKING:
     from .pot_parts import PotParts

@@ -17,10 +17,10 @@ from typing import Any, Mapping
 from torch import nn
 
 from ..config import build_dataclass, coerce_value
+from ..contracts.interfaces import Block, FeedForward, Mixer, Residual
 from ..errors import ConfigError
-from ..interfaces import Block, FeedForward, Mixer, Residual
+from ..host.registry import get_registry
 from ..layers.norm_act import ChannelsLastGroupNorm, make_activation
-from ..registry import get_registry
 
 # what the builder itself passes to each kind of component (not part of its *_args): one positional
 # argument (the parts for a block, the width for the others) and these keywords

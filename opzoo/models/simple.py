@@ -12,10 +12,10 @@ from typing import Any
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from ..interfaces import Backbone
+from ..contracts.interfaces import Backbone
+from ..host.registry import get_registry
 from ..layers.grid import append_grid
 from ..layers.mlp import Mlp
-from ..registry import get_registry
 
 
 @dataclasses.dataclass

@@ -1,6 +1,6 @@
 """Training: auto-regressive denoising pretraining, fine-tuning, rollout evaluation, DDP (DESIGN §8).
 
-    from opzoo.training import load_run_config, Trainer
+    from . import load_run_config, Trainer
     Trainer(load_run_config("configs/micro-pot.yaml")).fit()
 
 Plugins change optimization through :class:`OptimizerHook` (see ``docs/training.md``).
@@ -19,7 +19,7 @@ _LAZY = {
     **dict.fromkeys(["DatasetResult", "Persistence", "evaluate_dataset", "read_results", "write_results"], ".evaluate"),
     "generate_dataset": ".generate",
     **dict.fromkeys(["field2d", "pyplot", "save_figure"], ".plots"),
-    "adapt_model": "opzoo.adapt",
+    "adapt_model": "opzoo.model_io.adapt",
     **dict.fromkeys(["adapt_to_data", "finetune_config"], ".finetune"),
     **dict.fromkeys(["OptimizerHook", "StepContext"], ".hooks"),
     "read_log": ".logger",

@@ -10,22 +10,22 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from ..adapt import SHAPE_FIELDS
-from ..builder import create_model, load
 from ..data import FrameShape, MixtureDataset, TrajectoryDataset, WindowDataset, split_trajectories
 from ..data.errors import DataFormatError
 from ..errors import ConfigError
+from ..model_io.adapt import SHAPE_FIELDS
+from ..model_io.builder import create_model, load
 from .config import DatasetSpec, RunConfig
 from .shape_check import check_frames, check_resolution
 
 
-def build_model(section) -> nn.Module:
+def build_run_model(section) -> nn.Module:
     """A preset (``pretrained`` weights optional), a registered backbone, or a saved repo / Hub id."""
-    from ..reference import parse_model_reference
+    from ..model_io.reference import parse_model_reference
 
     name = section.name
     if parse_model_reference(name).kind != "backbone":
-        # with adapt, the shape fields are targets of opzoo.adapt, not load overrides
+        # with adapt, the shape fields are targets of opzoo.model_io.adapt, not load overrides
         args = {k: v for k, v in section.args.items() if not (section.adapt and k in SHAPE_FIELDS)}
         return load(name, pretrained=section.pretrained, **args, **_oversize(section))
     if section.pretrained:

@@ -17,8 +17,8 @@ from .evaluate import DatasetResult, headline
 def base_model_id(name: str) -> str:
     """``base_model`` for the front matter: a Hub repo id where there is one, else the opzoo name (a local
     model: its folder's name, not its path)."""
-    from ..reference import parse_model_reference
-    from ..registry import get_registry
+    from ..host.registry import get_registry
+    from ..model_io.reference import parse_model_reference
 
     try:
         ref = parse_model_reference(name)
@@ -33,7 +33,7 @@ def base_model_id(name: str) -> str:
 
 def _portable(base_weights: str, model_name: str) -> str:
     """The weights line without the base model's local path."""
-    from ..reference import LOCAL_DIR_PREFIX
+    from ..model_io.reference import LOCAL_DIR_PREFIX
 
     local = model_name.removeprefix(LOCAL_DIR_PREFIX)
     return base_weights.replace(local, Path(local).name) if "/" in local else base_weights
@@ -78,7 +78,7 @@ def run_card(*, model_name: str, from_scratch: bool, base_weights: str, datasets
              steps: int, lr: float, batch_size: int, seed: int, zero_shot: Sequence[DatasetResult] | None,
              final: Sequence[DatasetResult], command: str | None, resolution: Sequence[int], channels: int,
              in_timesteps: int) -> str:
-    """The card template (``${parameters}``, ``${config}`` are filled by :func:`opzoo.model_card.render_card`).
+    """The card template (``${parameters}``, ``${config}`` are filled by :func:`opzoo.model_io.model_card.render_card`).
 
     ``datasets``: ``(path, test TrajectoryDataset)`` per file.
     """

@@ -34,9 +34,9 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from ..checksums import ChecksumError, read_checksums, verify_checksums, write_checksums
 from ..disk_full import disk_full_as_error
 from ..errors import OpzooError
+from ..model_io.checksums import ChecksumError, read_checksums, verify_checksums, write_checksums
 from ..processes import process_alive
 
 PREFIX = "step-"

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from ..cli_common import command_group_main, parse_overrides
+from ..cli.common import command_group_main, parse_overrides
 from ..errors import OpzooError
 
 
@@ -157,7 +157,7 @@ def _say_array_order(paths: Sequence[str], layout: str | None) -> None:
 
 
 def cmd_finetune(args) -> int:
-    from ..builder import resolve_weights
+    from ..model_io.builder import resolve_weights
     from .finetune import finetune_config, recommended_lr
     from .trainer import Trainer
 
@@ -177,7 +177,7 @@ def cmd_finetune(args) -> int:
 
 def _load_model(name: str, pretrained: bool | None):
     """The model a command runs, and print the header line saying which weights those are."""
-    from ..builder import load, resolve_weights
+    from ..model_io.builder import load, resolve_weights
 
     pretrained, weights = resolve_weights(name, pretrained)
     _header(f"weights: {weights}")
@@ -282,7 +282,7 @@ def _eval_every_window(args, model, frame_shape, sources, split) -> int:
 
 def _model_identity(name: str) -> str:
     """How eval results name the model they score: a directory by its resolved path, anything else as given."""
-    from ..reference import parse_model_reference
+    from ..model_io.reference import parse_model_reference
 
     try:
         ref = parse_model_reference(name, backbones=False)

@@ -47,7 +47,7 @@ class ModelSection:
     # fine-tuning: adapt the input/output layers to the data (more channels, data.resolution, and
     # in_timesteps / in_channels / out_channels / img_size given in args) instead of refusing it
     adapt: bool = False
-    # build a model whose estimated training memory exceeds this machine's ten times (opzoo.size_check)
+    # build a model whose estimated training memory exceeds this machine's ten times (opzoo.model_io.size_check)
     allow_oversize: bool = False
 
 
@@ -88,7 +88,7 @@ class TrainingSection:
     log_every: int = 10
     eval_every: Optional[int] = None  # evaluate on the test sets every N steps (and at the end)
     deterministic: bool = True
-    # models with routers (opzoo.routing): warn when one expert takes more than this share of a
+    # models with routers (opzoo.contracts.routing): warn when one expert takes more than this share of a
     # router's assignments, summed over the last expert_load_window steps
     expert_load_threshold: float = 0.9
     expert_load_window: int = 50
@@ -220,13 +220,13 @@ def _check_values(cfg: RunConfig, base: Path | None, source: str) -> None:
         names.append(d.name)
     if cfg.data.resolution is not None and any(r < 1 for r in cfg.data.resolution):
         fail(f"data.resolution must be positive, got {list(cfg.data.resolution)}")
-    from ..plugins import get_registry
+    from ..host.registry import get_registry
 
     registry = get_registry()
     for i, h in enumerate(cfg.optimizer.hooks):
         if h.name not in registry.names("optimizer_hook"):
             registry.get("optimizer_hook", h.name)  # raises UnknownNameError with suggestions
-    from ..reference import parse_model_reference
+    from ..model_io.reference import parse_model_reference
 
     parse_model_reference(cfg.model.name)  # a preset, backbone, Hub repo or directory, or a one-line error
 

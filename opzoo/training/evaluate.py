@@ -119,7 +119,7 @@ def evaluate_dataset(model: nn.Module, name: str, source: TrajectoryDataset, fra
     recorded by their index in the file in ``DatasetResult.skipped``. ``vrmse_fields`` (name -> channel)
     adds The Well's VRMSE of those channels (default: every valid one).
     """
-    from ..routing import ExpertLoadRecorder
+    from ..contracts.routing import ExpertLoadRecorder
 
     was_training = model.training
     model.eval()

@@ -8,7 +8,7 @@ from collections import deque
 import torch
 from torch import Tensor, nn
 
-from ..routing import aux_losses, expert_counts, named_routers
+from ..contracts.routing import aux_losses, expert_counts, named_routers
 from .hooks import OptimizerHook, StepContext
 
 

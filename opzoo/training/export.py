@@ -18,7 +18,7 @@ from .evaluate import DatasetResult
 
 def export_model(model: nn.Module, ema: EMA | None, cfg: RunConfig, data: RunData, out: Path, card: str) -> Path:
     """Save ``model`` (with ``ema``'s weights swapped in) to ``out`` with its data facts in ``pretrained_cfg``."""
-    from ..builder import save_pretrained
+    from ..model_io.builder import save_pretrained
     from .seen_data import training_record
 
     shape = data.frame_shape
@@ -45,8 +45,8 @@ def unsharded_copy(wrapped: nn.Module, model: nn.Module, env: DistEnv) -> nn.Mod
 def run_model_card(cfg: RunConfig, data: RunData, from_scratch: bool, zero_shot: Sequence[DatasetResult] | None,
                    final: Sequence[DatasetResult], command: str | None) -> str:
     """The run's model card: base model, data and splits, steps and lr, test errors, command."""
-    from ..builder import resolve_weights
-    from ..reference import parse_model_reference
+    from ..model_io.builder import resolve_weights
+    from ..model_io.reference import parse_model_reference
     from .card import run_card
 
     name = cfg.model.name

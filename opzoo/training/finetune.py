@@ -5,7 +5,7 @@ The model is brought to the data where the data cannot be brought to the model (
 - **fewer channels** than the model: padded with 1.0 up to ``in_channels`` and masked out of the
   loss and the metrics (the model is unchanged);
 - **more channels**, another ``T_in`` (``in_timesteps``) or another resolution (``resolution``):
-  the input and output layers are adapted by :func:`opzoo.adapt.adapt_model` — copy
+  the input and output layers are adapted by :func:`opzoo.model_io.adapt.adapt_model` — copy
   what matches, initialize the rest (timm's ``in_chans`` habit);
 - **space** is otherwise interpolated (bilinear, align_corners=False) to the model's pretraining
   resolution (``pretrained_cfg['resolution']``);
@@ -21,8 +21,8 @@ from typing import Any, Sequence
 
 from torch import nn
 
-from ..adapt import SHAPE_FIELDS, adapt_model
 from ..errors import ConfigError
+from ..model_io.adapt import SHAPE_FIELDS, adapt_model
 from .build import OpenDataset, open_datasets
 from .config import RunConfig, parse_run_config
 
@@ -37,9 +37,9 @@ EVALS_PER_RUN = 5  # test-split evaluations during a fine-tuning run (plus step 
 def recommended_lr(model: str, pretrained: bool) -> tuple[float, str]:
     """``(lr, where it comes from)``: the ``finetune_lr`` recorded in the model's ``pretrained_cfg``
     (a preset's, or a saved repo's config.json), else opzoo's fallback; from scratch, the pretraining lr."""
-    from ..builder import saved_pretrained_cfg
-    from ..plugins import get_registry
-    from ..reference import parse_model_reference
+    from ..host.registry import get_registry
+    from ..model_io.builder import saved_pretrained_cfg
+    from ..model_io.reference import parse_model_reference
 
     saved = parse_model_reference(model).saved  # a saved repo always brings its weights
     if not pretrained and not saved:

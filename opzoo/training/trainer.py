@@ -26,7 +26,7 @@ from ..errors import ConfigError
 from . import run_dir as rundir
 from .bad_data import check_test_sets
 from .batches import RunBatches
-from .build import RunData, build_data, build_model, open_datasets
+from .build import RunData, build_data, build_run_model, open_datasets
 from .config import RunConfig
 from .distributed import all_reduce_mean, barrier, shutdown, start_process, unwrap, wrap_model
 from .ema import EMA, ema_weights
@@ -73,7 +73,7 @@ class Trainer:
             generate_missing(cfg.data.datasets, progress=show_progress is not False)
         barrier(self.env)
         torch.manual_seed(cfg.seed)
-        self.model = model if model is not None else build_model(cfg.model)
+        self.model = model if model is not None else build_run_model(cfg.model)
         opened = open_datasets(cfg)
         if cfg.model.adapt:
             self.model = adapt_to_data(self.model, cfg, opened)
@@ -104,7 +104,7 @@ class Trainer:
     @property
     def from_scratch(self) -> bool:
         """Whether this run starts from random weights (no published or saved weights loaded)."""
-        from ..reference import parse_model_reference
+        from ..model_io.reference import parse_model_reference
 
         return not self.cfg.model.pretrained and not parse_model_reference(self.cfg.model.name).saved
 

@@ -132,10 +132,37 @@ def describe(graph: dict[str, set[str]], component: list[str]) -> str:
 
 def test_opzoo_has_no_import_circle():
     graph = import_graph(OPZOO_ROOT)
-    assert "opzoo.plugins" in graph and "opzoo.builder" in graph  # the walk found the core
+    assert "opzoo.host.plugins" in graph and "opzoo.model_io.builder" in graph  # the walk found the core
     cycles = import_cycles(graph)
     assert not cycles, "import circles in opzoo/ (module or function level):\n" + "\n".join(
         f"  {describe(graph, c)}  (component: {', '.join(c)})" for c in cycles)
+
+
+# docs/architecture.md's layers, bottom to top, and the arrows that run up (each named there)
+LAYERS = ["root", "contracts", "registry", "layers", "models", "model_io", "data", "training", "plugin-host", "cli"]
+UPWARD = {
+    ("opzoo.contracts.interfaces", "opzoo.model_io.builder"),  # Backbone.save_pretrained & co., inside the methods
+    ("opzoo.model_io.preset_index", "opzoo.host.plugins"),  # building the index loads the plugins
+    ("opzoo.data.cli", "opzoo.cli.common"),  # a package's own commands use the CLI's parser
+    ("opzoo.training.cli", "opzoo.cli.common"),
+}
+
+
+def layer_of(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) < 3 and parts[-1] in ("opzoo", "__main__") or len(parts) == 2 and parts[1] not in LAYERS:
+        return "root"
+    if parts[1] == "host":
+        return "plugin-host" if parts[-1] in ("host", "plugins", "builtins") else "registry"
+    return parts[1] if parts[1] in LAYERS else "root"
+
+
+def test_every_import_runs_down_the_layers_but_the_named_exceptions():
+    graph = import_graph(OPZOO_ROOT)
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    up = {(a, b) for a, targets in graph.items() for b in targets
+          if a not in ("opzoo", "opzoo.__main__") and b != "opzoo" and rank[layer_of(b)] > rank[layer_of(a)]}
+    assert up == UPWARD, f"arrows up the layers not in docs/architecture.md: {sorted(up - UPWARD)}; gone: {sorted(UPWARD - up)}"
 
 
 def _write(root: Path, files: dict[str, str]) -> None:

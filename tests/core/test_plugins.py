@@ -3,7 +3,7 @@ import warnings
 import pytest
 
 from opzoo.errors import RegistryConflictError
-from opzoo.plugins import PluginHost, PluginLoadWarning
+from opzoo.host.plugins import PluginHost, PluginLoadWarning
 
 from .fake_dists import MIXER_PLUGIN, enable, write_dist
 
@@ -73,7 +73,7 @@ def test_opzoo_plugins_restricts_loading(tmp_path, monkeypatch):
 
 
 def test_env_variable_parsing(monkeypatch):
-    from opzoo.plugins import allowed_from_env
+    from opzoo.host.plugins import allowed_from_env
 
     monkeypatch.delenv("OPZOO_PLUGINS", raising=False)
     assert allowed_from_env() is None
@@ -139,11 +139,11 @@ def test_a_plugin_whose_command_hook_raises_is_a_warning_and_adds_nothing(tmp_pa
 
 
 def test_the_core_registers_through_its_own_hook_implementation_first():
-    """The core's components come from ``opzoo.builtins``, a hook implementation registered like a
+    """The core's components come from ``opzoo.host.builtins``, a hook implementation registered like a
     plugin's (first, under the name ``opzoo``), and the process-wide registry is the host's."""
     import opzoo
-    from opzoo import builtins
-    from opzoo.registry import get_registry
+    from opzoo.host import builtins
+    from opzoo.host.registry import get_registry
 
     host = PluginHost(allowed={"opzoo-fourier"})
     assert host.pm.get_plugin("opzoo") is builtins

@@ -12,7 +12,7 @@ def test_the_index_key_changes_with_the_installed_code(tmp_path):
     site = tmp_path / "site"
     write_dist(site, "opzoo-extra", "1.0", "opzoo_extra_mixer", MIXER_PLUGIN.format(name="extra-mixer"))
     env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
-    key = "from opzoo.preset_index import index_key; print(index_key())"
+    key = "from opzoo.model_io.preset_index import index_key; print(index_key())"
     before = run_python(key, env=env).stdout
     assert before == run_python(key, env=env).stdout  # stable
     assert before != run_python(key, env={**env, "OPZOO_PLUGINS": "opzoo-fourier"}).stdout
@@ -24,7 +24,7 @@ def test_the_index_key_changes_with_the_installed_code(tmp_path):
 
 
 def test_an_index_of_other_code_is_never_read(tmp_path, monkeypatch):
-    from opzoo import preset_index
+    from opzoo.model_io import preset_index
 
     monkeypatch.setenv("OPZOO_CACHE_DIR", str(tmp_path))
     key = preset_index.index_key()

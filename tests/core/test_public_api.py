@@ -35,14 +35,14 @@ def describe(obj) -> dict:
 
 def surface() -> dict:
     import opzoo
-    import opzoo.hookspecs
+    import opzoo.contracts.hookspecs
     import opzoo.training
 
     out = {}
     for module in (opzoo, opzoo.training):
         out[module.__name__] = {name: describe(getattr(module, name)) for name in sorted(module.__all__)
                                 if name != "__version__"}
-    out["hookspecs"] = {name: str(inspect.signature(fn)) for name, fn in sorted(vars(opzoo.hookspecs).items())
+    out["hookspecs"] = {name: str(inspect.signature(fn)) for name, fn in sorted(vars(opzoo.contracts.hookspecs).items())
                         if name.startswith("opzoo_") and callable(fn)}
     return out
 

@@ -1,4 +1,4 @@
-"""opzoo.routing is generic over any Router: group-weighted aux loss, expert counts, the recorder, copies."""
+"""opzoo.contracts.routing is generic over any Router: group-weighted aux loss, expert counts, the recorder, copies."""
 
 import copy
 
@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import opzoo
-from opzoo.routing import ExpertLoadRecorder, aux_losses, expert_counts, expert_loads, weighted_aux_loss
+from opzoo.contracts.routing import ExpertLoadRecorder, aux_losses, expert_counts, expert_loads, weighted_aux_loss
 
 
 class FixedRouter(opzoo.Router):

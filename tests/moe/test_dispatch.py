@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from opzoo import Routing, get_registry
-from opzoo.routing import aux_losses
+from opzoo.contracts.routing import aux_losses
 from opzoo_moe import AttentionExpert, ImageRouter, SparseMoEFeedForward, TokenRouter, dispatch
 
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import opzoo
-from opzoo.routing import aux_losses
+from opzoo.contracts.routing import aux_losses
 
 from ..training.conftest import micro_pot_args
 

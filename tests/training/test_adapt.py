@@ -1,4 +1,4 @@
-"""opzoo.adapt (via opzoo.training.adapt_model): a pretrained model's input/output layers adapted to new data shapes.
+"""opzoo.model_io.adapt (via opzoo.training.adapt_model): a pretrained model's input/output layers adapted to new data shapes.
 
 The rule (copy what matches, initialize the rest; new inputs start at zero) makes exact statements
 checkable: with more channels the adapted model computes the pretrained function on the old
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import opzoo
-from opzoo.adapt import adapt_model
+from opzoo.model_io.adapt import adapt_model
 
 from .conftest import tiny_pot_args
 

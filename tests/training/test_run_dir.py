@@ -321,7 +321,7 @@ def test_invalid_pretrained_cfg_is_refused_naming_file_and_key(tmp_path, bad, wo
 
 def test_every_shipped_config_json_has_a_valid_pretrained_cfg():
     from opzoo.config import read_config
-    from opzoo.pretrained_cfg import schema_of, validate_pretrained_cfg
+    from opzoo.model_io.pretrained_cfg import schema_of, validate_pretrained_cfg
 
     root = Path(__file__).resolve().parents[2]
     shipped = sorted(root.glob("plugins/*/*/pretrained/*/config.json"))
@@ -334,7 +334,7 @@ def test_every_shipped_config_json_has_a_valid_pretrained_cfg():
 
 
 def test_saved_repos_record_and_verify_the_weights_sha256(tmp_path):
-    from opzoo.checksums import sha256_file
+    from opzoo.model_io.checksums import sha256_file
 
     repo = opzoo.create_model("pot", **tiny_pot_args()).save_pretrained(tmp_path / "repo")
     doc = json.loads((repo / "config.json").read_text())

@@ -194,7 +194,7 @@ def test_pretrained_cfg_is_typed_by_the_well_schema(tmp_path):
     """The facts a Well checkpoint records are declared (``WellPretrainedCfg``, a subclass of
     ``opzoo.PretrainedCfg``): every preset's pass; unknown keys, wrong types and time-varying fields
     that are not fields are refused, naming the file and key; a core backbone knows none of them."""
-    from opzoo.pretrained_cfg import schema_of, validate_pretrained_cfg
+    from opzoo.model_io.pretrained_cfg import schema_of, validate_pretrained_cfg
     from opzoo_well import WellFNO, WellPretrainedCfg, WellUNetConvNext
     from opzoo_well.presets import pretrained_cfg
 

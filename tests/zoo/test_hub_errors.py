@@ -56,7 +56,7 @@ def test_push_without_network_is_one_line(no_hub, monkeypatch, tmp_path, capsys,
 def test_behind_a_proxy_the_proxy_is_what_must_answer(monkeypatch):
     import socket
 
-    from opzoo.hub import hub_unreachable
+    from opzoo.model_io.hub import hub_unreachable
 
     monkeypatch.setattr(constants, "ENDPOINT", "https://127.0.0.1:9")  # not reachable directly
     for var in ("no_proxy", "NO_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):

@@ -21,7 +21,7 @@ class SparseMoEFeedForward(FeedForward):
 
     The router is ``self.router`` (a :class:`TokenRouter` in the ``"token"`` aux group with weight
     ``aux_weight``, the β of NESTOR's total loss); its balance loss and expert load are read by
-    ``model.aux_loss()`` and ``opzoo.routing``.
+    ``model.aux_loss()`` and ``opzoo.contracts.routing``.
     """
 
     def __init__(self, dim: int, hidden_dim: int, act: str = "gelu", num_experts: int = 4, top_k: int = 2,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from opzoo.provenance import Fact
+from opzoo.host.provenance import Fact
 
 from .datasets import DATASETS, dataset
 

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from .errors import OpzooError
+from ..errors import OpzooError
 
 ALGORITHM = "sha256"
 _CHUNK = 1 << 20

@@ -9,7 +9,7 @@ import shlex
 import sys
 from typing import Sequence
 
-from .errors import OpzooError
+from ..errors import OpzooError
 
 
 def parse_overrides(pairs: Sequence[str] | None) -> dict:

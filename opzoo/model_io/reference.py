@@ -16,8 +16,8 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from .errors import HubError, UnknownNameError
-from .registry import HF_HUB_PREFIX, LOCAL_DIR_PREFIX, get_registry
+from ..errors import HubError, UnknownNameError
+from ..host.registry import HF_HUB_PREFIX, LOCAL_DIR_PREFIX, get_registry
 
 
 @dataclasses.dataclass(frozen=True)

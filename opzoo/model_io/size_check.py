@@ -16,7 +16,7 @@ import dataclasses
 import os
 from typing import Any
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 BYTES_PER_PARAMETER = 16
 MARGIN = 10.0

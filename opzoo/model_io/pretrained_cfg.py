@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Optional, Union
 
-from .config import build_dataclass
-from .errors import ConfigError
+from ..config import build_dataclass
+from ..errors import ConfigError
 
 
 @dataclasses.dataclass

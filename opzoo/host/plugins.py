@@ -4,8 +4,8 @@ Plugins are found through entry points in the group ``opzoo``. One that fails to
 register becomes a warning naming its distribution and the error; the others still load.
 ``OPZOO_PLUGINS`` (comma-separated distribution names; empty means none) restricts loading.
 
-The core's own components (:mod:`opzoo.builtins`) are one more plugin, registered first under the
-name ``opzoo``. ``opzoo/__init__`` makes this host the source of :func:`opzoo.registry.get_registry`,
+The core's own components (:mod:`opzoo.host.builtins`) are one more plugin, registered first under the
+name ``opzoo``. ``opzoo/__init__`` makes this host the source of :func:`opzoo.host.registry.get_registry`,
 so the backbones find their components without importing this module back.
 """
 
@@ -20,9 +20,10 @@ from typing import Any
 
 import pluggy
 
-from . import builtins, hookspecs
-from .errors import RegistryConflictError
-from .registry import Registry, get_registry
+from ..contracts import hookspecs
+from ..errors import RegistryConflictError
+from . import builtins
+from .registry import Registry
 
 ENTRY_POINT_GROUP = "opzoo"
 ENV_PLUGINS = "OPZOO_PLUGINS"
@@ -191,5 +192,5 @@ def reset_plugins() -> None:
         _host = None
 
 
-__all__ = ["PluginHost", "PluginInfo", "PluginLoadWarning", "get_plugin_host", "get_registry", "reset_plugins",
+__all__ = ["PluginHost", "PluginInfo", "PluginLoadWarning", "get_plugin_host", "reset_plugins",
            "allowed_from_env"]

@@ -1,19 +1,19 @@
 """The core's own registrations, made through the same hooks as any plugin.
 
-:mod:`opzoo.plugins` registers this module first, under the name ``opzoo``; nothing else imports it.
+:mod:`opzoo.host.plugins` registers this module first, under the name ``opzoo``; nothing else imports it.
 """
 
 from __future__ import annotations
 
 from importlib.resources import files
 
-from .hookspecs import hookimpl
-from .layers.feedforward import MlpFeedForward
-from .layers.mixers import PointwiseMLPMixer
-from .layers.residual import PlainResidual
-from .models.blocks import DpotBlock, SandwichBlock
-from .models.pot import PotBackbone
-from .models.simple import SimpleOperator
+from ..contracts.hookspecs import hookimpl
+from ..layers.feedforward import MlpFeedForward
+from ..layers.mixers import PointwiseMLPMixer
+from ..layers.residual import PlainResidual
+from ..models.blocks import DpotBlock, SandwichBlock
+from ..models.pot import PotBackbone
+from ..models.simple import SimpleOperator
 
 CARDS = files("opzoo") / "model_cards"
 

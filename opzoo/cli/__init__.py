@@ -9,17 +9,17 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from ._version import __version__
-from .cli_common import Parser, parse_overrides, run_parser
+from .._version import __version__
+from .common import Parser, parse_overrides, run_parser
 
 
 def _index():
-    """The preset index (:mod:`opzoo.preset_index`): read, or made once by importing the plugins. None in
+    """The preset index (:mod:`opzoo.model_io.preset_index`): read, or made once by importing the plugins. None in
     a process whose plugin host is already up (a notebook, a test): its live registry is the answer."""
     plugins = sys.modules.get(f"{__package__}.plugins")
     if plugins is not None and getattr(plugins, "_host", None) is not None:
         return None
-    from .preset_index import build_index, read_index
+    from ..model_io.preset_index import build_index, read_index
 
     return read_index() or build_index(preset_document)
 
@@ -27,11 +27,11 @@ def _index():
 def cmd_list(args) -> int:
     index = _index()
     if index is not None:
-        from .preset_index import list_from_index
+        from ..model_io.preset_index import list_from_index
 
         names = list_from_index(index, args.pattern, args.pretrained, args.aliases)
     else:  # a plugin failed to load: the registry as it is (its warning was printed)
-        from .builder import list_models
+        from ..model_io.builder import list_models
 
         names = list_models(args.pattern, pretrained=args.pretrained, include_aliases=args.aliases)
     what = "models with published weights" if args.pretrained else "models"
@@ -43,7 +43,7 @@ def _preset_info(name: str, overrides: dict) -> tuple[dict, object]:
     """A registered preset (or alias), built on the meta device: no memory, no weights."""
     import torch
 
-    from .builder import build_preset, preset_named, source_description
+    from ..model_io.builder import build_preset, preset_named, source_description
 
     preset = preset_named(name)
     with torch.device("meta"):
@@ -66,8 +66,8 @@ def _preset_info(name: str, overrides: dict) -> tuple[dict, object]:
 
 def _saved_model_info(name: str, overrides: dict) -> tuple[dict, object]:
     """A saved model (``hf-hub:...``, ``local-dir:...`` or a directory), loaded as ``opzoo.load`` does."""
-    from .builder import load
-    from .plugins import get_registry
+    from ..host.registry import get_registry
+    from ..model_io.builder import load
 
     model = load(name, **overrides)
     entry = get_registry().backbone_entry(type(model))
@@ -95,7 +95,7 @@ def cmd_info(args) -> int:
     if index is not None and args.name in {**index["presets"], **index["aliases"]}:
         info = index["presets"][index["aliases"].get(args.name, args.name)]
     else:
-        from .reference import parse_model_reference
+        from ..model_io.reference import parse_model_reference
 
         if parse_model_reference(args.name, backbones=False).saved:
             info, model = _saved_model_info(args.name, overrides)
@@ -126,7 +126,7 @@ def cmd_info(args) -> int:
         print(f"  load checks: {'; '.join(info['load_checks'])} (run on the real files by load(pretrained=True) "
               f"and `opzoo verify {info['name']}`)")
     if info.get("provenance"):
-        from .provenance import Fact
+        from ..host.provenance import Fact
 
         print("  provenance:")
         for row in info["provenance"]:
@@ -139,8 +139,8 @@ def cmd_info(args) -> int:
 
 def cmd_verify(args) -> int:
     """Each preset's published files against every assumption the preset makes about them."""
-    from .errors import ConfigError
-    from .verify import format_table, select_presets, verify
+    from ..errors import ConfigError
+    from ..model_io.verify import format_table, select_presets, verify
 
     if not args.names and not args.all:
         raise ConfigError("name one or more presets (names or patterns, e.g. 'well-fno-*'), or pass --all")
@@ -155,7 +155,7 @@ def cmd_verify(args) -> int:
 
 
 def cmd_plugins(args) -> int:
-    from .plugins import get_plugin_host
+    from ..host.plugins import get_plugin_host
 
     host = get_plugin_host()
     if args.json:
@@ -172,9 +172,9 @@ def cmd_plugins(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from .builder import load, resolve_weights
-    from .errors import OpzooError
-    from .reference import parse_model_reference
+    from ..errors import OpzooError
+    from ..model_io.builder import load, resolve_weights
+    from ..model_io.reference import parse_model_reference
 
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not args.force:
@@ -192,7 +192,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_convert(args) -> int:
-    from .builder import convert_to_repo
+    from ..model_io.builder import convert_to_repo
 
     options = {**({"dataset": args.dataset} if args.dataset else {}), **parse_overrides(args.option)}
     out = convert_to_repo(args.converter, args.file, args.out, **options)
@@ -201,7 +201,7 @@ def cmd_convert(args) -> int:
 
 
 def cmd_push(args) -> int:
-    from .hub import push_folder_to_hub
+    from ..model_io.hub import push_folder_to_hub
 
     info = push_folder_to_hub(args.dir, args.repo_id, private=args.private)
     print(f"pushed {args.dir} -> {getattr(info, 'commit_url', args.repo_id)}")
@@ -267,7 +267,7 @@ def build_parser(plugin_commands: bool = True) -> argparse.ArgumentParser:
     for add_commands in _command_providers():
         add_commands(sub)
     if plugin_commands:
-        from .plugins import get_plugin_host
+        from ..host.plugins import get_plugin_host
 
         get_plugin_host().add_commands(sub)
     else:
@@ -282,7 +282,7 @@ def _plugin_distributions() -> list[str]:
     """Distributions with an ``opzoo`` entry point, from metadata only (nothing is imported)."""
     from importlib.metadata import entry_points
 
-    from .hookspecs import PROJECT_NAME  # the entry-point group opzoo.plugins discovers
+    from ..contracts.hookspecs import PROJECT_NAME  # the entry-point group opzoo.host.plugins discovers
 
     return sorted({ep.dist.name if ep.dist is not None else ep.name for ep in entry_points(group=PROJECT_NAME)})
 
@@ -293,8 +293,8 @@ CORE_COMMANDS = frozenset({"list", "info", "verify", "plugins", "export", "conve
 
 def _command_providers():
     """Sub-command groups that live in their own modules (data, training), imported when needed."""
-    from .data.cli import add_data_commands
-    from .training.cli import add_training_commands
+    from ..data.cli import add_data_commands
+    from ..training.cli import add_training_commands
 
     return (add_data_commands, add_training_commands)
 

@@ -25,7 +25,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from ._version import __version__
+from .._version import __version__
 
 ENV_OFF = "OPZOO_NO_INDEX"
 ENV_DIR = "OPZOO_CACHE_DIR"
@@ -94,7 +94,7 @@ def read_index() -> dict[str, Any] | None:
 def build_index(preset_document: Callable[[str, dict], dict[str, Any]]) -> dict[str, Any] | None:
     """Fill the registry, document every preset with ``preset_document(name, {})`` (what ``opzoo info
     --json`` prints) and store the index; None when a plugin failed to load (nothing is stored then)."""
-    from .plugins import get_plugin_host
+    from ..host.plugins import get_plugin_host
 
     key = index_key()
     host = get_plugin_host()

@@ -3,7 +3,7 @@
 A converter, registered with ``registry.register_converter(name, fn)``, is a callable
 ``fn(path, **options) -> ConvertedCheckpoint`` that reads a foreign checkpoint (e.g. the official
 DPOT ``.pth``) and returns opzoo weights with the architecture and config they fit; the builder
-(:func:`opzoo.builder.convert_to_repo`, ``opzoo.load(..., pretrained=True)``) runs it.
+(:func:`opzoo.model_io.builder.convert_to_repo`, ``opzoo.load(..., pretrained=True)``) runs it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 import torch
 
-from .errors import CheckpointError
+from ..errors import CheckpointError
 
 
 @dataclasses.dataclass
@@ -27,7 +27,7 @@ class ConvertedCheckpoint:
     state_dict: dict[str, torch.Tensor]
     pretrained_cfg: dict[str, Any] = dataclasses.field(default_factory=dict)
     preset: str | None = None
-    card: str | None = None  # a model card template (opzoo.model_card) for the repo; default: the preset's
+    card: str | None = None  # a model card template (opzoo.model_io.model_card) for the repo; default: the preset's
 
 
 def safe_torch_load(path: str | os.PathLike, allow: Iterable[type] = ()) -> Any:

@@ -7,7 +7,7 @@ Every entry remembers the distribution that registered it, so that two plugins c
 an error naming both.
 
 :func:`get_registry` is the process-wide registry. It is filled by the plugin host
-(:mod:`opzoo.plugins`) on first use; this module does not import the host, so that a backbone can
+(:mod:`opzoo.host.plugins`) on first use; this module does not import the host, so that a backbone can
 look up its components here without importing the plugin machinery that imports the backbones.
 """
 
@@ -20,10 +20,10 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
-from .errors import RegistryConflictError, UnknownNameError
+from ..errors import RegistryConflictError, UnknownNameError
 from .provenance import Fact, PretrainedCheck
 
-HF_HUB_PREFIX = "hf-hub:"  # a model reference to the Hub (parsed in opzoo.reference)
+HF_HUB_PREFIX = "hf-hub:"  # a model reference to the Hub (parsed in opzoo.model_io.reference)
 LOCAL_DIR_PREFIX = "local-dir:"  # a model reference to a directory
 
 COMPONENT_KINDS = ("mixer", "feedforward", "residual", "block", "backbone", "optimizer_hook", "converter")
@@ -38,7 +38,7 @@ class PretrainedSource:
     called with ``converter_options`` as keyword arguments (e.g. the data set a checkpoint was trained on).
     ``directory`` is a local path or a package resource (``importlib.resources.files(pkg) / "dir"``),
     for weights that ship inside a plugin; :meth:`package` builds one. Both kinds are resolved to
-    local files by :func:`opzoo.builder.pretrained_files` and then loaded by the same code.
+    local files by :func:`opzoo.model_io.builder.pretrained_files` and then loaded by the same code.
 
     ``extra_files`` are other files of the repo that the converter or the checks read (e.g. the
     foreign ``config.json``); they are fetched with the weights, into the same snapshot. ``checks``

@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from .errors import CheckpointError
+from ..errors import CheckpointError
 
 if TYPE_CHECKING:
     import torch

@@ -2,7 +2,7 @@
 
 A repo is ``config.json`` + ``model.safetensors`` + ``README.md`` (the model card). Weights are
 safetensors only; loads are strict and checked completely before any parameter changes. Functions
-here take the model as an argument and know no registry: :mod:`opzoo.builder` names the
+here take the model as an argument and know no registry: :mod:`opzoo.model_io.builder` names the
 architecture, finds the card and builds the model (``opzoo.save_pretrained``, ``opzoo.from_pretrained``).
 """
 
@@ -31,12 +31,12 @@ from huggingface_hub.errors import (
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
-from ._version import __version__
+from .._version import __version__
+from ..config import CONFIG_NAME, read_config, write_config
+from ..disk_full import disk_full_as_error
+from ..errors import HubError, WeightsError
+from ..host.registry import LOCAL_DIR_PREFIX
 from .checksums import sha256_file
-from .config import CONFIG_NAME, read_config, write_config
-from .disk_full import disk_full_as_error
-from .errors import HubError, WeightsError
-from .registry import LOCAL_DIR_PREFIX
 
 WEIGHTS_NAME = "model.safetensors"
 CARD_NAME = "README.md"
@@ -125,7 +125,7 @@ def _tmp_name(directory: Path, what: str) -> Path:
 def clean_dead_saves(directory: Path) -> None:
     """Remove what killed saves of ``directory`` left (their temp directories and files), and only theirs:
     a live process's or another host's are left alone."""
-    from .processes import process_alive
+    from ..processes import process_alive
 
     host = socket.gethostname()
     candidates = list(directory.parent.glob(f".{directory.name}{_TMP_MARK}*"))

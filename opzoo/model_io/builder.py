@@ -2,7 +2,7 @@
 from a converted foreign checkpoint; and the registry-aware halves of saving and uploading.
 
 Every path ends in :func:`build_model` (a registered backbone class and a checked config). The
-files themselves are :mod:`opzoo.hub`'s job; this module names the architecture, finds a preset's
+files themselves are :mod:`opzoo.model_io.hub`'s job; this module names the architecture, finds a preset's
 card and weights, and runs converters.
 """
 
@@ -16,10 +16,12 @@ from importlib.resources import as_file
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
+from ..config import config_document, read_config
+from ..errors import ConfigError, HubError, UnknownNameError, WeightsError
+from ..host.provenance import PretrainedArtifacts, refuse_failed, run_checks, snapshot_revision
+from ..host.registry import Preset, PretrainedSource, get_registry
 from .adapt import SHAPE_FIELDS, adapt_model
-from .checkpoints import ConvertedCheckpoint
-from .config import config_document, read_config
-from .errors import ConfigError, HubError, UnknownNameError, WeightsError
+from .converters import ConvertedCheckpoint
 from .hub import (
     WEIGHTS_NAME,
     hub_download,
@@ -35,9 +37,7 @@ from .hub import (
 )
 from .model_card import render_card
 from .pretrained_cfg import schema_of, validate_pretrained_cfg
-from .provenance import PretrainedArtifacts, refuse_failed, run_checks, snapshot_revision
 from .reference import HF_HUB_PREFIX, LOCAL_DIR_PREFIX, ModelReference, parse_model_reference
-from .registry import Preset, PretrainedSource, get_registry
 
 if TYPE_CHECKING:
     import torch
@@ -55,7 +55,7 @@ def build_model(backbone: str, args: Mapping[str, Any], source: str, overrides: 
     ``override_source`` name where each came from in errors. ``pretrained_cfg`` is checked against
     the backbone's schema (``pretrained_cfg_class``, errors naming ``pretrained_cfg_source``) and
     recorded on the model with ``preset_name``. A config that would need far more memory than the
-    machine has is refused before anything is allocated (:mod:`opzoo.size_check`; the override
+    machine has is refused before anything is allocated (:mod:`opzoo.model_io.size_check`; the override
     ``allow_oversize=True`` builds it anyway), and one the backbone cannot be built from is a
     ConfigError naming ``source``, not a traceback from inside the model.
     """
@@ -120,7 +120,7 @@ def pretrained_file(source: PretrainedSource, filename: str | None = None, local
                     ) -> Iterator[Path]:
     """A local path to file ``filename`` (default ``source.filename`` or model.safetensors) of ``source``.
 
-    A Hub source is fetched with :func:`opzoo.hub.hub_download` (cache, offline mode and errors as usual;
+    A Hub source is fetched with :func:`opzoo.model_io.hub.hub_download` (cache, offline mode and errors as usual;
     ``local_files_only``: from the cache alone); a directory source (a local path or a package resource,
     possibly inside a zip) is used in place.
     """
@@ -316,7 +316,7 @@ def load(name: str | os.PathLike, pretrained: bool = False, **overrides: Any) ->
 
 def adapt_loaded(model: "nn.Module", name: str, shape: Mapping[str, Any]) -> "nn.Module":
     """``model`` with its published weights brought to the shape fields ``shape`` (``in_channels``,
-    ``out_channels``, ``in_timesteps``, ``img_size``) by :func:`opzoo.adapt.adapt_model`, as timm does for
+    ``out_channels``, ``in_timesteps``, ``img_size``) by :func:`opzoo.model_io.adapt.adapt_model`, as timm does for
     ``in_chans``: copy what matches, interpolate positional embeddings, initialize the rest.
 
     ``in_channels`` alone changes ``out_channels`` too when the model maps C -> C (an auto-regressive
@@ -359,7 +359,7 @@ def _distribution_version(distribution: str) -> str | None:
 
 def saved_pretrained_cfg(name: str) -> dict:
     """The ``pretrained_cfg`` in a saved model's ``config.json`` (only that file is read or fetched)."""
-    from .config import CONFIG_NAME
+    from ..config import CONFIG_NAME
 
     ref = parse_model_reference(name, backbones=False)
     if ref.kind == "hub":
@@ -370,7 +370,7 @@ def saved_pretrained_cfg(name: str) -> dict:
 
 
 def preset_named(name: str) -> Preset:
-    """The registered preset ``name`` (:func:`opzoo.reference.parse_model_reference`'s errors otherwise)."""
+    """The registered preset ``name`` (:func:`opzoo.model_io.reference.parse_model_reference`'s errors otherwise)."""
     ref = parse_model_reference(name, backbones=False)
     if ref.kind != "preset":
         raise HubError(f"{name} is a saved model, not a preset")

@@ -32,9 +32,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .errors import ConfigError
-from .models.io_layout import DimMap
-from .registry import get_registry
+from ..contracts.io_layout import DimMap
+from ..errors import ConfigError
+from ..host.registry import get_registry
 
 logger = logging.getLogger("opzoo")
 

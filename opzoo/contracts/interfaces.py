@@ -1,6 +1,6 @@
 """The interfaces opzoo's components implement (DESIGN §3), seven in all: here Mixer, FeedForward,
 Residual, StreamAdapter (a Residual's per-network adapter), Block and Backbone; Router (with the
-Routing it returns) lives in :mod:`opzoo.routing`, next to the code that reads routers.
+Routing it returns) lives in :mod:`opzoo.contracts.routing`, next to the code that reads routers.
 
 Tensors are channels-last; ``S`` stands for the 1, 2 or 3 spatial dims.
 """
@@ -16,8 +16,8 @@ from torch import Tensor, nn
 from .routing import weighted_aux_loss
 
 if TYPE_CHECKING:
-    from .config import ModelConfig
-    from .models.io_layout import DimMap
+    from ..config import ModelConfig
+    from .io_layout import DimMap
 
 __all__ = ["Mixer", "FeedForward", "Residual", "StreamAdapter", "IdentityStreams", "Block", "Backbone"]
 
@@ -115,7 +115,7 @@ class Backbone(nn.Module, metaclass=abc.ABCMeta):
 
     Subclasses set ``config_class`` (a ModelConfig dataclass) and take their config as the only
     constructor argument. ``save_pretrained``, ``from_pretrained`` and ``push_to_hub`` call the
-    functions of the same names in :mod:`opzoo.builder`; a backbone that can be adapted to data of
+    functions of the same names in :mod:`opzoo.model_io.builder`; a backbone that can be adapted to data of
     another shape (:func:`opzoo.training.adapt_model`) overrides :meth:`io_layout`.
     """
 
@@ -130,21 +130,21 @@ class Backbone(nn.Module, metaclass=abc.ABCMeta):
     # ---- hub I/O (DESIGN §5) ----
     def save_pretrained(self, save_directory):
         """Write ``config.json``, ``model.safetensors`` and ``README.md`` into a directory."""
-        from .builder import save_pretrained
+        from ..model_io.builder import save_pretrained
 
         return save_pretrained(self, save_directory)
 
     def push_to_hub(self, repo_id: str, **kwargs):
-        """Upload this model to the Hugging Face Hub (see :func:`opzoo.builder.push_to_hub`)."""
-        from .builder import push_to_hub
+        """Upload this model to the Hugging Face Hub (see :func:`opzoo.model_io.builder.push_to_hub`)."""
+        from ..model_io.builder import push_to_hub
 
         return push_to_hub(self, repo_id, **kwargs)
 
     @classmethod
     def from_pretrained(cls, repo_or_dir, revision: str | None = None, **overrides):
         """Load an opzoo repo (local dir or Hub id); it must hold this class's architecture."""
-        from .builder import from_pretrained
-        from .errors import ConfigError
+        from ..errors import ConfigError
+        from ..model_io.builder import from_pretrained
 
         model = from_pretrained(repo_or_dir, revision=revision, **overrides)
         if not isinstance(model, cls):
@@ -158,7 +158,7 @@ class Backbone(nn.Module, metaclass=abc.ABCMeta):
     def io_layout(cls, old: "ModelConfig", new: "ModelConfig") -> Mapping[str, Sequence["DimMap"] | str] | None:
         """How this backbone's data-shaped tensors map from config ``old`` to ``new`` (which differ in
         ``in_channels``, ``out_channels``, ``in_timesteps`` or ``img_size``): ``{tensor name:
-        [DimMap, ...] or "resize"}`` (see :mod:`opzoo.models.io_layout`). A tensor not named keeps its
+        [DimMap, ...] or "resize"}`` (see :mod:`opzoo.contracts.io_layout`). A tensor not named keeps its
         weights when its shape did not change. None (the default): the backbone cannot be adapted."""
         return None
 
@@ -184,7 +184,7 @@ class Backbone(nn.Module, metaclass=abc.ABCMeta):
 
     def aux_loss(self) -> Tensor:
         """The routers' loss term of the last forward, ``sum_g w_g * mean_{r in g} L_r`` over the
-        routers' ``aux_group`` s (0 when no router ran); see :func:`opzoo.routing.weighted_aux_loss`."""
+        routers' ``aux_group`` s (0 when no router ran); see :func:`opzoo.contracts.routing.weighted_aux_loss`."""
         total = weighted_aux_loss(self)
         return torch.zeros((), device=self._any_device()) if total is None else total
 

@@ -23,7 +23,7 @@ from typing import Iterable, Protocol, Sequence, runtime_checkable
 
 from torch import nn
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 __all__ = ["SpectralLayer", "SpectralWeight", "find_spectral_weights"]
 
