@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..data.datasets import train_test_split
 from ..data.fingerprint import content_hash
 from ..errors import ConfigError
 
@@ -81,10 +82,11 @@ def choose_split(model, path: str, n: int, split: str | None, test_fraction: flo
         if split == "all":
             return list(range(n)), f"all {n} trajectories (the model records no training on this file)", 0
         fraction = 0.1 if test_fraction is None else test_fraction
-        n_test = max(1, int(round(n * fraction)))
-        if n_test >= n:
-            raise ConfigError(f"{path}: {n} trajectories are too few to hold out {fraction:.0%} for testing")
-        idx = list(range(n - n_test, n)) if split == "test" else list(range(n - n_test))
+        try:
+            train, test = train_test_split(n, fraction)  # training's rule, from its one home
+        except ValueError as e:
+            raise ConfigError(f"{path}: {e}") from None
+        idx = list(test) if split == "test" else list(train)
         return idx, (f"{split} split: {_describe(idx)} of {n} (test = the last {fraction:g} of the file, training's "
                      f"rule; the model records no training on this file)"), 0
     if record.get("trajectories") not in (None, n):

@@ -134,3 +134,16 @@ def cli_module() -> str:
     except SystemExit:
         return "opzoo.training.cli"
     return "opzoo"
+
+
+@pytest.fixture
+def missing_rank(monkeypatch):
+    """This process as rank 0 of 2 under torchrun's variables, on a free port where rank 1 never comes."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for k, v in {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                 "MASTER_PORT": str(port)}.items():
+        monkeypatch.setenv(k, v)

@@ -5,7 +5,6 @@ calling sys.exit (D5), a missing DDP rank (D16), a full disk at run start (D15).
 from __future__ import annotations
 
 import os
-import socket
 import time
 
 import numpy as np
@@ -75,18 +74,11 @@ def test_a_plugin_calling_sys_exit_is_one_failed_plugin(tmp_path):
     assert "opzoo-fourier" in done.stdout
 
 
-def test_a_missing_rank_is_one_line_naming_the_timeout(tmp_path, datasets, monkeypatch, capsys):
+def test_a_missing_rank_is_one_line_naming_the_timeout(tmp_path, datasets, missing_rank, capsys):
     """D16: a rank that does not answer ended the job with a raw gloo traceback."""
     import yaml
 
     from .conftest import run_document, tiny_pot_args
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    for k, v in {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                 "MASTER_PORT": str(port)}.items():
-        monkeypatch.setenv(k, v)
     doc = run_document(tmp_path / "run", {"heat": datasets["heat"]}, model={"name": "pot", "args": tiny_pot_args()},
                        training={"steps": 2, "batch_size": 2}, distributed={"timeout_s": 1, "backend": "gloo"})
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(doc))

@@ -217,15 +217,8 @@ def test_a_signal_checkpoints_the_step_reached_and_resume_is_exact(tmp_path, dat
 
 
 # ---- DDP timeout --------------------------------------------------------------------------------
-def test_distributed_timeout_bounds_the_wait_for_a_missing_rank(tmp_path, datasets, monkeypatch):
+def test_distributed_timeout_bounds_the_wait_for_a_missing_rank(tmp_path, datasets, missing_rank):
     import time
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    for k, v in {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                 "MASTER_PORT": str(port)}.items():
-        monkeypatch.setenv(k, v)
     doc = _doc(tmp_path / "run", datasets)
     doc["distributed"] = {"timeout_s": 1, "backend": "gloo"}
     cfg = parse_run_config(doc)
