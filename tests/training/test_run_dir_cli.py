@@ -116,6 +116,7 @@ def test_second_run_on_a_locked_directory_fails_naming_the_holder(tmp_path, heat
     assert train_losses(run_dir) == train_losses(reference[1])
 
 
+@pytest.mark.slow  # 12 s of subprocesses; test_run_dir.py checks the same refusal in-process
 def test_changed_key_is_refused_and_a_finished_run_is_left_alone(tmp_path, heat, reference):
     cfg, run_dir = reference
     before = snapshot(run_dir)

@@ -3,6 +3,8 @@
 import json
 import os
 
+import pytest
+
 from opzoo.cli import main
 
 from ..core.subprocess_utils import run_python
@@ -33,6 +35,7 @@ def cli(argv, env):
     return done.returncode, done.stdout, heavy
 
 
+@pytest.mark.slow  # 9 s of subprocesses over every plugin; tests/core/test_preset_index.py checks the index itself
 def test_list_and_info_from_the_index_import_nothing_heavy_and_match_the_registry(tmp_path, capsys):
     import opzoo
     from opzoo.cli import main
