@@ -154,6 +154,63 @@ class Backbone(nn.Module, metaclass=abc.ABCMeta):
     @abc.abstractmethod
     def forward(self, x: Tensor) -> Tensor: ...
 
+    # ---- features, head and gradient checkpointing (timm's model API) ----
+    grad_checkpointing: bool = False
+    supports_grad_checkpointing: bool = False  # a backbone that runs its blocks through checkpointed() sets it
+
+    def forward_features(self, x: Tensor) -> Tensor:
+        """The latent before the head (each backbone documents its shape); ``forward_head(forward_features(x),
+        x) == forward(x)``."""
+        raise NotImplementedError(f"{type(self).__name__} does not split into features and a head")
+
+    def forward_head(self, features: Tensor, x: Tensor | None = None) -> Tensor:
+        """``features -> [B, *S, T_out, C_out]``. ``x``, the input ``features`` came from, is needed by a backbone
+        whose output is relative to its input (per-sample standardization, a predicted difference to the last
+        frame); such a backbone refuses ``x=None``."""
+        raise NotImplementedError(f"{type(self).__name__} does not split into features and a head")
+
+    def forward_intermediates(self, x: Tensor, indices: int | Sequence[int] | None = None,
+                              intermediates_only: bool = False):
+        """The latents after the blocks ``indices`` (an int ``n``: the last ``n``; a sequence: those block
+        indices, negative ones from the end; None: every block), in block order. Returns
+        ``(forward_features(x), [latent, ...])``, or the list alone with ``intermediates_only``."""
+        raise NotImplementedError(f"{type(self).__name__} does not expose per-block latents")
+
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        """Recompute each block's activations in the backward pass instead of keeping them: less memory, the
+        same loss and gradients, about one more forward of time. A backbone that cannot raises ConfigError."""
+        if enable and not self.supports_grad_checkpointing:
+            from ..errors import ConfigError
+
+            raise ConfigError(f"{type(self).__name__} does not implement gradient checkpointing (its blocks do not run "
+                              "through Backbone.checkpointed); train it without training.grad_checkpointing")
+        self.grad_checkpointing = bool(enable)
+
+    def checkpointed(self, fn: Callable, *args: Any) -> Any:
+        """``fn(*args)``; with gradient checkpointing on and gradients recorded, its activations are recomputed
+        in backward (``torch.utils.checkpoint``, non-reentrant, the RNG state replayed)."""
+        if self.grad_checkpointing and torch.is_grad_enabled():
+            from torch.utils.checkpoint import checkpoint
+
+            return checkpoint(fn, *args, use_reentrant=False)
+        return fn(*args)
+
+    @staticmethod
+    def block_indices(indices: int | Sequence[int] | None, n_blocks: int) -> list[int]:
+        """``indices`` of :meth:`forward_intermediates` as sorted block indices in ``[0, n_blocks)``."""
+        from ..errors import ConfigError
+
+        if indices is None:
+            return list(range(n_blocks))
+        if isinstance(indices, int):
+            if not 0 < indices <= n_blocks:
+                raise ConfigError(f"indices={indices}: the last n of {n_blocks} blocks needs 1 <= n <= {n_blocks}")
+            return list(range(n_blocks - indices, n_blocks))
+        out = sorted({i % n_blocks if -n_blocks <= i < n_blocks else n_blocks for i in indices})
+        if out and out[-1] >= n_blocks:
+            raise ConfigError(f"indices={list(indices)}: block indices lie in [-{n_blocks}, {n_blocks})")
+        return out
+
     @classmethod
     def io_layout(cls, old: "ModelConfig", new: "ModelConfig") -> Mapping[str, Sequence["DimMap"] | str] | None:
         """How this backbone's data-shaped tensors map from config ``old`` to ``new`` (which differ in

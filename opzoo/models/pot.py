@@ -126,6 +126,7 @@ class PotBackbone(Backbone):
     """
 
     config_class = PotConfig
+    supports_grad_checkpointing = True
 
     def __init__(self, config: PotConfig):
         super().__init__(config)
@@ -199,12 +200,15 @@ class PotBackbone(Backbone):
         pos = self.position_embedding(tuple(h.shape[1:-2])).movedim(1, -1) + out_proj.bias  # [1, *S/p, D]
         return h.flatten(-2) @ mixed.flatten(0, 1) + pos @ summed
 
-    def forward_latent(self, x: Tensor) -> Tensor:
-        """``[B, *S, T_in, C] -> [B, *S/p, D]``: the last latent (after the blocks)."""
-        state = self.streams.expand(self.embed_aggregated(x))
-        for block in self.blocks:
-            state = block(state)
-        return self.streams.collapse(state)
+    def forward_latent(self, x: Tensor, keep: Sequence[int] = ()) -> tuple[Tensor, list[Tensor]]:
+        """``[B, *S, T_in, C]`` (standardized when ``normalize``) -> (the last latent ``[B, *S/p, D]``, the latents
+        after the blocks ``keep``); each block checkpointed when gradient checkpointing is on."""
+        state, kept = self.streams.expand(self.embed_aggregated(x)), []
+        for i, block in enumerate(self.blocks):
+            state = self.checkpointed(block, state)
+            if i in keep:
+                kept.append(self.streams.collapse(state))
+        return self.streams.collapse(state), kept
 
     def head(self, z: Tensor) -> Tensor:
         """``[B, *S/p, D] -> [B, *S, T_out, C_out]`` (channel index ``t*C_out + c``)."""
@@ -217,20 +221,46 @@ class PotBackbone(Backbone):
         return self.cls_head(z.flatten(1, -2).mean(1))
 
     # ---- the operator --------------------------------------------------------------------
+    def _standardization(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Per-sample, per-channel mean and std over space and time (``normalize``): ``[B, 1.., 1, C]`` each."""
+        spatial_time = tuple(range(1, x.ndim - 1))
+        return x.mean(dim=spatial_time, keepdim=True), x.std(dim=spatial_time, keepdim=True) + 1e-6
+
+    def _standardized(self, x: Tensor) -> Tensor:
+        self.check_input(x)
+        if not self.config.normalize:
+            return x
+        mu, sigma = self._standardization(x)
+        return (x - mu) / sigma
+
+    def forward_features(self, x: Tensor) -> Tensor:
+        """``[B, *S, T_in, C] -> [B, *S/p, D]``: the latent after the blocks (of the standardized input when
+        ``normalize``)."""
+        return self.forward_latent(self._standardized(x))[0]
+
+    def forward_head(self, features: Tensor, x: Tensor | None = None) -> Tensor:
+        """``[B, *S/p, D] -> [B, *S, T_out, C_out]``; with ``normalize`` the output is de-standardized with the
+        statistics of the input ``x`` (required then)."""
+        y = self.head(features)
+        if not self.config.normalize:
+            return y
+        if x is None:
+            raise ConfigError(f"{self.preset_name or 'this POT model'} standardizes each sample (normalize=True): "
+                              "forward_head(features, x) needs the input x to de-standardize its output")
+        mu, sigma = self._standardization(x)
+        return y * sigma + mu
+
+    def forward_intermediates(self, x: Tensor, indices: int | Sequence[int] | None = None,
+                              intermediates_only: bool = False):
+        """Per-block latents ``[B, *S/p, D]`` (the streams' read-out for a multi-stream residual)."""
+        z, kept = self.forward_latent(self._standardized(x), self.block_indices(indices, len(self.blocks)))
+        return kept if intermediates_only else (z, kept)
+
     def forward_with_class(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """``x [B, *S, T_in, C]`` -> (prediction ``[B, *S, T_out, C_out]``, class logits ``[B, n_cls]``),
         as the official DPOTNet returns them."""
-        self.check_input(x)
-        spatial_time = tuple(range(1, x.ndim - 1))
-        if self.config.normalize:
-            mu = x.mean(dim=spatial_time, keepdim=True)
-            sigma = x.std(dim=spatial_time, keepdim=True) + 1e-6
-            x = (x - mu) / sigma
-        z = self.forward_latent(x)
-        y = self.head(z)
-        if self.config.normalize:
-            y = y * sigma + mu
-        return y, self.classify(z)
+        z = self.forward_features(x)
+        return self.forward_head(z, x), self.classify(z)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.forward_with_class(x)[0]

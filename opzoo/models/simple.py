@@ -7,7 +7,7 @@ accepts any registered Mixer and Residual through its config.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Sequence
 
 from torch import Tensor, nn
 
@@ -53,6 +53,7 @@ class SimpleOperator(Backbone):
     """``[B, *S, T_in, C_in] -> [B, *S, T_out, C_out]`` for ``len(S) == spatial_dims``."""
 
     config_class = SimpleConfig
+    supports_grad_checkpointing = True
 
     def __init__(self, config: SimpleConfig):
         super().__init__(config)
@@ -64,16 +65,34 @@ class SimpleOperator(Backbone):
         self.norm = nn.LayerNorm(c.width)
         self.head = nn.Linear(c.width, c.out_timesteps * c.out_channels)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def _blocks(self, x: Tensor, keep: Sequence[int] = ()) -> tuple[Tensor, list[Tensor]]:
         c = self.config
         if x.ndim != c.spatial_dims + 3 or x.shape[-2:] != (c.in_timesteps, c.in_channels):
             raise ValueError(
                 f"{type(self).__name__} expects [B, {', '.join('S' * c.spatial_dims)}, "
                 f"{c.in_timesteps}, {c.in_channels}], got {list(x.shape)}"
             )
-        h = self.lift(append_grid(x).flatten(-2))
-        state = self.streams.expand(h)
-        for block in self.blocks:
-            state = block(state)
-        out = self.head(self.norm(self.streams.collapse(state)))
-        return out.unflatten(-1, (c.out_timesteps, c.out_channels))
+        state, kept = self.streams.expand(self.lift(append_grid(x).flatten(-2))), []
+        for i, block in enumerate(self.blocks):
+            state = self.checkpointed(block, state)
+            if i in keep:
+                kept.append(self.streams.collapse(state))
+        return self.streams.collapse(state), kept
+
+    def forward_features(self, x: Tensor) -> Tensor:
+        """``[B, *S, T_in, C] -> [B, *S, width]``: the latent after the blocks."""
+        return self._blocks(x)[0]
+
+    def forward_head(self, features: Tensor, x: Tensor | None = None) -> Tensor:
+        """``[B, *S, width] -> [B, *S, T_out, C_out]`` (``x`` is not needed)."""
+        c = self.config
+        return self.head(self.norm(features)).unflatten(-1, (c.out_timesteps, c.out_channels))
+
+    def forward_intermediates(self, x: Tensor, indices: int | Sequence[int] | None = None,
+                              intermediates_only: bool = False):
+        """Per-block latents ``[B, *S, width]``."""
+        z, kept = self._blocks(x, self.block_indices(indices, len(self.blocks)))
+        return kept if intermediates_only else (z, kept)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.forward_head(self.forward_features(x))

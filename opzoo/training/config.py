@@ -92,6 +92,9 @@ class TrainingSection:
     # router's assignments, summed over the last expert_load_window steps
     expert_load_threshold: float = 0.9
     expert_load_window: int = 50
+    # recompute each block's activations in backward (model.set_grad_checkpointing): less memory, the same
+    # losses and gradients, about one more forward of time
+    grad_checkpointing: bool = False
 
 
 @dataclasses.dataclass

@@ -45,6 +45,7 @@ HARMLESS_KEYS = (
     "training.log_every",
     "training.eval_every",
     "training.num_workers",           # batches are a function of (seed, step), not of the loader
+    "training.grad_checkpointing",    # the same losses and gradients, with less memory
     "training.expert_load_threshold",  # warnings only
     "training.expert_load_window",
     "checkpoint.every",

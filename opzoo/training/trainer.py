@@ -82,6 +82,8 @@ class Trainer:
         self.hooks = build_hooks(cfg.optimizer.hooks)
         for hook in self.hooks:
             hook.on_model_built(self.model)
+        if t.grad_checkpointing:
+            self.model.set_grad_checkpointing(True)
         self.model.to(self.device)
         self.fsdp = self.env.enabled and cfg.distributed.strategy == "fsdp"
         if self.fsdp and t.ema:

@@ -88,3 +88,39 @@ def test_shipped_weights_load_by_name_and_as_a_saved_repo(name):
     x, _ = small_input(by_name, batch=1)
     with torch.no_grad():
         assert torch.equal(as_repo(x), by_name(x))
+
+
+def _loss_and_grads(model, x, y):
+    torch.manual_seed(7)  # routers with noise draw the same in both runs
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    params = [p for p in model.parameters() if p.requires_grad]
+    return loss, torch.autograd.grad(loss, params, allow_unused=True)
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_features_head_intermediates_and_grad_checkpointing(name):
+    """timm's model API on every preset: ``forward_head(forward_features(x), x)`` is ``model(x)``; the last
+    per-block latent is the features; gradient checkpointing gives the same loss and gradients, bit for bit
+    (or is refused loudly where it cannot be right: BatchNorm)."""
+    model = small_model(name).eval()
+    x, y = small_input(model)
+    with torch.no_grad():
+        out = model(x)
+        features = model.forward_features(x)
+        assert torch.equal(model.forward_head(features, x), out)
+        try:
+            last, kept = model.forward_intermediates(x, indices=1)
+        except opzoo.ConfigError as e:  # The Well's published FNO/TFNO: blocks that do not feed the output
+            assert "do not feed its output" in str(e) and model.config.fourier_blocks == "dropped"
+        else:
+            assert torch.equal(last, features) and len(kept) == 1 and torch.equal(kept[0], features)
+    model.train()
+    loss, grads = _loss_and_grads(model, x, y)
+    try:
+        model.set_grad_checkpointing(True)
+    except opzoo.ConfigError as e:
+        assert "BatchNorm" in str(e) and not model.grad_checkpointing
+        return
+    loss_ckpt, grads_ckpt = _loss_and_grads(model, x, y)
+    assert torch.equal(loss, loss_ckpt)
+    assert all((a is None and b is None) or torch.equal(a, b) for a, b in zip(grads, grads_ckpt))

@@ -43,6 +43,7 @@ class FNO(opzoo.Backbone):
     """``[B, *S, T_in, C_in] -> [B, *S, T_out, C_out]`` with ``len(S) == spatial_dims``."""
 
     config_class = FnoConfig
+    supports_grad_checkpointing = True
 
     def __init__(self, config: FnoConfig):
         super().__init__(config)
@@ -58,7 +59,11 @@ class FNO(opzoo.Backbone):
             nn.Linear(c.projection_dim, c.out_timesteps * c.out_channels),
         )
 
-    def forward(self, x: Tensor) -> Tensor:
+    def _layer(self, i: int, h: Tensor) -> Tensor:
+        h = self.spectral[i](h) + self.pointwise[i](h)
+        return self.act(h) if i < self.config.depth - 1 else h
+
+    def _layers(self, x: Tensor, keep=()) -> tuple[Tensor, list[Tensor]]:
         c = self.config
         d = c.spatial_dims
         if x.ndim != d + 3 or tuple(x.shape[-2:]) != (c.in_timesteps, c.in_channels):
@@ -66,12 +71,29 @@ class FNO(opzoo.Backbone):
                 f"FNO expects [B, {', '.join('XYZ'[:d])}, T_in={c.in_timesteps}, C={c.in_channels}], got {list(x.shape)}"
             )
         h = opzoo.append_grid(x.flatten(-2).unsqueeze(-2), time=False).squeeze(-2)  # [B, *S, T*C + d]
-        h = self.lift(h)
-        for i, (k, w) in enumerate(zip(self.spectral, self.pointwise)):
-            h = k(h) + w(h)
-            if i < c.depth - 1:
-                h = self.act(h)
-        return self.project(h).unflatten(-1, (c.out_timesteps, c.out_channels))
+        h, kept = self.lift(h), []
+        for i in range(c.depth):
+            h = self.checkpointed(self._layer, i, h)
+            if i in keep:
+                kept.append(h)
+        return h, kept
+
+    def forward_features(self, x: Tensor) -> Tensor:
+        """``[B, *S, T_in, C] -> [B, *S, width]``: the latent after the Fourier layers."""
+        return self._layers(x)[0]
+
+    def forward_head(self, features: Tensor, x: Tensor | None = None) -> Tensor:
+        """``[B, *S, width] -> [B, *S, T_out, C_out]``: the projection (``x`` is not needed)."""
+        c = self.config
+        return self.project(features).unflatten(-1, (c.out_timesteps, c.out_channels))
+
+    def forward_intermediates(self, x: Tensor, indices=None, intermediates_only: bool = False):
+        """The latents ``[B, *S, width]`` after the Fourier layers ``indices``."""
+        h, kept = self._layers(x, self.block_indices(indices, self.config.depth))
+        return kept if intermediates_only else (h, kept)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.forward_head(self.forward_features(x))
 
     @classmethod
     def io_layout(cls, old: FnoConfig, new: FnoConfig) -> dict:

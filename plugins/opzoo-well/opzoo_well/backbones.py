@@ -96,6 +96,7 @@ class WellBackbone(opzoo.Backbone):
     """Physical fields in and out around one of The Well's networks (``self.net``, channels-first)."""
 
     config_class = WellConfig
+    supports_grad_checkpointing = True
     pretrained_cfg_class = WellPretrainedCfg
 
     def __init__(self, config: WellConfig):
@@ -142,21 +143,50 @@ class WellBackbone(opzoo.Backbone):
             parts.append(constant.movedim(-1, 1))
         return torch.nan_to_num(torch.cat(parts, dim=1))
 
-    def forward(self, x: Tensor) -> Tensor:
+    def _net_input(self, x: Tensor) -> Tensor:
         c = self.config
         d = c.spatial_dims
         if x.ndim != d + 3 or tuple(x.shape[-2:]) != (c.in_timesteps, c.in_channels):
             names = ", ".join(c.fields + c.constant_fields)
             raise ValueError(f"{type(self).__name__} expects [B, {', '.join('XYZ'[:d])}, T_in={c.in_timesteps}, "
                              f"C={c.in_channels}] with channels ({names}), got {list(x.shape)}")
+        return self.format_input(x)
+
+    def forward_features(self, x: Tensor) -> Tensor:
+        """``[B, *S, T_in, C] -> [B, *S, F]``: the network's last hidden features (before its output layer),
+        channels-last."""
+        return self.net.features(self._net_input(x), (), self.checkpointed)[0].movedim(1, -1)
+
+    def forward_head(self, features: Tensor, x: Tensor | None = None) -> Tensor:
+        """``[B, *S, F] -> [B, *S, 1, C]``: the output layer, then The Well's de-normalization. ``x`` is needed when
+        the model predicts the difference to the last frame (``target='delta'``) or carries constant fields."""
+        c = self.config
         nv = len(c.fields)
-        y = self.net(self.format_input(x)).movedim(1, -1)  # [B, *S, nv], normalized
+        if x is None and (c.target == "delta" or c.constant_fields):
+            raise opzoo.ConfigError(f"{self.preset_name or type(self).__name__} predicts relative to its input "
+                                    f"(target={c.target!r}, constant fields {c.constant_fields}): "
+                                    "forward_head(features, x) needs the input x")
+        y = self.net.head(features.movedim(-1, 1)).movedim(1, -1)  # [B, *S, nv], normalized
         if c.target == "delta":
             y = x[..., -1, :nv] + (y * self.std_delta + self.mean_delta)
         else:
             y = y * self.std + self.mean
         out = torch.cat([y, x[..., -1, nv:]], dim=-1) if c.constant_fields else y
         return out.unsqueeze(-2)
+
+    def forward_intermediates(self, x: Tensor, indices=None, intermediates_only: bool = False):
+        """The outputs of the network's blocks ``indices`` (FNO: its Fourier blocks; U-Nets: encoder levels, the
+        bottleneck or neck, decoder levels), channels-last ``[B, *S', F']``."""
+        keep = self.block_indices(indices, self.net.n_blocks)
+        try:
+            h, kept = self.net.features(self._net_input(x), keep, self.checkpointed)
+        except ValueError as e:
+            raise opzoo.ConfigError(f"{self.preset_name or type(self).__name__}: {e}") from None
+        kept = [k.movedim(1, -1) for k in kept]
+        return kept if intermediates_only else (h.movedim(1, -1), kept)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.forward_head(self.forward_features(x), x)
 
 
 @dataclasses.dataclass
@@ -217,6 +247,13 @@ class WellUNetClassic(WellBackbone):
 
     def build_net(self, c: WellUNetClassicConfig) -> nn.Module:
         return UNetClassicNet(c.dim_in, c.dim_out, c.spatial_dims, c.init_features)
+
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        if enable:
+            raise opzoo.ConfigError(f"{self.preset_name or 'UNetClassic'} has BatchNorm layers in every block: a "
+                                    "recomputed forward would update their running statistics a second time, so "
+                                    "gradient checkpointing is refused for it (the other Well models support it)")
+        self.grad_checkpointing = False
 
     @property
     def size_multiple(self) -> int:

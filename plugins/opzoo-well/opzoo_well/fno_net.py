@@ -150,12 +150,31 @@ class FNONet(nn.Module):
         self.skips = nn.ModuleList(CONV[d](hidden_channels, hidden_channels, 1, bias=False) for _ in range(n_layers))
         self.projection = PointwiseMLP([hidden_channels, projection_channels, dim_out], d)
 
-    def forward(self, x: Tensor) -> Tensor:
-        x = self.lifting(x)
+    def _block(self, i: int, x: Tensor) -> Tensor:
+        x = self.spectral[i](x) + self.skips[i](x)
+        return F.gelu(x) if i < len(self.spectral) - 1 else x
+
+    def features(self, x: Tensor, keep: Sequence[int] = (), run=None) -> tuple[Tensor, list[Tensor]]:
+        """``[B, dim_in, *S] -> ([B, hidden, *S]`` before the projection, the outputs of the blocks ``keep``);
+        ``run(fn, *args)`` calls each block (e.g. checkpointed)."""
+        x, kept = self.lifting(x), []
         if not self.apply_blocks:  # the_well <= 1.1.0: the blocks ran and their output was dropped
-            return self.projection(x)
-        for i, (spectral, skip) in enumerate(zip(self.spectral, self.skips)):
-            x = spectral(x) + skip(x)
-            if i < len(self.spectral) - 1:
-                x = F.gelu(x)
-        return self.projection(x)
+            if keep:
+                raise ValueError("the Fourier blocks of this model do not feed its output (fourier_blocks='dropped'): "
+                                 "it has no per-block latents")
+            return x, kept
+        for i in range(len(self.spectral)):
+            x = run(self._block, i, x) if run is not None else self._block(i, x)
+            if i in keep:
+                kept.append(x)
+        return x, kept
+
+    @property
+    def n_blocks(self) -> int:
+        return len(self.spectral)
+
+    def head(self, h: Tensor) -> Tensor:
+        return self.projection(h)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(self.features(x)[0])

@@ -20,6 +20,7 @@ Parameter names are The Well's, so its state dicts load as they are.
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -72,18 +73,33 @@ class UNetClassicNet(nn.Module):
             (name + "tanh2", nn.Tanh()),
         ]))
 
-    def forward(self, x: Tensor) -> Tensor:
+    n_blocks = 9  # encoder1-4, the bottleneck, decoder4-1
+
+    def features(self, x: Tensor, keep: Sequence[int] = (), run=None) -> tuple[Tensor, list[Tensor]]:
+        """``[B, dim_in, *S] -> ([B, init_features, *S]`` before the last convolution, the outputs of the blocks
+        ``keep``: encoder1-4, the bottleneck, decoder4-1)."""
         check_divisible(x, 16, "UNetClassic")
         enc1 = self.encoder1(x)
         enc2 = self.encoder2(self.pool1(enc1))
         enc3 = self.encoder3(self.pool2(enc2))
         enc4 = self.encoder4(self.pool3(enc3))
         h = self.bottleneck(self.pool4(enc4))
+        outs = [enc1, enc2, enc3, enc4, h]
         h = self.decoder4(torch.cat((self.upconv4(h), enc4), dim=1))
+        outs.append(h)
         h = self.decoder3(torch.cat((self.upconv3(h), enc3), dim=1))
+        outs.append(h)
         h = self.decoder2(torch.cat((self.upconv2(h), enc2), dim=1))
+        outs.append(h)
         h = self.decoder1(torch.cat((self.upconv1(h), enc1), dim=1))
+        outs.append(h)
+        return h, [outs[i] for i in keep]
+
+    def head(self, h: Tensor) -> Tensor:
         return self.conv(h)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(self.features(x)[0])
 
 
 class ChannelL2Norm(nn.Module):
@@ -170,16 +186,32 @@ class UNetConvNextNet(nn.Module):
         self.decoder = nn.ModuleList(Stage(dec[i], dec[i + 1], d, blocks_per_stage, "up", skip_project=i != 0)
                                      for i in range(stages))
 
-    def forward(self, x: Tensor) -> Tensor:
+    @property
+    def n_blocks(self) -> int:
+        return 2 * self.stages + 1  # the encoder stages, the neck, the decoder stages
+
+    def features(self, x: Tensor, keep: Sequence[int] = (), run=None) -> tuple[Tensor, list[Tensor]]:
+        """``[B, dim_in, *S] -> ([B, init_features, *S]`` before the output convolution, the outputs of the
+        stages ``keep``: encoder stages, the neck, decoder stages); ``run(fn, *args)`` calls each stage."""
         check_divisible(x, 2**self.stages, "UNetConvNext")
+        run = run or (lambda fn, *args: fn(*args))
         x = self.in_proj(x)
-        skips = []
+        skips, outs = [], []
         for enc in self.encoder:
             skips.append(x)
-            x = enc(x)
-        x = self.neck(x)
+            x = run(enc, x)
+            outs.append(x)
+        x = run(self.neck, x)
+        outs.append(x)
         for j, dec in enumerate(self.decoder):
             if j > 0:
                 x = torch.cat([x, skips[-j]], dim=1)
-            x = dec(x)
-        return self.out_proj(x)
+            x = run(dec, x)
+            outs.append(x)
+        return x, [outs[i] for i in keep]
+
+    def head(self, h: Tensor) -> Tensor:
+        return self.out_proj(h)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(self.features(x)[0])
