@@ -8,6 +8,7 @@ Tensors are channels-last; ``S`` stands for the 1, 2 or 3 spatial dims.
 from __future__ import annotations
 
 import abc
+import re
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import torch
@@ -194,6 +195,40 @@ class Backbone(nn.Module, metaclass=abc.ABCMeta):
 
             return checkpoint(fn, *args, use_reentrant=False)
         return fn(*args)
+
+    # ---- fine-tuning: what must not decay, which layer a parameter is in (timm's habits) ----
+    no_weight_decay_keys: tuple[str, ...] = ()  # parameter names that must not decay besides 1-d ones, e.g. pos_embed
+
+    def no_weight_decay(self) -> set[str]:
+        """Names of the parameters weight decay must leave alone: biases, norms' scales, gates and every other
+        parameter of at most one dimension, and the backbone's ``no_weight_decay_keys`` (position embeddings)."""
+        return {n for n, p in self.named_parameters() if p.ndim <= 1 or n in self.no_weight_decay_keys}
+
+    def group_matcher(self) -> dict[str, Any]:
+        """timm's grouping of parameters by depth: ``{"stem": regex, "blocks": regex with one group, the block
+        index | [(regex, index), ...]}``; a parameter matching neither belongs to the head. ``layer_id``
+        reads it: the stem is layer 0, block ``i`` is layer ``i + 1``, the head ``num_layers - 1``."""
+        return {"stem": r"^$", "blocks": r"^$"}
+
+    def _block_of(self, name: str) -> int | None:
+        blocks = self.group_matcher()["blocks"]
+        for pattern, index in ([(blocks, None)] if isinstance(blocks, str) else blocks):
+            m = re.match(pattern, name)
+            if m:
+                return int(m.group(1)) if index is None else int(index)
+        return None
+
+    def num_layers(self) -> int:
+        """The layer ids :meth:`layer_id` gives: the stem, one per block, the head."""
+        found = [b for b in (self._block_of(n) for n, _ in self.named_parameters()) if b is not None]
+        return (max(found) + 1 if found else 0) + 2
+
+    def layer_id(self, name: str) -> int:
+        """The depth of parameter ``name`` for layer-wise lr decay (see :meth:`group_matcher`)."""
+        if re.match(self.group_matcher()["stem"], name):
+            return 0
+        block = self._block_of(name)
+        return self.num_layers() - 1 if block is None else block + 1
 
     @staticmethod
     def block_indices(indices: int | Sequence[int] | None, n_blocks: int) -> list[int]:

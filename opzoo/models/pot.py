@@ -127,6 +127,10 @@ class PotBackbone(Backbone):
 
     config_class = PotConfig
     supports_grad_checkpointing = True
+    no_weight_decay_keys = ("pos_embed",)
+
+    def group_matcher(self) -> dict:
+        return {"stem": r"^(patch_embed|pos_embed|time_agg|streams)\b", "blocks": r"^blocks\.(\d+)\."}
 
     def __init__(self, config: PotConfig):
         super().__init__(config)

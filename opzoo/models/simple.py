@@ -55,6 +55,9 @@ class SimpleOperator(Backbone):
     config_class = SimpleConfig
     supports_grad_checkpointing = True
 
+    def group_matcher(self) -> dict:
+        return {"stem": r"^(lift|streams)\b", "blocks": r"^blocks\.(\d+)\."}
+
     def __init__(self, config: SimpleConfig):
         super().__init__(config)
         c = config

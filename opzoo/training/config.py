@@ -63,6 +63,10 @@ class OptimizerSection:
     lr: float = 1e-3
     betas: tuple[float, ...] = (0.9, 0.9)
     weight_decay: float = 1e-6
+    # timm's fine-tuning habits: exempt model.no_weight_decay() (biases, norms, gates, position embeddings) from
+    # weight decay; layer-wise lr decay: layer l of L (model.layer_id) trains at lr · layer_decay^(L-1-l)
+    filter_bias_and_norm: bool = True
+    layer_decay: Optional[float] = None
     eps: float = 1e-8
     grad_clip: Optional[float] = 1.0  # max global grad norm; None: no clipping
     hooks: list[HookSpec] = dataclasses.field(default_factory=list)
@@ -183,6 +187,8 @@ def _check_values(cfg: RunConfig, base: Path | None, source: str) -> None:
         fail(f"optimizer.eps must be > 0, got {o.eps}")
     if o.weight_decay < 0:
         fail(f"optimizer.weight_decay must be >= 0, got {o.weight_decay}")
+    if o.layer_decay is not None and not 0 < o.layer_decay <= 1:
+        fail(f"optimizer.layer_decay must be in (0, 1] (e.g. 0.75), got {o.layer_decay}")
     if o.grad_clip is not None and o.grad_clip <= 0:
         fail(f"optimizer.grad_clip must be > 0 (a max gradient norm) or null (no clipping), got {o.grad_clip}")
     if sch.div_factor <= 0 or sch.final_div_factor <= 0:

@@ -11,9 +11,36 @@ from ..errors import ConfigError
 from .hooks import OptimizerHook, default_param_groups
 
 
+def fine_tuning_groups(model: nn.Module, weight_decay: float, filter_bias_and_norm: bool = True,
+                       layer_decay: float | None = None) -> list[dict[str, Any]]:
+    """Trainable parameters grouped by (decays, layer): with ``filter_bias_and_norm``, ``model.no_weight_decay()``
+    trains with weight decay 0; with ``layer_decay``, a parameter of layer ``l`` (``model.layer_id``, of
+    ``model.num_layers()``) gets ``lr_scale = layer_decay ** (L - 1 - l)`` (BEiT's / timm's layer decay)."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if not filter_bias_and_norm and layer_decay is None:
+        return default_param_groups(model, weight_decay)
+    for method in (["no_weight_decay"] if filter_bias_and_norm else []) + (["layer_id"] if layer_decay else []):
+        if not callable(getattr(model, method, None)):
+            raise ConfigError(f"{type(model).__name__} has no {method}(): it is not an opzoo Backbone; set "
+                              f"optimizer.filter_bias_and_norm: false and optimizer.layer_decay: null")
+    exempt = model.no_weight_decay() if filter_bias_and_norm else set()
+    n_layers = model.num_layers() if layer_decay else 1
+    groups: dict[tuple[bool, int], dict[str, Any]] = {}
+    for name, p in named:
+        layer = model.layer_id(name) if layer_decay else 0
+        decays = name not in exempt
+        g = groups.setdefault((decays, layer), {
+            "params": [], "names": [], "weight_decay": weight_decay if decays else 0.0,
+            "lr_scale": layer_decay ** (n_layers - 1 - layer) if layer_decay else 1.0})
+        g["params"].append(p)
+        g["names"].append(name)
+    return list(groups.values())
+
+
 def build_param_groups(model: nn.Module, section, hooks: Sequence[OptimizerHook]) -> list[dict[str, Any]]:
-    """Default groups, then each hook's ``param_groups`` in order; checked to cover every parameter once."""
-    groups = default_param_groups(model, section.weight_decay)
+    """The fine-tuning groups (:func:`fine_tuning_groups`), then each hook's ``param_groups`` in order; checked to
+    cover every parameter once."""
+    groups = fine_tuning_groups(model, section.weight_decay, section.filter_bias_and_norm, section.layer_decay)
     for hook in hooks:
         new = hook.param_groups(model, groups)
         if new is not None:

@@ -45,6 +45,9 @@ class FNO(opzoo.Backbone):
     config_class = FnoConfig
     supports_grad_checkpointing = True
 
+    def group_matcher(self) -> dict:
+        return {"stem": r"^lift\.", "blocks": r"^(?:spectral|pointwise)\.(\d+)\."}
+
     def __init__(self, config: FnoConfig):
         super().__init__(config)
         c = config

@@ -224,6 +224,9 @@ class WellFNO(WellBackbone):
 
     config_class = WellFnoConfig
 
+    def group_matcher(self) -> dict:
+        return {"stem": r"^net\.lifting\.", "blocks": r"^net\.(?:spectral|skips)\.(\d+)\."}
+
     def build_net(self, c: WellFnoConfig) -> nn.Module:
         return FNONet(c.dim_in, c.dim_out, c.modes, c.hidden_channels, c.n_layers, c.lifting_channels,
                       c.projection_channels, c.factorization, c.rank, apply_blocks=c.fourier_blocks == "applied")
@@ -244,6 +247,13 @@ class WellUNetClassic(WellBackbone):
     """The Well's ``UNetClassic``."""
 
     config_class = WellUNetClassicConfig
+
+    def group_matcher(self) -> dict:
+        """Encoder levels 1-4, the bottleneck, decoder levels 4-1 (each with its up-convolution); the head is the
+        last convolution."""
+        levels = ["encoder1", "encoder2", "encoder3", "encoder4", "bottleneck", "(?:upconv4|decoder4)",
+                  "(?:upconv3|decoder3)", "(?:upconv2|decoder2)", "(?:upconv1|decoder1)"]
+        return {"stem": r"^$", "blocks": [(rf"^net\.{level}\.", i) for i, level in enumerate(levels)]}
 
     def build_net(self, c: WellUNetClassicConfig) -> nn.Module:
         return UNetClassicNet(c.dim_in, c.dim_out, c.spatial_dims, c.init_features)
@@ -272,6 +282,13 @@ class WellUNetConvNext(WellBackbone):
     """The Well's ``UNetConvNext``."""
 
     config_class = WellUNetConvNextConfig
+
+    def group_matcher(self) -> dict:
+        """The input convolution, then the encoder stages, the neck and the decoder stages; the head is the output
+        convolution."""
+        n = self.config.stages
+        return {"stem": r"^net\.in_proj\.", "blocks": [(rf"^net\.encoder\.{i}\.", i) for i in range(n)]
+                + [(r"^net\.neck\.", n)] + [(rf"^net\.decoder\.{j}\.", n + 1 + j) for j in range(n)]}
 
     def build_net(self, c: WellUNetConvNextConfig) -> nn.Module:
         return UNetConvNextNet(c.dim_in, c.dim_out, c.spatial_dims, c.stages, c.blocks_per_stage,
