@@ -9,6 +9,7 @@ card and weights, and runs converters.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import os
 import tempfile
@@ -191,6 +192,59 @@ def load_preset_weights(model: "nn.Module", preset: Preset) -> None:
         load_state_dict_strict(model, artifacts.state_dict, where)
 
 
+def overlaid(preset: Preset, overlay: Mapping[str, Any]) -> tuple[Preset, str | None]:
+    """``preset`` with ``overlay`` applied (timm's ``pretrained_cfg_overlay``): keys of ``PretrainedSource`` replace
+    the source's (``repo_id`` and ``directory`` replace each other), ``file`` is returned apart (a local weights
+    file: ``checkpoint_path``), every other key goes into ``pretrained_cfg`` (checked where the model is built)."""
+    if not isinstance(overlay, Mapping):
+        raise ConfigError(f"pretrained_cfg_overlay: expected a dict, got {type(overlay).__name__}")
+    overlay = dict(overlay)
+    file = overlay.pop("file", None)
+    source_keys = {f.name for f in dataclasses.fields(PretrainedSource)} - {"checks", "extra_files"}
+    source = {k: overlay.pop(k) for k in list(overlay) if k in source_keys}
+    if source:
+        if preset.pretrained is None and not ({"repo_id", "directory"} & set(source)):
+            raise ConfigError(f"pretrained_cfg_overlay: preset {preset.name!r} publishes no weights; give 'repo_id' "
+                              f"or 'directory' (or 'file') to say where they are")
+        base = {f.name: getattr(preset.pretrained, f.name) for f in dataclasses.fields(PretrainedSource)} \
+            if preset.pretrained is not None else {}
+        if "repo_id" in source:
+            base.pop("directory", None)
+        if "directory" in source:
+            base.update(repo_id=None, revision=None)
+        try:
+            new = PretrainedSource(**{**base, **source})
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"pretrained_cfg_overlay: {e}") from None
+        preset = dataclasses.replace(preset, pretrained=new)
+    if overlay:
+        preset = dataclasses.replace(preset, pretrained_cfg={**preset.pretrained_cfg, **overlay})
+    return preset, file
+
+
+def load_checkpoint_file(model: "nn.Module", preset: Preset, path: Path) -> None:
+    """``path``'s weights into ``model`` (timm's ``checkpoint_path``): opzoo's safetensors as they are, a file in the
+    preset's published format through its converter and its load checks. Strict; nothing loads otherwise."""
+    if not path.is_file():
+        raise HubError(f"checkpoint_path: {path} is not a file")
+    if path.suffix == ".safetensors":
+        load_state_dict_strict(model, read_state_dict(path), str(path))
+        return
+    src = preset.pretrained
+    if src is None or src.converter is None:
+        raise ConfigError(f"checkpoint_path: {path} is not a .safetensors file, and preset {preset.name!r} has no "
+                          f"converter for another format; save the weights with opzoo (save_pretrained) first")
+    if src.extra_files:
+        raise ConfigError(f"checkpoint_path: {preset.name}'s weights are read with {', '.join(src.extra_files)} beside "
+                          f"them; pass pretrained_cfg_overlay={{'directory': DIR}} for a directory holding "
+                          f"{src.filename or WEIGHTS_NAME} and those files")
+    where = f"{path} (converted by {src.converter!r})"
+    state_dict = convert_file(src.converter, path, **src.converter_options).state_dict
+    artifacts = PretrainedArtifacts(preset.name, {path.name: path}, state_dict, model.config, None)
+    refuse_failed(preset.name, run_checks(src.checks, artifacts))
+    load_state_dict_strict(model, state_dict, where)
+
+
 def convert_to_repo(converter: str, path: str | os.PathLike, out_dir: str | os.PathLike, **options: Any) -> Path:
     """Convert a foreign checkpoint and write an opzoo repo (config.json, model.safetensors, README.md).
 
@@ -290,8 +344,23 @@ def load(name: str | os.PathLike, pretrained: bool = False, **overrides: Any) ->
     ``overrides`` replace config fields, e.g. ``load("fno-2d", modes=24)``. With
     ``pretrained=True`` the shape fields ``in_channels``, ``out_channels``, ``in_timesteps`` and
     ``img_size`` adapt the weights instead (:func:`adapt_loaded`), as timm's ``in_chans`` does.
+
+    timm's two load arguments, with timm's meaning, for presets:
+
+    - ``pretrained_cfg_overlay={...}``: replaces fields of where the preset's weights come from (its
+      ``PretrainedSource``: ``repo_id``, ``revision``, ``filename``, ``directory``, ``converter``,
+      ``converter_options``; ``file`` is timm's name for a local weights file, ``checkpoint_path``) and of its
+      ``pretrained_cfg`` (``resolution``, ``datasets``, ...) for this load; the load checks still run.
+    - ``checkpoint_path=FILE``: the preset's weights from a local file instead of its published ones: a
+      ``.safetensors`` file in opzoo's names (e.g. from ``save_pretrained``), or a file in the preset's published
+      format (converted by its converter, after its load checks). Returned in eval mode, as a pretrained load.
     """
+    overlay = overrides.pop("pretrained_cfg_overlay", None)
+    checkpoint_path = overrides.pop("checkpoint_path", None)
     ref = name if isinstance(name, ModelReference) else parse_model_reference(name, backbones=False)
+    if (overlay is not None or checkpoint_path is not None) and ref.kind != "preset":
+        raise ConfigError(f"{name}: pretrained_cfg_overlay= and checkpoint_path= apply to presets; a saved model "
+                          f"brings its own weights and pretrained_cfg")
     if ref.kind == "hub":  # always the Hub, never a local directory of the same name
         hub_kwargs = {k[4:]: overrides.pop(k) for k in list(overrides) if k.startswith("hub_")}
         config_path, weights_path = hub_repo_files(ref.repo_id, ref.revision, **hub_kwargs)
@@ -299,6 +368,21 @@ def load(name: str | os.PathLike, pretrained: bool = False, **overrides: Any) ->
     if ref.kind == "dir":
         return from_pretrained(ref.path, **overrides)
     preset = get_registry().preset(ref.preset)
+    if overlay is not None:
+        preset, file = overlaid(preset, overlay)
+        if file is not None:
+            if checkpoint_path is not None:
+                raise ConfigError(f"{preset.name}: pretrained_cfg_overlay['file'] and checkpoint_path= both name a "
+                                  "weights file; give one")
+            checkpoint_path = file
+    if checkpoint_path is not None:
+        if pretrained:
+            raise ConfigError(f"{preset.name}: checkpoint_path= loads the weights from {checkpoint_path}; drop "
+                              "pretrained=True (it would load the published weights first, for nothing)")
+        shape = {k: overrides.pop(k) for k in SHAPE_FIELDS if k in overrides}
+        model = build_preset(preset, overrides)
+        load_checkpoint_file(model, preset, Path(checkpoint_path))
+        return adapt_loaded(model, preset.name, shape).eval()
     if not pretrained:
         return build_preset(preset, overrides)
     shape = {k: overrides.pop(k) for k in SHAPE_FIELDS if k in overrides}

@@ -68,3 +68,33 @@ def test_grad_checkpointing_keeps_loss_and_gradients_and_is_refused_where_not_im
 
     with pytest.raises(opzoo.ConfigError, match="NoBlocks does not implement gradient checkpointing"):
         NoBlocks(opzoo.ModelConfig()).set_grad_checkpointing(True)
+
+
+def test_checkpoint_path_and_pretrained_cfg_overlay_with_timms_meaning(tmp_path):
+    torch.manual_seed(3)
+    trained = opzoo.load("simple-op")
+    trained.save_pretrained(tmp_path / "repo")
+    weights = tmp_path / "repo" / "model.safetensors"
+    same = lambda a, b: all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))  # noqa: E731
+    # checkpoint_path: a local weights file for the preset, loaded strictly, eval mode as a pretrained load
+    loaded = opzoo.load("simple-op", checkpoint_path=weights)
+    assert same(loaded, trained) and not loaded.training
+    # the overlay: where the weights are (a directory for a preset that publishes none) and pretrained_cfg facts
+    overlaid = opzoo.load("simple-op", pretrained=True,
+                          pretrained_cfg_overlay={"directory": str(tmp_path / "repo"), "datasets": ["mine"]})
+    assert same(overlaid, trained) and overlaid.pretrained_cfg["datasets"] == ["mine"]
+    assert opzoo.get_registry().preset("simple-op").pretrained is None  # the registry is untouched
+    assert same(opzoo.load("simple-op", pretrained_cfg_overlay={"file": str(weights)}), trained)
+    for kwargs, match in [
+        (dict(pretrained_cfg_overlay={"nope": 1}), "unknown field.*'nope'"),
+        (dict(pretrained_cfg_overlay={"revision": "v1"}), "publishes no weights"),
+        (dict(pretrained_cfg_overlay={"file": str(weights)}, checkpoint_path=weights), "give one"),
+        (dict(checkpoint_path=weights, pretrained=True), "drop pretrained=True"),
+        (dict(checkpoint_path=tmp_path / "repo" / "config.json"), "not a .safetensors file"),
+    ]:
+        with pytest.raises(opzoo.ConfigError, match=match):
+            opzoo.load("simple-op", **kwargs)
+    with pytest.raises(opzoo.HubError, match="is not a file"):
+        opzoo.load("simple-op", checkpoint_path=tmp_path / "missing.safetensors")
+    with pytest.raises(opzoo.ConfigError, match="apply to presets"):
+        opzoo.load(f"local-dir:{tmp_path / 'repo'}", checkpoint_path=weights)

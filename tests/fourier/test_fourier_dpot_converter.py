@@ -170,3 +170,17 @@ def test_cli_convert_refuses_an_option_the_converter_does_not_take(official_file
     err = capsys.readouterr().err
     assert "converter 'dpot' takes no option(s) 'dataset'" in err and "Traceback" not in err
     assert not out.exists()
+
+
+def test_checkpoint_path_reads_the_official_format_through_the_presets_converter(tmp_path):
+    """timm's ``checkpoint_path=``: DPOT-Ti's published file, downloaded by hand, loads as the preset's weights."""
+    sd = official_state_dict(width=512, depth=4, n_blocks=4, mlp_ratio=1.0, out_layer_dim=32, patch=8, img=128,
+                             c_in=4, c_out=4, t_in=10, t_out=1, n_cls=12,
+                             generator=torch.Generator().manual_seed(4), prefix="module.")
+    path = tmp_path / "model_Ti.pth"
+    write_official_checkpoint(path, sd, modes=32, act="gelu", normalize=False)
+    model = opzoo.load("dpot-ti", checkpoint_path=path)
+    assert not model.training
+    torch.testing.assert_close(model.state_dict()["blocks.3.mixer.w1"], sd["module.blocks.3.filter.w1"])
+    with pytest.raises(opzoo.WeightsError):  # strict: a file of another size is refused
+        opzoo.load("dpot-ti", checkpoint_path=path, depth=2)
