@@ -288,7 +288,7 @@ def _plugin_distributions() -> list[str]:
 
 
 CORE_COMMANDS = frozenset({"list", "info", "verify", "plugins", "export", "convert", "push", "data", "pretrain",
-                           "finetune", "eval", "rollout"})
+                           "finetune", "eval", "rollout", "validate"})
 
 
 def _command_providers():

@@ -1,0 +1,42 @@
+"""``opzoo validate`` (timm's validate.py): many models, the same files, split and metrics; one CSV row per model
+and file; a model that cannot read a file is a row saying why, and the others are still scored."""
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from opzoo.cli import main
+from opzoo.data import write_canonical
+from opzoo.training import generate_dataset
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("validate")
+    ns = generate_dataset({"kind": "ns", "res": 32, "nu": 1e-5, "steps": 12, "record_dt": 0.5, "n": 2, "seed": 5},
+                          root / "ns.h5", progress=False)
+    write_canonical(root / "line.h5", np.random.default_rng(0).random((2, 16, 12, 1), np.float32), ["u"])
+    return root, str(ns), str(root / "line.h5")
+
+
+def test_validate_scores_every_model_on_every_file_and_keeps_going(files, capsys):
+    root, ns, line = files
+    out = root / "results.csv"
+    assert main(["validate", "*-micro", "--data", ns, line, "--out", str(out)]) == 0
+    rows = list(csv.DictReader(out.open()))
+    assert [(r["model"], r["file"], r["status"]) for r in rows] == [
+        ("aot-pot-micro", ns, "ok"), ("aot-pot-micro", line, "failed"),
+        ("dpot-micro", ns, "ok"), ("dpot-micro", line, "failed")]
+    assert "1-D data" in rows[1]["reason"] and "2 scored, 2 failed" in capsys.readouterr().out
+    # the same split and metric as `opzoo eval`
+    assert main(["eval", "dpot-micro", "--data", ns, "--out", str(root / "eval")]) == 0
+    scored = json.loads((root / "eval" / "eval.json").read_text())["datasets"]["ns"]
+    dpot = rows[2]
+    assert float(dpot["l2_full"]) == pytest.approx(scored["l2_full"], rel=1e-5)
+    assert float(dpot["persistence_l2_full"]) == pytest.approx(scored["persistence"]["l2_full"], rel=1e-5)
+    assert int(dpot["trajectories"]) == 2 and float(dpot["vrmse_one_step"]) > 0
+    capsys.readouterr()
+    assert main(["validate", "no-such-*", "--data", ns]) == 2
+    assert "no preset with published weights matches 'no-such-*'" in capsys.readouterr().err
