@@ -18,7 +18,7 @@ from .errors import (
     UnknownNameError,
     WeightsError,
 )
-from .host.provenance import CheckFailed, Fact, PretrainedArtifacts, PretrainedCheck
+from .host.provenance import CheckFailed, Fact, PretrainedArtifacts, PretrainedCheck, Result
 from .host.registry import PretrainedSource, Registry
 from .host.registry import set_registry_source as _set_registry_source
 
@@ -37,7 +37,8 @@ _LAZY = {
     "PotConfig": ".models.pot",
     "PotParts": ".models.pot_parts",
     "PretrainedCfg": ".model_io.pretrained_cfg",
-    **dict.fromkeys(["MICRO_SUITE", "POT_MICRO_SIZE", "POT_SIZES", "PotSize", "micro_pretrained_cfg", "pot_micro_preset_args",
+    **dict.fromkeys(["MICRO_SUITE", "POT_MICRO_SIZE", "POT_SIZES", "PotSize", "micro_pretrained_cfg", "micro_results",
+                     "pot_micro_preset_args",
                      "pot_preset_args", "pot_size"],
                     ".models.pot_sizes"),
     **dict.fromkeys(["get_plugin_host", "reset_plugins"], ".host.plugins"),
@@ -65,8 +66,8 @@ __all__ = [
     "__version__", "load", "list_models", "create_model", "from_pretrained", "save_pretrained", "push_to_hub",
     "hookimpl", "get_registry", "get_plugin_host", "reset_plugins", "Registry", "PretrainedSource",
     "ModelConfig", "build_dataclass", "PotConfig", "PotParts", "PotSize", "POT_SIZES", "POT_MICRO_SIZE", "MICRO_SUITE", "pot_size", "DimMap", "time_channel_index", "Backbone", "Mixer", "FeedForward", "Block", "Residual", "StreamAdapter", "IdentityStreams", "Router", "Routing",
-    "ConvertedCheckpoint", "convert_to_repo", "safe_torch_load", "append_grid", "pot_preset_args", "pot_micro_preset_args", "micro_pretrained_cfg",
+    "ConvertedCheckpoint", "convert_to_repo", "safe_torch_load", "append_grid", "pot_preset_args", "pot_micro_preset_args", "micro_pretrained_cfg", "micro_results",
     "OpzooError", "UnknownNameError", "RegistryConflictError", "ConfigError", "WeightsError", "HubError",
     "CheckpointError", "OptimizerHook", "StepContext", "SpectralLayer", "SpectralWeight", "find_spectral_weights",
-    "PretrainedCfg", "Fact", "PretrainedCheck", "PretrainedArtifacts", "CheckFailed",
+    "PretrainedCfg", "Fact", "PretrainedCheck", "PretrainedArtifacts", "CheckFailed", "Result",
 ]

@@ -295,8 +295,9 @@ def _command_providers():
     """Sub-command groups that live in their own modules (data, training), imported when needed."""
     from ..data.cli import add_data_commands
     from ..training.cli import add_training_commands
+    from ..training.validate import add_validate_command
 
-    return (add_data_commands, add_training_commands)
+    return (add_data_commands, add_training_commands, add_validate_command)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -53,6 +53,40 @@ class Fact:
 
 
 @dataclasses.dataclass(frozen=True)
+class Result:
+    """One measured number of a model, for its card's Hugging Face ``model-index``: ``metric`` (e.g.
+    ``"l2_full"``, ``"VRMSE"``) on ``dataset`` (its ``split``), and who measured it: ``measured_by`` is
+    ``"opzoo"`` or the upstream project (a number reported by upstream is theirs, with its ``source``)."""
+
+    dataset: str
+    metric: str
+    value: float
+    measured_by: str
+    source: str | None = None  # where the number is written: a file at a commit, or a URL
+    split: str | None = None
+    metric_name: str | None = None  # the metric in words, e.g. "relative L2 over the whole rollout"
+    task: str = "pde-rollout"
+
+    def __post_init__(self) -> None:
+        if not self.measured_by:
+            raise ValueError(f"Result {self.metric} on {self.dataset}: say who measured it (opzoo or upstream)")
+        if self.measured_by != "opzoo" and not (self.source or "").startswith("https://"):
+            raise ValueError(f"Result {self.metric} on {self.dataset}: a number reported by {self.measured_by} needs "
+                             f"its source as a URL (the file at a commit), got {self.source!r}")
+
+    @classmethod
+    def from_eval(cls, document: Mapping[str, Any], split: str, metric: str = "l2_full",
+                  source: str | None = None) -> list["Result"]:
+        """opzoo's own numbers from an ``eval.json`` (``opzoo eval``'s or a run's ``eval/step-N.json``): ``metric``
+        of every dataset, and the persistence baseline's beside it."""
+        out = []
+        for name, doc in document.get("datasets", {}).items():
+            out.append(cls(name, metric, float(doc[metric]), "opzoo", source, split,
+                           "relative L2 over the whole rollout" if metric == "l2_full" else None))
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
 class PretrainedArtifacts:
     """What a :class:`PretrainedCheck` sees: the files fetched for a preset's weights (by name: the
     weights file and the source's ``extra_files``), the tensors about to be loaded (opzoo's names,

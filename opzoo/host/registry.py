@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from ..errors import RegistryConflictError, UnknownNameError
-from .provenance import Fact, PretrainedCheck
+from .provenance import Fact, PretrainedCheck, Result
 
 HF_HUB_PREFIX = "hf-hub:"  # a model reference to the Hub (parsed in opzoo.model_io.reference)
 LOCAL_DIR_PREFIX = "local-dir:"  # a model reference to a directory
@@ -96,6 +96,7 @@ class Preset:
     aliases: tuple[str, ...] = ()
     owner: str = "?"
     provenance: tuple[Fact, ...] = ()  # where each fact about the preset and its weights comes from
+    results: tuple[Result, ...] = ()  # measured numbers, for the card's model-index
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,9 +197,14 @@ class Registry:
         pretrained_cfg: Mapping[str, Any] | None = None,
         aliases: tuple[str, ...] | list[str] = (),
         provenance: tuple[Fact, ...] | list[Fact] = (),
+        results: tuple[Result, ...] | list[Result] = (),
     ) -> Preset:
         """Register preset ``name``: ``backbone`` built with ``args``; ``card`` is its model card;
-        ``provenance`` the :class:`opzoo.Fact` rows saying where each fact about it comes from."""
+        ``provenance`` the :class:`opzoo.Fact` rows saying where each fact about it comes from; ``results`` the
+        :class:`opzoo.Result` numbers its card's ``model-index`` carries (measured by opzoo, or reported upstream)."""
+        for result in results:
+            if not isinstance(result, Result):
+                raise TypeError(f"model {name!r}: results must be opzoo.Result, got {type(result).__name__}")
         for fact in provenance:
             if not isinstance(fact, Fact):
                 raise TypeError(f"model {name!r}: provenance rows must be opzoo.Fact, got {type(fact).__name__}")
@@ -216,6 +222,7 @@ class Registry:
             aliases=tuple(aliases),
             owner=self._owner,
             provenance=tuple(provenance),
+            results=tuple(results),
         )
         self._presets[name] = preset
         for alias in aliases:

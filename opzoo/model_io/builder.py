@@ -15,11 +15,11 @@ import os
 import tempfile
 from importlib.resources import as_file
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from ..config import config_document, read_config
 from ..errors import ConfigError, HubError, UnknownNameError, WeightsError
-from ..host.provenance import PretrainedArtifacts, refuse_failed, run_checks, snapshot_revision
+from ..host.provenance import PretrainedArtifacts, Result, refuse_failed, run_checks, snapshot_revision
 from ..host.registry import Preset, PretrainedSource, get_registry
 from .adapt import SHAPE_FIELDS, adapt_model
 from .converters import ConvertedCheckpoint
@@ -261,23 +261,33 @@ def convert_to_repo(converter: str, path: str | os.PathLike, out_dir: str | os.P
 
 
 # ---- saved repos ---------------------------------------------------------------------------------
-def save_pretrained(model: "nn.Module", save_directory: str | os.PathLike, card: str | None = None) -> Path:
+def save_pretrained(model: "nn.Module", save_directory: str | os.PathLike, card: str | None = None,
+                    results: Sequence[Result] = ()) -> Path:
     """Write config.json, model.safetensors and README.md (model card template ``card``, default the
-    preset's card, filled in) into ``save_directory``; a failure leaves any earlier repo there as it was."""
-    return _write_model_repo(model, save_directory, card)
+    preset's card, filled in; ``results``, numbers measured on these weights, as its ``model-index``) into
+    ``save_directory``; a failure leaves any earlier repo there as it was."""
+    return _write_model_repo(model, save_directory, card, results)
 
 
-def _write_model_repo(model: "nn.Module", save_directory: str | os.PathLike, card: str | None = None) -> Path:
-    """:func:`save_pretrained` with card template ``card`` (default: the model's preset's card, if any)."""
+def model_card(model: "nn.Module", card: str | None = None, results: Sequence[Result] = ()) -> str:
+    """The README.md :func:`save_pretrained` writes for ``model``: card template ``card`` (default: its preset's
+    card, if any), filled in, with ``results`` as the ``model-index``."""
     registry = get_registry()
     architecture = registry.backbone_name(type(model))
-    validate_pretrained_cfg(model.pretrained_cfg or {}, f"{type(model).__name__}.pretrained_cfg",
-                            schema_of(type(model)))
     name = getattr(model, "preset_name", None)
     if card is None and name and registry.has_preset(name) and registry.preset(name).card is not None:
         card = registry.preset(name).card.read_text(encoding="utf-8")
+    return render_card(model, architecture, card, results)
+
+
+def _write_model_repo(model: "nn.Module", save_directory: str | os.PathLike, card: str | None = None,
+                      results: Sequence[Result] = ()) -> Path:
+    """:func:`save_pretrained` with card template ``card`` (default: the model's preset's card, if any)."""
+    architecture = get_registry().backbone_name(type(model))
+    validate_pretrained_cfg(model.pretrained_cfg or {}, f"{type(model).__name__}.pretrained_cfg",
+                            schema_of(type(model)))
     document = config_document(architecture, model.config, model.pretrained_cfg)
-    return write_repo(model, save_directory, document, render_card(model, architecture, card))
+    return write_repo(model, save_directory, document, model_card(model, card, results))
 
 
 def push_to_hub(

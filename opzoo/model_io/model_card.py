@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 from string import Template
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
-from huggingface_hub import ModelCard
+from huggingface_hub import EvalResult, ModelCard
 
 if TYPE_CHECKING:
     from torch import nn
+
+    from ..host.provenance import Result
 
 DEFAULT_CARD = """---
 library_name: opzoo
@@ -39,9 +41,24 @@ model = opzoo.from_pretrained("PATH_OR_REPO")
 """
 
 
-def render_card(model: "nn.Module", architecture: str, template: str | None = None) -> str:
+def model_index(results: Sequence["Result"]) -> list[EvalResult]:
+    """``results`` as Hugging Face ``EvalResult`` rows (the card's ``model-index``). Who measured: a number reported
+    upstream carries ``source`` (name and URL, as the Hub's model-index has it); opzoo's own carry none (the card's
+    author measured them) and say so in the metric's name."""
+    def name(r):
+        return f"{r.metric_name or r.metric} ({'measured by opzoo' if r.measured_by == 'opzoo' else 'reported by ' + r.measured_by})"
+
+    return [EvalResult(task_type=r.task, task_name="autoregressive rollout of a time-dependent PDE",
+                       dataset_type=r.dataset, dataset_name=r.dataset, dataset_split=r.split,
+                       metric_type=r.metric, metric_value=round(float(r.value), 6), metric_name=name(r),
+                       **({} if r.measured_by == "opzoo" else {"source_name": r.measured_by, "source_url": r.source}))
+            for r in results]
+
+
+def render_card(model: "nn.Module", architecture: str, template: str | None = None,
+                results: Sequence["Result"] = ()) -> str:
     """The README.md text for ``model``: ``template`` (its preset's card; default: a generic card) with
-    values filled in."""
+    values filled in, and ``results`` as the ``model-index`` front matter."""
     name = getattr(model, "preset_name", None) or architecture
     text = Template(template or DEFAULT_CARD).safe_substitute(
         name=name,
@@ -54,4 +71,7 @@ def render_card(model: "nn.Module", architecture: str, template: str | None = No
     tags = list(card.data.tags or [])
     if "opzoo" not in tags:
         card.data.tags = ["opzoo", *tags]
+    if results:
+        card.data.model_name = name
+        card.data.eval_results = model_index(results)
     return str(card)

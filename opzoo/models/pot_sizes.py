@@ -142,9 +142,19 @@ def pot_micro_preset_args(**overrides: Any) -> dict[str, Any]:
     return pot_preset_args(POT_MICRO_SIZE, **{**setup, **overrides})
 
 
+def micro_results(eval_json) -> list:
+    """opzoo's measured l2 full of a micro preset on the held-out split of each pretraining dataset (its shipped
+    ``eval.json``), for the card's model-index."""
+    import json
+
+    from ..host.provenance import Result
+
+    return Result.from_eval(json.loads(eval_json.read_text()), split="test: the last 10 % of each micro-suite file")
+
+
 def micro_pretrained_cfg() -> dict[str, Any]:
     """The ``pretrained_cfg`` of a micro preset: the data its weights were pretrained on."""
     return copy.deepcopy(_MICRO_PRETRAINED_CFG)
 
 
-__all__ = ["PotSize", "POT_SIZES", "POT_MICRO_SIZE", "MICRO_SUITE", "pot_size", "pot_preset_args", "pot_micro_preset_args", "micro_pretrained_cfg"]
+__all__ = ["PotSize", "POT_SIZES", "POT_MICRO_SIZE", "MICRO_SUITE", "micro_results", "pot_size", "pot_preset_args", "pot_micro_preset_args", "micro_pretrained_cfg"]

@@ -511,9 +511,6 @@ def add_training_commands(subparsers) -> None:
             p.add_argument("--plot", help="PNG path for the panels")
             p.add_argument("--save", help="write the prediction to a safetensors file")
             p.set_defaults(func=_one_line_errors(cmd_rollout))
-    from .validate import add_command as add_validate
-
-    add_validate(subparsers, _one_line_errors, LAYOUT_HELP)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -114,7 +114,11 @@ def cmd_validate(args) -> int:
     return 0 if len(failed) < len(rows) else 1
 
 
-def add_command(subparsers, one_line_errors, layout_help: str) -> None:
+def add_validate_command(subparsers) -> None:
+    """Add ``validate`` to an argparse sub-parser group (the ``opzoo`` command's)."""
+    from .cli import LAYOUT_HELP as layout_help
+    from .cli import _one_line_errors as one_line_errors
+
     p = subparsers.add_parser("validate", help="score many models on the same files (same split and metrics): one "
                                                "CSV row per model and file, persistence alongside")
     p.add_argument("models", nargs="+", help="glob patterns of presets with published weights (e.g. '*-micro'), or "

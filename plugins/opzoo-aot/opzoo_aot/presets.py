@@ -43,4 +43,5 @@ def register_presets(registry) -> None:
         pretrained=opzoo.PretrainedSource.package("opzoo_aot", "pretrained/aot-pot-micro"),
         card=CARDS / "aot-pot-micro.md",
         pretrained_cfg=opzoo.micro_pretrained_cfg(),
+        results=opzoo.micro_results(files("opzoo_aot") / "pretrained" / "aot-pot-micro" / "eval.json"),
     )

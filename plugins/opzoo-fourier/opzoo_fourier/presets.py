@@ -70,6 +70,7 @@ def register_presets(registry) -> None:
         pretrained=opzoo.PretrainedSource.package("opzoo_fourier", "pretrained/dpot-micro"),
         card=CARDS / "dpot-micro.md",
         pretrained_cfg=opzoo.micro_pretrained_cfg(),
+        results=opzoo.micro_results(files("opzoo_fourier") / "pretrained" / "dpot-micro" / "eval.json"),
     )
     for d, modes in FNO_MODES.items():
         registry.register_model(

@@ -22,7 +22,7 @@ import opzoo
 
 from .checks import CONFIG_FILE, checks_for
 from .datasets import DATASETS, STATS_SOURCE, dataset, normalization_args
-from .provenance import preset_facts
+from .provenance import preset_facts, reported_result
 
 CARDS = files("opzoo_well") / "model_cards"
 N_STEPS_INPUT = 4  # the model READMEs: "In the time dimension, the context length was set to 4."
@@ -188,4 +188,5 @@ def register_presets(registry) -> None:
             card=CARDS / f"{name}.md",
             pretrained_cfg=pretrained_cfg(arch, ds),
             provenance=preset_facts(arch, ds),
+            results=(reported_result(arch, ds),),
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from opzoo.host.provenance import Fact
+from opzoo import Fact, Result
 
 from .datasets import DATASETS, dataset
 
@@ -166,3 +166,14 @@ if __name__ == "__main__":
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("docs/the-well-provenance.md")
     out.write_text(markdown_table())
     print(f"wrote {out}")
+
+
+def reported_result(arch: str, name: str) -> Result:
+    """The test VRMSE The Well's README reports for checkpoint ``arch`` on dataset ``name`` (their number, not
+    opzoo's), for the card's model-index."""
+    from .presets import REPORTED
+
+    readme = f"the_well/benchmark/models/{MODEL_DIR[arch]}/README.md"
+    return Result(name, "VRMSE", float(REPORTED[arch][name][2]), "The Well",
+                  source=f"https://github.com/{REPO}/blob/{UPLOAD_SCRIPT}/{readme}", split="test",
+                  metric_name="test VRMSE")
