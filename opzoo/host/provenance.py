@@ -78,7 +78,7 @@ class Result:
     def from_eval(cls, document: Mapping[str, Any], split: str, metric: str = "l2_full",
                   source: str | None = None) -> list["Result"]:
         """opzoo's own numbers from an ``eval.json`` (``opzoo eval``'s or a run's ``eval/step-N.json``): ``metric``
-        of every dataset, and the persistence baseline's beside it."""
+        of every dataset in it."""
         out = []
         for name, doc in document.get("datasets", {}).items():
             out.append(cls(name, metric, float(doc[metric]), "opzoo", source, split,

@@ -29,7 +29,8 @@ _LAZY = {
     **dict.fromkeys(["one_cycle_factor", "schedule_factor"], ".schedule"),
     **dict.fromkeys(["Trainer", "TrainResult"], ".trainer"),
     "TrainingDivergedError": ".forensics",
-    **dict.fromkeys(["HARMLESS_KEYS", "RunDirBusyError", "RunDirError"], ".run_dir"),
+    **dict.fromkeys(["HARMLESS_KEYS", "RunDirBusyError", "RunDirError", "flatten_config", "is_harmless"],
+                    ".run_dir"),
     "RunStopped": ".stop",
 }
 
@@ -51,5 +52,5 @@ __all__ = [
     "pyplot", "save_figure", "field2d", "read_log", "finetune_config", "adapt_model", "adapt_to_data",
     "StepBatchSampler",
     "latest_checkpoint", "list_checkpoints", "read_checkpoint", "CheckpointReadError",
-    "RunDirError", "RunDirBusyError", "RunStopped", "HARMLESS_KEYS",
+    "RunDirError", "RunDirBusyError", "RunStopped", "HARMLESS_KEYS", "is_harmless", "flatten_config",
 ]

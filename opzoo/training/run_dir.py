@@ -190,16 +190,16 @@ def describe_holder(holder: Mapping[str, Any]) -> str:
 _ABSENT = "(absent)"
 
 
-def flatten(doc: Any, prefix: str = "") -> dict[str, Any]:
+def flatten_config(doc: Any, prefix: str = "") -> dict[str, Any]:
     """Dotted leaves of a config mapping: ``{"optimizer.lr": 1e-3, "data.datasets[0].path": ...}``
     (lists of mappings by index, other lists as whole values)."""
     out: dict[str, Any] = {}
     if isinstance(doc, Mapping):
         for k, v in doc.items():
-            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+            out.update(flatten_config(v, f"{prefix}.{k}" if prefix else str(k)))
     elif isinstance(doc, (list, tuple)) and doc and all(isinstance(v, Mapping) for v in doc):
         for i, v in enumerate(doc):
-            out.update(flatten(v, f"{prefix}[{i}]"))
+            out.update(flatten_config(v, f"{prefix}[{i}]"))
     else:
         out[prefix] = list(doc) if isinstance(doc, tuple) else doc
     return out
@@ -231,7 +231,7 @@ def config_changes(started: Mapping[str, Any], current: Mapping[str, Any],
     hash), not as text."""
     from ..data.fingerprint import same_file
 
-    old, new = flatten(started), flatten(current)
+    old, new = flatten_config(started), flatten_config(current)
     defaults = defaults or {}
     changes = []
     for key in sorted(set(old) | set(new)):

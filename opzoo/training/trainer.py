@@ -165,7 +165,7 @@ class Trainer:
         lock = None
         try:
             plan, lock = rundir.take_run_dir(
-                self.run_dir, self.cfg.to_dict(), rundir.flatten(RunConfig().to_dict()), is_main=self.env.is_main,
+                self.run_dir, self.cfg.to_dict(), rundir.flatten_config(RunConfig().to_dict()), is_main=self.env.is_main,
                 new=new, allow_resume=self.cfg.checkpoint.resume, sync=lambda: barrier(self.env), say=self._say)
             if plan.action == "finished":
                 self._say(f"{self.run_dir} holds this run, finished: {t.steps} of {t.steps} steps done, model in "

@@ -65,18 +65,11 @@ def demo_run_dir(parent: Path, label: str, cfg, train_file: Path) -> Path:
     the harmless keys, and the training data's bytes), so a demo re-run with the same arguments finds its
     finished run again and one with other arguments trains in a directory of its own; nothing is moved
     or deleted."""
-    from opzoo.training import HARMLESS_KEYS
+    from opzoo.training import flatten_config, is_harmless
 
-    defining = {k: v for k, v in _flatten(cfg.to_dict()).items() if k not in HARMLESS_KEYS}
+    defining = {k: v for k, v in flatten_config(cfg.to_dict()).items() if not is_harmless(k)}
     text = json.dumps(defining, sort_keys=True, default=str) + content_hash(train_file)
     return parent / f"aot-pot-micro-{label}-{hashlib.sha256(text.encode()).hexdigest()[:10]}"
-
-
-def _flatten(doc: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in doc.items():
-        out.update(_flatten(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
-    return out
 
 
 def finetune_unseen(train_file: Path, out_dir: Path, steps: int, lr: float, batch_size: int, seed: int) -> FinetuneResult:
