@@ -9,7 +9,7 @@ STAMP := $(VENV)/.opzoo-installed
 WELL_1_1_0 := $(VENV)/reference/the_well-1.1.0
 PYTEST_ARGS ?=
 
-.PHONY: install test test-slow demo micro-weights micro-pot bench clean
+.PHONY: install test test-slow demo micro-weights micro-pot bench benchmark-tables model-cards clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,19 @@ micro-pot: install
 # The benchmarks of docs/benchmarks.md in one Markdown report (gpu_report.md), on the GPU when there is one.
 bench: install
 	PYTHON=$(PY) benchmarks/gpu_report.sh
+
+# model_cards/: every preset's card as published (tests/zoo/test_model_cards.py checks it is in sync)
+model-cards: install
+	$(VENV)/bin/opzoo cards --out model_cards
+
+# docs/benchmarks.md's zoo tables: every preset as published, then The Well's FNO/TFNO with their Fourier blocks
+# applied, as the_well 1.2.0 computes them (the published weights were trained with them dropped), side by side.
+# Official DPOT is timed too when OPZOO_DPOT_REPO names a checkout of github.com/thu-ml/DPOT.
+BENCH_OUT ?= benchmarks/results
+benchmark-tables: install
+	$(VENV)/bin/opzoo benchmark "*" --threads 1 --out $(BENCH_OUT)/zoo.csv
+	$(VENV)/bin/opzoo benchmark "well-fno-*" "well-tfno-*" --threads 1 --model-kwargs fourier_blocks=applied \
+	  --out $(BENCH_OUT)/well-fno-applied.csv
 
 clean:
 	rm -rf $(VENV) build *.egg-info plugins/*/*.egg-info demo_out runs data/micro data/micro-mix

@@ -16,6 +16,7 @@ from .errors import (
     OpzooError,
     RegistryConflictError,
     UnknownNameError,
+    UpstreamUnavailable,
     WeightsError,
 )
 from .host.provenance import CheckFailed, Fact, PretrainedArtifacts, PretrainedCheck, Result
@@ -43,6 +44,7 @@ _LAZY = {
                     ".models.pot_sizes"),
     **dict.fromkeys(["get_plugin_host", "reset_plugins"], ".host.plugins"),
     "get_registry": ".host.registry",
+    "Upstream": ".contracts.upstream",
     **dict.fromkeys(["Router", "Routing"], ".contracts.routing"),
     **dict.fromkeys(["SpectralLayer", "SpectralWeight", "find_spectral_weights"], ".contracts.spectral"),
     **dict.fromkeys(["OptimizerHook", "StepContext"], ".training.hooks"),  # the trainer's interface
@@ -70,4 +72,5 @@ __all__ = [
     "OpzooError", "UnknownNameError", "RegistryConflictError", "ConfigError", "WeightsError", "HubError",
     "CheckpointError", "OptimizerHook", "StepContext", "SpectralLayer", "SpectralWeight", "find_spectral_weights",
     "PretrainedCfg", "Fact", "PretrainedCheck", "PretrainedArtifacts", "CheckFailed", "Result",
+    "Upstream", "UpstreamUnavailable",
 ]

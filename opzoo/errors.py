@@ -49,3 +49,7 @@ class HubError(OpzooError, OSError):
 
 class CheckpointError(OpzooError, ValueError):
     """A foreign checkpoint that cannot be converted (unsafe, malformed or of another layout)."""
+
+
+class UpstreamUnavailable(OpzooError):
+    """An upstream implementation that cannot be run side by side: not installed, or not the same computation."""

@@ -154,6 +154,17 @@ def cmd_verify(args) -> int:
     return 1 if any(r.status == "FAILED" for r in rows) else 0
 
 
+def cmd_cards(args) -> int:
+    """Write every preset's published card (and an index) into a directory: the repo's ``model_cards/``."""
+    from ..model_io.builder import list_models
+    from ..model_io.card_catalogue import write_catalogue
+
+    names = sorted({n for pattern in args.patterns for n in list_models(pattern)})
+    changed = write_catalogue(Path(args.out), names)
+    print(f"{len(names)} cards in {args.out}; {len(changed)} file(s) written or removed")
+    return 0
+
+
 def cmd_plugins(args) -> int:
     from ..host.plugins import get_plugin_host
 
@@ -223,6 +234,11 @@ def build_parser(plugin_commands: bool = True) -> argparse.ArgumentParser:
                                                               "list_models(pretrained=True))")
     p.set_defaults(func=cmd_list)
 
+    p = sub.add_parser("cards", help="write every preset's card as published on the Hub, and an index (model_cards/)")
+    p.add_argument("patterns", nargs="*", default=["*"], help="presets (glob patterns; default: all)")
+    p.add_argument("--out", default="model_cards")
+    p.set_defaults(func=cmd_cards)
+
     p = sub.add_parser("info", help="show a model's config, parameter count and weights")
     p.add_argument("name", help="a preset name or alias, hf-hub:org/repo[@rev], local-dir:PATH or a saved model directory")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides")
@@ -288,16 +304,17 @@ def _plugin_distributions() -> list[str]:
 
 
 CORE_COMMANDS = frozenset({"list", "info", "verify", "plugins", "export", "convert", "push", "data", "pretrain",
-                           "finetune", "eval", "rollout", "validate"})
+                           "finetune", "eval", "rollout", "validate", "benchmark", "cards"})
 
 
 def _command_providers():
     """Sub-command groups that live in their own modules (data, training), imported when needed."""
     from ..data.cli import add_data_commands
+    from ..training.benchmark import add_benchmark_command
     from ..training.cli import add_training_commands
     from ..training.validate import add_validate_command
 
-    return (add_data_commands, add_training_commands, add_validate_command)
+    return (add_data_commands, add_training_commands, add_validate_command, add_benchmark_command)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -129,11 +129,12 @@ class Backbone(nn.Module, metaclass=abc.ABCMeta):
         self.preset_name: str | None = None
 
     # ---- hub I/O (DESIGN §5) ----
-    def save_pretrained(self, save_directory):
-        """Write ``config.json``, ``model.safetensors`` and ``README.md`` into a directory."""
+    def save_pretrained(self, save_directory, card: str | None = None, results=()):
+        """Write ``config.json``, ``model.safetensors`` and ``README.md`` into a directory (``card``: the card template,
+        default the preset's; ``results``: :class:`opzoo.Result` numbers for its ``model-index``)."""
         from ..model_io.builder import save_pretrained
 
-        return save_pretrained(self, save_directory)
+        return save_pretrained(self, save_directory, card=card, results=results)
 
     def push_to_hub(self, repo_id: str, **kwargs):
         """Upload this model to the Hugging Face Hub (see :func:`opzoo.model_io.builder.push_to_hub`)."""

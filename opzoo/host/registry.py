@@ -26,7 +26,7 @@ from .provenance import Fact, PretrainedCheck, Result
 HF_HUB_PREFIX = "hf-hub:"  # a model reference to the Hub (parsed in opzoo.model_io.reference)
 LOCAL_DIR_PREFIX = "local-dir:"  # a model reference to a directory
 
-COMPONENT_KINDS = ("mixer", "feedforward", "residual", "block", "backbone", "optimizer_hook", "converter")
+COMPONENT_KINDS = ("mixer", "feedforward", "residual", "block", "backbone", "optimizer_hook", "converter", "upstream")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +100,12 @@ class Preset:
 
 
 @dataclasses.dataclass(frozen=True)
+class UpstreamEntry:
+    backbone: str  # the registered backbone whose models it computes
+    build: Callable  # build(model, x) -> opzoo.Upstream
+
+
+@dataclasses.dataclass(frozen=True)
 class Entry:
     name: str
     obj: Any
@@ -160,6 +166,17 @@ class Registry:
     def register_converter(self, name: str, fn: Callable) -> Callable:
         """``fn(path, **options) -> ConvertedCheckpoint`` turns a foreign checkpoint into opzoo weights."""
         return self.register("converter", name, fn)
+
+    def register_upstream(self, name: str, *, backbone: str, build: Callable) -> Callable:
+        """``build(model, x) -> opzoo.Upstream``: upstream code computing the network of a ``backbone`` model on
+        input ``x`` ``[B, *S, T_in, C]``, timed side by side by ``opzoo benchmark``; it raises
+        :class:`opzoo.UpstreamUnavailable` to say why it cannot."""
+        self.register("upstream", name, UpstreamEntry(backbone, build))
+        return build
+
+    def upstreams_for(self, backbone: str) -> list[tuple[str, Callable]]:
+        """``(name, build)`` of the upstream implementations registered for ``backbone``."""
+        return [(n, e.obj.build) for n, e in sorted(self._components["upstream"].items()) if e.obj.backbone == backbone]
 
     def get(self, kind: str, name: str) -> Any:
         table = self._components[kind]

@@ -135,12 +135,20 @@ def optimizer_to_flat(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch
     return tensors, groups
 
 
+GROUPING_HINT = ("the run's config groups parameters differently from the run that saved it (optimizer."
+                 "filter_bias_and_norm, optimizer.layer_decay or an optimizer hook); a run started before "
+                 "filter_bias_and_norm existed (default true now) had one group: set `optimizer.filter_bias_and_norm: "
+                 "false` in its config to resume it")
+
+
 def optimizer_from_flat(optimizer: torch.optim.Optimizer, tensors: Mapping[str, torch.Tensor], groups: list[dict[str, Any]], where: str) -> None:
     if len(groups) != len(optimizer.param_groups):
-        raise CheckpointReadError(f"{where}: {len(groups)} parameter groups saved, the optimizer has {len(optimizer.param_groups)}")
+        raise CheckpointReadError(f"{where}: {len(groups)} parameter groups saved, the optimizer has "
+                                  f"{len(optimizer.param_groups)}: {GROUPING_HINT}")
     for saved, group in zip(groups, optimizer.param_groups):
         if saved["names"] != group["names"]:
-            raise CheckpointReadError(f"{where}: parameter groups hold different parameters than this run's")
+            raise CheckpointReadError(f"{where}: parameter groups hold different parameters than this run's: "
+                                      f"{GROUPING_HINT}")
     for saved, group in zip(groups, optimizer.param_groups):
         for k, v in saved.items():
             group[k] = tuple(v) if isinstance(group.get(k), tuple) else v

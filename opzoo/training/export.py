@@ -9,6 +9,7 @@ from typing import Sequence
 from torch import nn
 
 from ..errors import OpzooError
+from ..host.provenance import Result
 from .build import RunData
 from .config import RunConfig
 from .distributed import DistEnv, full_state_dict
@@ -16,8 +17,16 @@ from .ema import EMA, ema_weights
 from .evaluate import DatasetResult
 
 
-def export_model(model: nn.Module, ema: EMA | None, cfg: RunConfig, data: RunData, out: Path, card: str) -> Path:
-    """Save ``model`` (with ``ema``'s weights swapped in) to ``out`` with its data facts in ``pretrained_cfg``."""
+def run_results(final: Sequence[DatasetResult]) -> list[Result]:
+    """The run's final test errors as the card's ``model-index`` rows (measured by opzoo, on the held-out split)."""
+    return [Result(r.name, "l2_full", r.l2_full, "opzoo", split="test (held-out trajectories of the run's file)",
+                   metric_name="relative L2 over the whole rollout") for r in final]
+
+
+def export_model(model: nn.Module, ema: EMA | None, cfg: RunConfig, data: RunData, out: Path, card: str,
+                 results: Sequence[Result] = ()) -> Path:
+    """Save ``model`` (with ``ema``'s weights swapped in) to ``out`` with its data facts in ``pretrained_cfg`` and
+    ``results`` in its card's ``model-index``."""
     from ..model_io.builder import save_pretrained
     from .seen_data import training_record
 
@@ -27,7 +36,7 @@ def export_model(model: nn.Module, ema: EMA | None, cfg: RunConfig, data: RunDat
                                 "channels": shape.channels, "in_timesteps": shape.in_timesteps,
                                 "datasets": data.train.names, "trained_steps": cfg.training.steps,
                                 "training_data": training_record(cfg.data.datasets, [te for _, te in data.test])}
-        return Path(save_pretrained(model, out, card=card))
+        return Path(save_pretrained(model, out, card=card, results=results))
 
 
 def unsharded_copy(wrapped: nn.Module, model: nn.Module, env: DistEnv) -> nn.Module | None:

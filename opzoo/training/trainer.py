@@ -32,7 +32,7 @@ from .distributed import all_reduce_mean, barrier, shutdown, start_process, unwr
 from .ema import EMA, ema_weights
 from .evaluate import DatasetResult
 from .expert_load import router_monitor
-from .export import export_model, run_model_card, unsharded_copy
+from .export import export_model, run_model_card, run_results, unsharded_copy
 from .finetune import adapt_to_data
 from .forensics import DivergenceWatch, TrainingDivergedError, batch_has_bad_data, raise_bad_data, raise_diverged
 from .generate import generate_missing
@@ -146,9 +146,10 @@ class Trainer:
 
     def export(self, out: Path, model: nn.Module | None = None) -> Path:
         """Save the trained model (EMA weights when on) as an opzoo repo with its data facts and card."""
-        card = run_model_card(self.cfg, self.data, self.from_scratch, self.evaluation.zero_shot,
-                              self.evaluation.last or [], self.command)
-        return export_model(model or unwrap(self.wrapped), self.ema, self.cfg, self.data, out, card)
+        final = self.evaluation.last or []
+        card = run_model_card(self.cfg, self.data, self.from_scratch, self.evaluation.zero_shot, final, self.command)
+        return export_model(model or unwrap(self.wrapped), self.ema, self.cfg, self.data, out, card,
+                            run_results(final))
 
     def _export_finished(self, result: TrainResult) -> None:
         copy = unsharded_copy(self.wrapped, self.model, self.env) if self.fsdp else None  # collective

@@ -87,6 +87,14 @@ def test_finetune_writes_its_own_card_and_reports_progress(capsys, user_file, tm
     assert [r.split("|")[3].strip() for r in rows] == ["1 step(s)", "full (3 steps)"]  # horizon 5 > the rollout
     zero, tuned, base = (float(x) for x in rows[-1].split("|")[4:7])
     assert zero > 0 and tuned > 0 and base > 0
+    # the fine-tuned number is in the Hub's model-index too, measured by opzoo on the held-out split
+    import yaml
+
+    index = yaml.safe_load(front)["model-index"][0]["results"]
+    assert len(index) == 1 and index[0]["dataset"]["name"] == "heat"
+    assert index[0]["metrics"][0]["type"] == "l2_full" and "source" not in index[0]
+    assert index[0]["metrics"][0]["value"] == pytest.approx(tuned, rel=1e-2)
+    assert "held-out" in index[0]["dataset"]["split"]
     typed = [Path(a).name if Path(a).exists() and "/" in a else a for a in argv]  # the command as given, not sys.argv
     assert f"## Command\n\n```bash\n{shlex.join(['opzoo', *typed])}\n```" in body
     assert (out / "loss.png").is_file()

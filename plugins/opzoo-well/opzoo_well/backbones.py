@@ -141,7 +141,7 @@ class WellBackbone(opzoo.Backbone):
         if c.constant_fields:
             constant = (x[..., -1, nv:] - self.constant_mean) / self.constant_std  # [B, *S, nc]
             parts.append(constant.movedim(-1, 1))
-        return torch.nan_to_num(torch.cat(parts, dim=1))
+        return torch.nan_to_num(torch.cat(parts, dim=1)).contiguous()
 
     def _net_input(self, x: Tensor) -> Tensor:
         c = self.config

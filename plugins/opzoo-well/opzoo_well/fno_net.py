@@ -18,9 +18,10 @@ with neuraloperator 0.3.0's ``SpectralConv`` (``fft_norm="forward"``, a bias per
 ``rfftn`` over the spatial axes, ``fftshift`` on all but the last, the centred ``modes_k`` frequencies
 on every axis but the last and the first ``modes_last // 2 + 1`` on the last are multiplied by a
 complex weight ``[in, out, *kept]``, the spectrum is ``fftshift``-ed again (as 0.3.0 does; for odd
-sizes that is not the inverse shift, and we keep it so) and ``irfftn``-ed. TFNO stores that weight as
+sizes that is not the inverse shift, and we keep it so) and ``irfftn``-ed. The shifts are done as
+row indices on the kept frequencies, not as copies of the whole spectrum. TFNO stores that weight as
 a complex Tucker factorization (tensorly-torch ``ComplexTucker``, rank fraction 1.0); it is
-reconstructed before the contraction, which is the same product as 0.3.0's factorized contraction.
+contracted factor by factor with the spectrum (never rebuilt), the same product as 0.3.0's factorized contraction.
 Complex parameters are stored as real tensors with a trailing axis of 2 (tensorly-torch's layout).
 """
 
@@ -84,16 +85,22 @@ class SpectralConv(nn.Module):
         for p in self.parameters():
             nn.init.normal_(p, 0.0, std)
 
-    def complex_weight(self) -> Tensor:
-        """The full complex weight ``[in, out, *kept]``."""
+    def contract(self, xf: Tensor, w_slices: Sequence[slice]) -> Tensor:
+        """``[B, in, *kept] -> [B, out, *kept]``: the kept spectrum times the weight cut to ``w_slices`` per mode.
+
+        A Tucker weight is not rebuilt: the mode factors (their rows cut to the kept frequencies) meet the core, last
+        rank axis first, so that each product is one matrix multiply on a contiguous tensor and the result is
+        ``[*kept, R_in, R_out]``; then, per kept frequency, the input (through the in-factor) times it, then the
+        out-factor. The same product as 0.3.0's factorized contraction, without a copy of the core."""
         if self.factorization == "dense":
-            return torch.view_as_complex(self.weight)
-        core = torch.view_as_complex(self.core)
-        factors = [torch.view_as_complex(f) for f in self.factors]
-        letters = "abcdefgh"[: core.ndim]
-        ranks = "ABCDEFGH"[: core.ndim]
-        eq = f"{ranks},{','.join(f'{a}{r}' for a, r in zip(letters, ranks))}->{letters}"
-        return torch.einsum(eq, core, *factors)
+            weight = torch.view_as_complex(self.weight)[(slice(None), slice(None), *w_slices)]
+            return torch.einsum("bi...,io...->bo...", xf, weight)
+        f_in, f_out, *f_modes = (torch.view_as_complex(f) for f in self.factors)
+        g = torch.view_as_complex(self.core)  # [R_in, R_out, *R_modes]
+        for f, sl in reversed(list(zip(f_modes, w_slices))):  # [*kept_k.., R_in, R_out, ..R_k] -> [kept_k, ...]
+            g = torch.tensordot(f[sl], g, dims=([1], [g.ndim - 1]))
+        h = torch.einsum("bi...,ia->...ba", xf, f_in)  # [*kept, B, R_in]
+        return torch.einsum("...bc,oc->bo...", h @ g, f_out)
 
     def forward(self, x: Tensor) -> Tensor:
         batch, _, *sizes = x.shape
@@ -101,22 +108,24 @@ class SpectralConv(nn.Module):
         dims = list(range(-d, 0))
         fft_size = [*sizes[:-1], sizes[-1] // 2 + 1]
         xf = torch.fft.rfftn(x, norm="forward", dim=dims)
-        if d > 1:
-            xf = torch.fft.fftshift(xf, dim=dims[:-1])
-        weight = self.complex_weight()
-        # which weight entries and which frequencies meet (0.3.0's slicing, kept verbatim)
+        # which weight entries and which frequencies meet (0.3.0's slicing, in its fftshift-ed coordinates)
         starts = [m - min(size, m) for size, m in zip(fft_size, self.kept)]
         w_slices = [slice(s // 2, -s // 2) if s else slice(s, None) for s in starts[:-1]]
         w_slices.append(slice(None, -starts[-1]) if starts[-1] else slice(None))
-        weight = weight[(slice(None), slice(None), *w_slices)]
-        starts = [size - min(size, m) for size, m in zip(xf.shape[2:], weight.shape[2:])]
+        kept = [len(range(m)[sl]) for m, sl in zip(self.kept, w_slices)]
+        starts = [size - min(size, m) for size, m in zip(fft_size, kept)]
         x_slices = [slice(s // 2, -s // 2) if s else slice(s, None) for s in starts[:-1]]
-        x_slices.append(slice(None, -starts[-1]) if starts[-1] else slice(None))
-        index = (slice(None), slice(None), *x_slices)
+        last = slice(None, -starts[-1]) if starts[-1] else slice(None)
+        # 0.3.0 fftshift-s the spectrum, cuts, multiplies, writes into zeros and fftshift-s again (not ifftshift:
+        # for odd sizes the two differ). Row j of a shifted axis of size n is row (j - n//2) % n of the spectrum
+        # on the way in, and lands on row (j + n//2) % n on the way out: the same rows, without the two copies.
+        rows = [torch.arange(n, device=x.device)[sl] for n, sl in zip(fft_size[:-1], x_slices)]
+        part = xf[..., last]
+        for axis, (n, r) in enumerate(zip(fft_size[:-1], rows)):
+            part = part.index_select(2 + axis, (r - n // 2) % n)
+        put = [((r + n // 2) % n).view(-1, *[1] * (len(rows) - 1 - k)) for k, (n, r) in enumerate(zip(fft_size, rows))]
         out = torch.zeros(batch, self.out_channels, *fft_size, dtype=xf.dtype, device=x.device)
-        out[index] = torch.einsum("bi...,io...->bo...", xf[index], weight)
-        if d > 1:
-            out = torch.fft.fftshift(out, dim=dims[:-1])
+        out[(slice(None), slice(None), *put, last)] = self.contract(part, w_slices)
         return torch.fft.irfftn(out, s=sizes, dim=dims, norm="forward") + self.bias
 
 

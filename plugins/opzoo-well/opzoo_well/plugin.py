@@ -5,6 +5,7 @@ import opzoo
 from .backbones import BACKBONES
 from .converter import convert_the_well
 from .presets import register_presets
+from .upstream import build_the_wells_model
 
 
 @opzoo.hookimpl
@@ -12,6 +13,8 @@ def opzoo_register_components(registry):
     for name, cls in BACKBONES.items():
         registry.register_backbone(name, cls)
     registry.register_converter("the-well", convert_the_well)
+    for name in BACKBONES:
+        registry.register_upstream(f"the_well:{name}", backbone=name, build=build_the_wells_model)
 
 
 @opzoo.hookimpl

@@ -1,0 +1,36 @@
+"""``model_cards/`` at the top of the repo is every preset's card as published, in sync with the registry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import opzoo
+from opzoo.cli import main
+from opzoo.model_io.card_catalogue import INDEX, catalogue, write_catalogue
+
+CARDS = Path(__file__).resolve().parents[2] / "model_cards"
+
+
+def test_model_cards_directory_is_in_sync_with_the_registry():
+    want = catalogue(opzoo.list_models())
+    have = {p.name: p.read_text(encoding="utf-8") for p in CARDS.glob("*.md")}
+    stale = sorted(n for n in set(want) | set(have) if want.get(n) != have.get(n))
+    assert not stale, f"model_cards/ is out of date ({', '.join(stale[:5])}...): run `make model-cards`"
+
+
+def test_a_card_is_what_save_pretrained_publishes_with_the_presets_results(tmp_path):
+    model = opzoo.load("dpot-micro", pretrained=True)
+    preset = opzoo.get_registry().preset("dpot-micro")
+    model.save_pretrained(tmp_path / "repo", results=preset.results)
+    assert (tmp_path / "repo" / "README.md").read_text() == (CARDS / "dpot-micro.md").read_text()
+    assert "[dpot-micro](dpot-micro.md)" in (CARDS / INDEX).read_text()
+
+
+def test_opzoo_cards_writes_only_what_changed_and_removes_stale_cards(tmp_path, capsys):
+    out = tmp_path / "cards"
+    assert main(["cards", "dpot-*", "--out", str(out)]) == 0
+    names = sorted(p.name for p in out.glob("*.md"))
+    assert names == sorted([INDEX, *(f"{n}.md" for n in opzoo.list_models("dpot-*"))])
+    (out / "gone.md").write_text("a preset that no longer exists")
+    assert write_catalogue(out, opzoo.list_models("dpot-*")) == ["gone.md"]
+    assert not (out / "gone.md").exists()
