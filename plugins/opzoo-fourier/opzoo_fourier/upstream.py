@@ -72,4 +72,16 @@ def build_official_dpot(model, x) -> opzoo.Upstream:
                           n_blocks=c.mixer_args["n_blocks"], embed_dim=c.width, out_layer_dim=c.out_layer_dim,
                           depth=c.depth, modes=c.mixer_args["modes"], mlp_ratio=c.mlp_ratio, n_cls=c.n_cls,
                           normalize=c.normalize, act=c.act, time_agg=c.time_agg)
-    return opzoo.Upstream(f"official DPOT ({path})", module, outputs=lambda y: y[0])
+    return opzoo.Upstream(f"official DPOT ({_checkout_name(Path(repo))}models/dpot.py)", module, outputs=lambda y: y[0])
+
+
+def _checkout_name(repo: Path) -> str:
+    """``"<commit> "`` of a git checkout (read from ``.git``, no subprocess), else ``""``."""
+    head = repo / ".git" / "HEAD"
+    try:
+        ref = head.read_text().strip()
+        if ref.startswith("ref: "):
+            ref = (repo / ".git" / ref[5:]).read_text().strip()
+        return f"{ref[:7]} "
+    except OSError:
+        return ""
