@@ -7,6 +7,12 @@ STAMP := $(VENV)/.opzoo-installed
 # The Well 1.1.0, the code that trained its published FNO/TFNO checkpoints (tests/well/test_well_as_trained.py runs
 # it in its own process): beside the venv, not in it, since the test extra installs the fixed the_well 1.2.0
 WELL_1_1_0 := $(VENV)/reference/the_well-1.1.0
+# pdetransformer 0.1.11 (the PyPI wheel of PDE-Transformer's published checkpoints; tests/pdet run it in its own
+# process): without its training stack, with the diffusers/transformers/huggingface_hub of its time (mid 2025), which
+# must not meet opzoo's newer huggingface_hub in one process
+PDET_0_1_11 := $(VENV)/reference/pdetransformer-0.1.11
+PDET_PINS := pdetransformer==0.1.11 diffusers==0.33.1 transformers==4.52.4 huggingface_hub==0.33.0 tokenizers==0.21.1 \
+	regex importlib_metadata zipp
 PYTEST_ARGS ?=
 
 .PHONY: install test test-slow demo micro-weights micro-pot bench benchmark-tables model-cards clean
@@ -18,6 +24,7 @@ $(STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS)) | $(PY)
 	$(PY) -m pip install --upgrade "pip>=23" "setuptools>=68" wheel
 	$(PY) -m pip install -e ".[test]" $(addprefix -e ,$(PLUGINS))
 	$(PY) -m pip install --no-deps --upgrade --target $(WELL_1_1_0) the_well==1.1.0
+	$(PY) -m pip install --no-deps --upgrade --target $(PDET_0_1_11) $(PDET_PINS)
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -63,12 +70,14 @@ model-cards: install
 
 # docs/benchmarks.md's zoo tables: every preset as published, then The Well's FNO/TFNO with their Fourier blocks
 # applied, as the_well 1.2.0 computes them (the published weights were trained with them dropped), side by side.
-# Official DPOT is timed too when OPZOO_DPOT_REPO names a checkout of github.com/thu-ml/DPOT.
+# Official DPOT is timed too when OPZOO_DPOT_REPO names a checkout of github.com/thu-ml/DPOT; pdetransformer
+# from its reference copy (it needs the older huggingface_hub beside it, so in a process of its own).
 BENCH_OUT ?= benchmarks/results
 benchmark-tables: install
 	$(VENV)/bin/opzoo benchmark "*" --threads 1 --out $(BENCH_OUT)/zoo.csv
 	$(VENV)/bin/opzoo benchmark "well-fno-*" "well-tfno-*" --threads 1 --model-kwargs fourier_blocks=applied \
 	  --out $(BENCH_OUT)/well-fno-applied.csv
+	PYTHONPATH=$(PDET_0_1_11) $(VENV)/bin/opzoo benchmark "pdet-*" --threads 1 --out $(BENCH_OUT)/pdet.csv
 
 clean:
 	rm -rf $(VENV) build *.egg-info plugins/*/*.egg-info demo_out runs data/micro data/micro-mix

@@ -16,8 +16,9 @@ def place_in_hf_cache(cache: Path, repo_id: str, files: Mapping[str, Path], comm
     root = Path(cache) / f"models--{repo_id.replace('/', '--')}"
     snapshot = root / "snapshots" / commit
     snapshot.mkdir(parents=True, exist_ok=True)
-    for name, path in files.items():
+    for name, path in files.items():  # a name may hold a subfolder ("mc-s/config.json")
         if not (snapshot / name).exists():
+            (snapshot / name).parent.mkdir(parents=True, exist_ok=True)
             os.link(path, snapshot / name)
     (root / "refs").mkdir(parents=True, exist_ok=True)
     (root / "refs" / ref).write_text(commit)

@@ -54,6 +54,8 @@ def small_overrides(name: str) -> dict[str, Any]:
                        ("modes1", 2), ("modes2", 2), ("modes3", 2), ("init_features", 4), ("stages", 2)):
         if key in known:
             out[key] = small
+    if {"hidden_size", "window_size", "num_heads"} <= set(known):  # PDE-Transformer (opzoo-pdet): narrow, one block
+        out |= {"hidden_size": 16, "num_heads": 2, "depth": [1, 1, 1, 1, 1], "window_size": 4}  # per stage
     if "normalization" in known and "mean_delta" in known:
         out["normalization"] = "none"
     return out

@@ -14,6 +14,7 @@ import opzoo
 from opzoo.cli import main
 
 from .small_presets import small_input, small_model, small_overrides
+from .test_fine_tuning_groups import check_no_decay_and_layer_ids
 
 PRESETS = opzoo.list_models()
 
@@ -28,6 +29,7 @@ def test_preset_builds_on_meta_and_opzoo_info_prints_it(name, capsys):
         model = opzoo.load(name)
     assert isinstance(model, opzoo.Backbone) and model.preset_name == name
     assert all(p.is_meta for p in model.parameters())
+    check_no_decay_and_layer_ids(name, model)
     n = n_params(model)
     assert n > 0
     assert main(["info", name, "--json"]) == 0

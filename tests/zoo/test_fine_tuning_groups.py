@@ -13,27 +13,25 @@ from opzoo.training.checkpoint import CheckpointReadError, optimizer_from_flat, 
 from opzoo.training.optim import fine_tuning_groups
 
 
-def test_every_preset_names_its_no_decay_parameters_and_layer_ids():
-    for name in opzoo.list_models():
-        with torch.device("meta"):
-            model = opzoo.load(name)
-        params = dict(model.named_parameters())
-        exempt = model.no_weight_decay()
-        assert exempt <= set(params), name
-        assert {n for n, p in params.items() if p.ndim <= 1} <= exempt, name
-        assert any(p.ndim >= 2 for n, p in params.items() if n not in exempt), name  # the matrices decay
-        if "pos_embed" in params:
-            assert "pos_embed" in exempt, name
-        n_layers = model.num_layers()
-        ids = {n: model.layer_id(n) for n in params}
-        assert set(ids.values()) <= set(range(n_layers)), name
-        assert n_layers >= 3 and set(range(1, n_layers - 1)) <= set(ids.values()), f"{name}: a block with no parameter"
-        blocks = model.group_matcher()["blocks"]
-        if isinstance(blocks, str):  # "blocks.<i>." style: layer i + 1, in order
-            for n, layer in ids.items():
-                m = re.match(blocks, n)
-                if m:
-                    assert layer == int(m.group(1)) + 1, (name, n)
+def check_no_decay_and_layer_ids(name: str, model) -> None:
+    """What must not decay and the layer ids of preset ``name`` (built on meta by tests/zoo/test_every_preset.py)."""
+    params = dict(model.named_parameters())
+    exempt = model.no_weight_decay()
+    assert exempt <= set(params), name
+    assert {n for n, p in params.items() if p.ndim <= 1} <= exempt, name
+    assert any(p.ndim >= 2 for n, p in params.items() if n not in exempt), name  # the matrices decay
+    if "pos_embed" in params:
+        assert "pos_embed" in exempt, name
+    n_layers = model.num_layers()
+    ids = {n: model.layer_id(n) for n in params}
+    assert set(ids.values()) <= set(range(n_layers)), name
+    assert n_layers >= 3 and set(range(1, n_layers - 1)) <= set(ids.values()), f"{name}: a block with no parameter"
+    blocks = model.group_matcher()["blocks"]
+    if isinstance(blocks, str):  # "blocks.<i>." style: layer i + 1, in order
+        for n, layer in ids.items():
+            m = re.match(blocks, n)
+            if m:
+                assert layer == int(m.group(1)) + 1, (name, n)
 
 
 def test_groups_split_decay_and_scale_the_learning_rate_by_depth():

@@ -1,0 +1,11 @@
+"""opzoo-pdet: PDE-Transformer (Holzschuh et al., ICML 2025) in opzoo: its mixed-channel network as the ``pdet-mc``
+backbone (physical fields in and out), presets ``pdet-mc-s/b/l`` for the published checkpoints and the
+``pde-transformer`` converter."""
+
+from .backbones import PdetMixedChannels, PdetMixedConfig, PdetPretrainedCfg
+from .converter import convert_pde_transformer
+from .mixed_net import MixedChannelNet
+from .provenance import TASKS
+
+__all__ = ["PdetMixedChannels", "PdetMixedConfig", "PdetPretrainedCfg", "MixedChannelNet", "convert_pde_transformer",
+           "TASKS"]

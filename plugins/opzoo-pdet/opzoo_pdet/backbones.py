@@ -1,0 +1,171 @@
+"""PDE-Transformer's mixed-channel network as an opzoo backbone: physical fields in and out.
+
+``forward(x: [B, H, W, 1, C]) -> [B, H, W, 1, C]``: one frame to the next, as pdetransformer's supervised training
+(``SingleStepSupervised``: ``data[:, 0]`` in, the next frame the target) and its rollout pipeline
+(``VideoPipelineDirect``: each prediction fed back) use the network. Around the network:
+
+1. with ``normalization="zscore"``, each channel is standardized with ``mean``/``std`` (pdetransformer's data
+   pipeline does this per dataset, ``normalize_data: mean-std``; the network never sees physical units), and the
+   output is brought back;
+2. channels-first ``[B, C, H, W]``, the diffusion time 0 (a supervised step) and the class label ``task_id`` (the
+   PDE's index in the pretraining mixture; ``None``: the "no label" class);
+3. the network (``mixed_net.MixedChannelNet``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal, Optional
+
+import torch
+from torch import Tensor
+
+import opzoo
+
+from .mixed_net import MixedChannelNet
+
+SIZES = {  # pdetransformer 0.1.11 core/mixed_channels/pde_transformer.py PDE_S / PDE_B / PDE_L
+    "PDE-S": {"hidden_size": 96, "num_heads": 4},
+    "PDE-B": {"hidden_size": 192, "num_heads": 8},
+    "PDE-L": {"hidden_size": 384, "num_heads": 16},
+}
+DEPTH = [2, 5, 8, 5, 2]
+
+
+@dataclasses.dataclass
+class PdetMixedConfig(opzoo.ModelConfig):
+    """The mixed-channel PDE-Transformer (defaults: PDE-S, as mc-s was trained)."""
+
+    in_channels: int = 2
+    out_channels: int = 2
+    in_timesteps: int = 1
+    out_timesteps: int = 1
+    spatial_dims: int = 2
+    hidden_size: int = 96
+    depth: list[int] = dataclasses.field(default_factory=lambda: list(DEPTH))
+    num_heads: int = 4
+    window_size: int = 8
+    patch_size: int = 4
+    mlp_ratio: float = 4.0
+    num_classes: int = 1000
+    class_dropout_prob: float = 0.1
+    max_hidden_size: int = 2048
+    periodic: bool = True  # the boundary: shifted windows wrap around (True) or are masked at the edge (False)
+    task_id: Optional[int] = None  # the class label given to the network; None: the "no label" class
+    normalization: Literal["none", "zscore"] = "none"
+    mean: list[float] = dataclasses.field(default_factory=list)
+    std: list[float] = dataclasses.field(default_factory=list)
+
+    def check(self) -> None:
+        if (self.in_timesteps, self.out_timesteps, self.spatial_dims) != (1, 1, 2):
+            raise opzoo.ConfigError("in_timesteps/out_timesteps/spatial_dims: the mixed-channel PDE-Transformer maps "
+                                    f"one 2D frame to the next, got {self.in_timesteps}/{self.out_timesteps}/"
+                                    f"{self.spatial_dims}")
+        if self.task_id is not None and not 0 <= self.task_id <= self.num_classes:
+            raise opzoo.ConfigError(f"task_id {self.task_id}: a label in [0, {self.num_classes}] "
+                                    f"({self.num_classes} is the 'no label' class)")
+        if self.normalization == "zscore":
+            for key in ("mean", "std"):
+                if len(getattr(self, key)) != self.in_channels or self.in_channels != self.out_channels:
+                    raise opzoo.ConfigError(f"{key}: normalization='zscore' needs one value per channel "
+                                            f"({self.in_channels} in, {self.out_channels} out), got "
+                                            f"{getattr(self, key)}")
+            if min(self.std) <= 0:
+                raise opzoo.ConfigError(f"std: every value must be positive, got {self.std}")
+
+
+@dataclasses.dataclass
+class PdetPretrainedCfg(opzoo.PretrainedCfg):
+    """What a PDE-Transformer checkpoint records beyond :class:`opzoo.PretrainedCfg`'s."""
+
+    input_normalization: Optional[str] = None  # what the network expects its input to be standardized with
+    tasks: Optional[str] = None  # what the class labels mean
+
+
+class PdetMixedChannels(opzoo.Backbone):
+    """``[B, H, W, 1, C] -> [B, H, W, 1, C]`` around :class:`MixedChannelNet`."""
+
+    config_class = PdetMixedConfig
+    pretrained_cfg_class = PdetPretrainedCfg
+    supports_grad_checkpointing = True
+
+    def __init__(self, config: PdetMixedConfig):
+        super().__init__(config)
+        config.check()
+        c = config
+        self.net = MixedChannelNet(c.in_channels, c.out_channels, c.hidden_size, c.depth, c.num_heads, c.window_size,
+                                   c.patch_size, c.mlp_ratio, c.num_classes, c.class_dropout_prob, c.periodic,
+                                   c.max_hidden_size)
+        zscore = c.normalization == "zscore"  # not persistent: config, not weights (upstream's files do not have them)
+        self.register_buffer("mean", torch.tensor(c.mean if zscore else 0.0), persistent=False)
+        self.register_buffer("std", torch.tensor(c.std if zscore else 1.0), persistent=False)
+
+    def group_matcher(self) -> dict:
+        """The patch embedding and the conditioning embedders, then each stage in the order the data meets them (its
+        down- or up-sampling and channel reduction with it); the head is the output convolution and final layer."""
+        n = self.net.levels
+        order = [f"encoder_level_{i}|down{i}_{i + 1}" for i in range(n)] + ["latent"]
+        order += [f"up{i + 1}_{i}|reduce_chan_level{i}|decoder_level_{i}" for i in range(n - 1, -1, -1)]
+        return {"stem": r"^net\.(?:x_embedder|t_embedder_\d+|y_embedder_\d+)\.",
+                "blocks": [(rf"^net\.(?:{names})\.", i) for i, names in enumerate(order)]}
+
+    @property
+    def size_multiple(self) -> int:
+        """Every spatial size of an input must be a multiple of this (the patch and the down-samplings)."""
+        return self.net.size_multiple
+
+    def check_grid(self, h: int, w: int) -> None:
+        c = self.config
+        multiple = self.net.size_multiple
+        if h % multiple or w % multiple:
+            raise ValueError(f"{self.preset_name or 'pdet-mc'}: the grid {h}x{w} must be a multiple of {multiple} "
+                             f"(patch {c.patch_size}, {self.net.levels} down-samplings by 2) on both axes")
+        if c.periodic:
+            return
+        for level in range(self.net.levels + 1):  # Swin's edge mask needs whole windows where a window fits
+            gh, gw = h // (c.patch_size * 2**level), w // (c.patch_size * 2**level)
+            if gh >= c.window_size and gw >= c.window_size and (gh % c.window_size or gw % c.window_size):
+                raise ValueError(f"{self.preset_name or 'pdet-mc'}: with periodic=False every level's grid must hold "
+                                 f"whole {c.window_size}x{c.window_size} windows; level {level} is {gh}x{gw} "
+                                 f"(choose a grid that is a multiple of {multiple * c.window_size})")
+
+    def _net_input(self, x: Tensor) -> Tensor:
+        c = self.config
+        if x.ndim != 5 or tuple(x.shape[-2:]) != (1, c.in_channels):
+            raise ValueError(f"{self.preset_name or 'pdet-mc'} expects [B, X, Y, T_in=1, C={c.in_channels}], got "
+                             f"{list(x.shape)}")
+        self.check_grid(x.shape[1], x.shape[2])
+        return ((x[..., 0, :] - self.mean) / self.std).permute(0, 3, 1, 2)
+
+    def _labels(self, x: Tensor) -> Tensor | None:
+        task = self.config.task_id
+        return None if task is None else torch.full((x.shape[0],), task, dtype=torch.long, device=x.device)
+
+    def _embeddings(self, x: Tensor) -> list[Tensor]:
+        return self.net.embeddings(x.shape[0], None, self._labels(x), x.device)
+
+    def forward_features(self, x: Tensor) -> Tensor:
+        """``[B, H, W, 1, C] -> [B, H/p, W/p, D_1]``: the last decoder stage's output, channels-last."""
+        return self.net.features(self._net_input(x), self._embeddings(x), (), self.checkpointed)[0].permute(0, 2, 3, 1)
+
+    def forward_head(self, features: Tensor, x: Tensor | None = None) -> Tensor:
+        """``[B, H/p, W/p, D_1] -> [B, H, W, 1, C]``: the output convolution and final layer (conditioned on the
+        task label, from the config), unpatchified and brought back to physical units (``x`` is not needed)."""
+        e1 = self.net.embeddings(features.shape[0], None, self._labels(features), features.device)[1]
+        return self._physical(self.net.head(features.permute(0, 3, 1, 2), e1))
+
+    def forward_intermediates(self, x: Tensor, indices=None, intermediates_only: bool = False):
+        """The outputs ``[B, H', W', D']`` (channels-last) of the stages ``indices``, in the order the data meets
+        them: encoder levels, the latent, decoder levels (the last is the features)."""
+        keep = self.block_indices(indices, len(self.net.stage_names))
+        h, kept = self.net.features(self._net_input(x), self._embeddings(x), keep, self.checkpointed)
+        kept = [k.permute(0, 2, 3, 1) for k in kept]
+        return kept if intermediates_only else (h.permute(0, 2, 3, 1), kept)
+
+    def _physical(self, y: Tensor) -> Tensor:
+        return (y.permute(0, 2, 3, 1) * self.std + self.mean).unsqueeze(-2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        e = self._embeddings(x)
+        h = self.net.features(self._net_input(x), e, (), self.checkpointed)[0]
+        return self._physical(self.net.head(h, e[1]))

@@ -1,0 +1,20 @@
+"""Entry point of the opzoo-pdet plugin: its registrations through opzoo's public hooks."""
+
+import opzoo
+
+from .backbones import PdetMixedChannels
+from .converter import convert_pde_transformer
+from .presets import register_presets
+from .upstream import build_pdetransformer
+
+
+@opzoo.hookimpl
+def opzoo_register_components(registry):
+    registry.register_backbone("pdet-mc", PdetMixedChannels)
+    registry.register_converter("pde-transformer", convert_pde_transformer)
+    registry.register_upstream("pdetransformer", backbone="pdet-mc", build=build_pdetransformer)
+
+
+@opzoo.hookimpl
+def opzoo_register_models(registry):
+    register_presets(registry)

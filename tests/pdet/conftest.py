@@ -1,0 +1,48 @@
+"""The reference checkpoints of tests/pdet: small mixed-channel PDE-Transformers built, perturbed and saved by
+pdetransformer 0.1.11 itself (in its own process), with its outputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+ROOT = Path(__file__).resolve().parents[2]
+REFERENCE = ROOT / ".venv" / "reference" / "pdetransformer-0.1.11"
+SCRIPT = Path(__file__).with_name("pdetransformer_0_1_11.py")
+STEPS = 3
+SMALL = {"hidden_size": 16, "num_heads": 2, "depth": [1, 2, 2, 2, 1], "mlp_ratio": 2, "num_classes": 30}
+CASES = {  # name: (config of their PDETransformer, input, labels); type PDE-test: SMALL, registered like PDE_S
+    "periodic": ({"sample_size": 64, "in_channels": 2, "out_channels": 2, "type": "PDE-test", "periodic": True,
+                  "window_size": 4, "patch_size": 2}, "x", "labels"),
+    "walls": ({"sample_size": 64, "in_channels": 2, "out_channels": 2, "type": "PDE-test", "periodic": False,
+               "window_size": 4, "patch_size": 2}, "x", None),
+}
+
+
+@pytest.fixture(scope="session")
+def reference(tmp_path_factory) -> Path:
+    """Every case's checkpoint directory and reference outputs, from one run of pdetransformer 0.1.11."""
+    if not (REFERENCE / "pdetransformer").is_dir():
+        pytest.skip(f"pdetransformer 0.1.11 is not in {REFERENCE} (`make install` puts it there)")
+    out = tmp_path_factory.mktemp("pdetransformer")
+    g = torch.Generator().manual_seed(0)
+    save_file({"x": torch.randn(2, 2, 32, 64, generator=g, dtype=torch.float64), "labels": torch.tensor([6, 15])},
+              str(out / "inputs.safetensors"))
+    job = {"out": str(out), "inputs": str(out / "inputs.safetensors"),
+           "cases": [{"name": n, "config": cfg, "sizes": SMALL, "seed": i, "x": x, "labels": labels, "steps": STEPS}
+                     for i, (n, (cfg, x, labels)) in enumerate(CASES.items())]}
+    (out / "job.json").write_text(json.dumps(job))
+    env = {**os.environ, "PYTHONPATH": str(REFERENCE)}
+    done = subprocess.run([sys.executable, str(SCRIPT), str(out / "job.json")], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+

@@ -1,0 +1,86 @@
+"""pdetransformer 0.1.11's mixed-channel PDETransformer, run in its own process by tests/pdet/test_pdet_parity.py.
+
+``python pdetransformer_0_1_11.py JOB.json`` with ``PYTHONPATH`` set to the ``pip install --no-deps --target``
+directory ``make install`` fills (``.venv/reference/pdetransformer-0.1.11``: the wheel, and the diffusers 0.33.1,
+transformers 4.52.4 and huggingface_hub 0.33.0 of its time, which must not meet opzoo's newer huggingface_hub in one
+process). The package ``__init__`` imports lightning, wandb and the data modules, none of which the networks need: the
+model modules are imported under empty parent packages.
+
+For each case of the job: build ``PDETransformer(**config)`` (a ``sizes`` entry registers a small ``PDEImpl`` as the
+model type, as ``PDE_S`` is registered), move every weight off its init (seeded), save it with
+diffusers' ``save_pretrained`` into ``out/<name>``, and write ``out/<name>/reference.safetensors``: the float32 and
+float64 outputs on ``x`` (with ``labels``) and the rollout of ``VideoPipelineDirect`` (their inference path).
+"""
+
+import copy
+import importlib
+import json
+import sys
+import types
+import warnings
+from pathlib import Path
+
+warnings.filterwarnings("ignore")
+
+import torch  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
+
+
+def import_model_modules():
+    root = next(Path(p) / "pdetransformer" for p in sys.path if (Path(p) / "pdetransformer" / "core").is_dir())
+    for name, path in (("pdetransformer", root), ("pdetransformer.core", root / "core"),
+                       ("pdetransformer.core.mixed_channels", root / "core" / "mixed_channels"),
+                       ("pdetransformer.sampler", root / "sampler"),
+                       ("pdetransformer.sampler.pipeline", root / "sampler" / "pipeline")):
+        module = types.ModuleType(name)
+        module.__path__ = [str(path)]
+        sys.modules[name] = module
+    mc = importlib.import_module("pdetransformer.core.mixed_channels.pde_transformer")
+    pipeline = importlib.import_module("pdetransformer.sampler.pipeline.coupled_video")
+    return mc, pipeline, root
+
+
+def allow_float64(mc) -> None:
+    """Their timestep embedding casts to float32 and then meets the weights: cast to the weights' dtype instead."""
+
+    def forward(self, t):
+        return self.mlp(self.timestep_embedding(t, self.frequency_embedding_size).to(self.mlp[0].weight.dtype))
+
+    mc.TimestepEmbedder.forward = forward
+
+
+def main() -> None:
+    job = json.loads(Path(sys.argv[1]).read_text())
+    mc, pipeline, root = import_model_modules()
+    import diffusers
+
+    assert diffusers.__version__ == "0.33.1", diffusers.__file__
+    out = Path(job["out"])
+    data = load_file(job["inputs"])
+    for case in job["cases"]:
+        torch.manual_seed(case["seed"])
+        if case.get("sizes"):  # a small network of their PDEImpl, registered as a model type like PDE_S
+            mc.PDE_models[case["config"]["type"]] = lambda sizes=case["sizes"], **kw: mc.PDEImpl(down_factor=2, **sizes,
+                                                                                                 **kw)
+        model = mc.PDETransformer(**case["config"]).eval()
+        g = torch.Generator().manual_seed(case["seed"] + 1)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.3 * torch.randn(p.shape, generator=g) * (p.abs().mean() + 0.1))
+        folder = out / case["name"]
+        model.save_pretrained(folder)
+        x, labels = data[case["x"]], data.get(case["labels"]) if case.get("labels") else None
+        with torch.no_grad():
+            y32 = model(x.float(), class_labels=labels).sample
+            video = pipeline.VideoPipelineDirect(unet=model)(data=x.float(), num_frames=case["steps"],
+                                                             class_labels=labels).videos
+        allow_float64(mc)
+        with torch.no_grad():
+            y64 = copy.deepcopy(model).double()(x.double(), class_labels=labels).sample
+        save_file({"y32": y32.contiguous(), "y64": y64.contiguous(), "rollout": torch.from_numpy(video).contiguous()},
+                  str(folder / "reference.safetensors"))
+    print(root)
+
+
+if __name__ == "__main__":
+    main()

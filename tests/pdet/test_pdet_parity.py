@@ -1,0 +1,75 @@
+"""opzoo-pdet against the code that published the checkpoints: pdetransformer 0.1.11's mixed-channel PDETransformer,
+run in its own process (tests/pdet/pdetransformer_0_1_11.py), saved with its ``save_pretrained``, converted by opzoo,
+and compared in float32, in float64 and over a rollout through its inference path (``VideoPipelineDirect``)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import opzoo
+from opzoo.cli import main
+
+from .conftest import CASES, SMALL, STEPS
+
+
+def converted(reference: Path, name: str, tmp_path: Path, task: int | None) -> opzoo.Backbone:
+    assert main(["convert", "pde-transformer", str(reference / name), str(tmp_path / name)]) == 0
+    overrides = {} if task is None else {"task_id": task}
+    return opzoo.load(str(tmp_path / name), **overrides).eval()
+
+
+def physical(x: torch.Tensor) -> torch.Tensor:
+    """Their ``[B, C, H, W]`` as opzoo's ``[B, H, W, 1, C]``."""
+    return x.permute(0, 2, 3, 1).unsqueeze(-2)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_converted_model_computes_what_pdetransformer_computes(name, reference, tmp_path):
+    cfg, _, labels = CASES[name]
+    inputs = load_file(str(reference / "inputs.safetensors"))
+    ref = load_file(str(reference / name / "reference.safetensors"))
+    task = None if labels is None else inputs[labels]
+    x = inputs["x"]
+    # one task id per model: the batch of the reference shares it where labels are given per sample
+    for b in range(x.shape[0]):
+        model = converted(reference, name, tmp_path / str(b), None if task is None else int(task[b]))
+        assert model.config.periodic == cfg["periodic"] and model.config.hidden_size == SMALL["hidden_size"]
+        with torch.no_grad():
+            ours64 = copy.deepcopy(model).double()(physical(x[b:b + 1]))[..., 0, :].permute(0, 3, 1, 2)
+            ours32 = model(physical(x[b:b + 1]).float())[..., 0, :].permute(0, 3, 1, 2)
+        scale = ref["y64"][b:b + 1].abs().max().item()
+        # float64: both compute the same operations in the same order up to the layout of a few products
+        assert (ours64 - ref["y64"][b:b + 1]).abs().max().item() < 1e-12 * scale
+        # float32: their rounding against ours, within a small multiple of ours against float64
+        rounding = (ours32.double() - ours64).abs().max().item()
+        err = (ours32.double() - ref["y32"][b:b + 1].double()).abs().max().item()
+        assert rounding < 1e-4 * scale and err < max(20 * rounding, 1e-6 * scale), (err, rounding)
+
+
+def test_rollout_follows_their_inference_pipeline(reference, tmp_path):
+    inputs = load_file(str(reference / "inputs.safetensors"))
+    ref = load_file(str(reference / "periodic" / "reference.safetensors"))["rollout"]  # [B, 1 + STEPS, C, H, W]
+    x = inputs["x"]
+    model = converted(reference, "periodic", tmp_path, int(inputs["labels"][0]))
+    with torch.no_grad():
+        ours = model.rollout(physical(x[:1]).float(), STEPS)  # [1, H, W, STEPS, C]
+    ours = ours.permute(0, 3, 4, 1, 2)  # -> [1, STEPS, C, H, W]
+    torch.testing.assert_close(ref[:1, 0].double(), x[:1].float().double())
+    scale = ref[:1, 1:].abs().max().item()
+    assert (ours.double() - ref[:1, 1:].double()).abs().max().item() < 1e-4 * scale
+
+
+def test_converter_reads_the_checkpoint_config(reference, tmp_path):
+    assert main(["convert", "pde-transformer", str(reference / "walls"), str(tmp_path / "repo")]) == 0
+    config = json.loads((tmp_path / "repo" / "config.json").read_text())
+    args = config["model_args"]
+    assert config["architecture"] == "pdet-mc"
+    assert (args["hidden_size"], args["num_heads"], args["depth"], args["window_size"], args["patch_size"],
+            args["periodic"]) == (16, 2, [1, 2, 2, 2, 1], 4, 2, False)
+    assert config["pretrained_cfg"]["resolution"] == [64, 64]  # their sample_size

@@ -1,0 +1,133 @@
+"""The pdet-mc-* presets: published sizes, loading from the Hub cache with the config.json check, the offline refusal,
+`opzoo verify`, the converter's refusals, and the model's documented arguments."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from huggingface_hub import constants
+
+import opzoo
+from opzoo.cli import main
+from opzoo_pdet import TASKS
+
+from ..hub_cache import place_in_hf_cache
+from .conftest import SMALL
+
+PUBLISHED = {"pdet-mc-s": 33e6, "pdet-mc-b": 130e6, "pdet-mc-l": 518e6}  # docs/pretrained-weights.md: ~33M ...
+REPO = "thuerey-group/pde-transformer"
+
+
+@pytest.mark.parametrize("name", list(PUBLISHED))
+def test_presets_build_on_meta_with_the_published_parameter_counts(name):
+    with torch.device("meta"):
+        model = opzoo.load(name)
+    n = sum(p.numel() for p in model.parameters())
+    assert abs(n - PUBLISHED[name]) < 0.01 * PUBLISHED[name], n
+
+
+def use_cache(monkeypatch, cache, subfolder: str, checkpoint) -> None:
+    files = {f"{subfolder}/{f}": checkpoint / f for f in ("config.json", "diffusion_pytorch_model.safetensors")}
+    place_in_hf_cache(cache, REPO, files)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+
+
+SMALL_ARGS = {**SMALL, "window_size": 4, "patch_size": 2}
+
+
+def test_offline_load_is_one_line_naming_the_file_and_the_download_command(monkeypatch, tmp_path):
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(opzoo.HubError) as e:
+        opzoo.load("pdet-mc-s", pretrained=True)
+    msg = str(e.value)
+    assert "\n" not in msg and "mc-s/diffusion_pytorch_model.safetensors" in msg
+    assert f"hf download {REPO} mc-s/diffusion_pytorch_model.safetensors" in msg
+
+
+def test_load_from_the_hub_cache_converts_checks_and_matches_the_converted_directory(reference, monkeypatch, tmp_path):
+    use_cache(monkeypatch, tmp_path / "hub", "mc-s", reference / "periodic")
+    model = opzoo.load("pdet-mc-s", pretrained=True, **SMALL_ARGS)
+    assert not model.training and model.preset_name == "pdet-mc-s"
+    assert main(["convert", "pde-transformer", str(reference / "periodic"), str(tmp_path / "repo")]) == 0
+    again = opzoo.load(str(tmp_path / "repo"))
+    x = torch.randn(1, 32, 64, 1, 2)
+    with torch.no_grad():
+        assert torch.equal(model(x), again(x))
+    # the preset's own sizes (PDE-S) are not what this config.json and these tensors hold: refused, saying what to load
+    with pytest.raises(opzoo.CheckFailed, match=r"describes another network.*hidden_size: config.json 16, model 96"):
+        opzoo.load("pdet-mc-s", pretrained=True)
+
+
+def test_verify_runs_the_config_check_on_the_cached_files(reference, monkeypatch, tmp_path, capsys):
+    use_cache(monkeypatch, tmp_path / "hub", "mc-b", reference / "periodic")
+    assert main(["verify", "pdet-mc-b", "--json"]) == 1
+    rows = json.loads(capsys.readouterr().out)
+    failed = [r for r in rows if r["status"] == "FAILED"]
+    # small tensors in the Base preset's place: their shapes and their config.json both disagree
+    assert [r["check"] for r in failed] == ["weights fit the preset", "mc-b/config.json agrees with the preset"]
+    assert rows[0]["repo"] == f"hf-hub:{REPO}"
+
+
+def test_converter_refuses_what_it_does_not_implement(reference, tmp_path):
+    config = json.loads((reference / "periodic" / "config.json").read_text())
+    for change, words in (({"carrier_token_active": True}, "carrier tokens are not implemented"),
+                          ({"num_timesteps": 2}, "separate-channel"),
+                          ({"type": "PDE-S"}, r"config.json \(type 'PDE-S'\) and the weights disagree"),
+                          ({"mystery": 1}, "keys mystery are not known")):
+        folder = tmp_path / words[:8].replace(" ", "_")
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps({**config, **change}))
+        (folder / "diffusion_pytorch_model.safetensors").symlink_to(
+            reference / "periodic" / "diffusion_pytorch_model.safetensors")
+        with pytest.raises(opzoo.CheckpointError, match=words):
+            opzoo.convert_to_repo("pde-transformer", folder, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_task_normalization_and_grid_are_documented_arguments():
+    torch.manual_seed(0)
+    args = {**SMALL_ARGS, "depth": [1, 1, 1, 1, 1]}
+    plain = opzoo.load("pdet-mc-s", **args).eval()
+    burgers = opzoo.load("pdet-mc-s", **args, task_id=TASKS.index("burgers"))
+    burgers.load_state_dict(plain.state_dict())
+    x = torch.randn(2, 16, 16, 1, 2)
+    with torch.no_grad():
+        assert not torch.allclose(plain(x), burgers.eval()(x))  # the label conditions the network
+    scaled = opzoo.load("pdet-mc-s", **args, normalization="zscore", mean=[1.0, -2.0], std=[3.0, 0.5]).eval()
+    scaled.load_state_dict(plain.state_dict())
+    mean, std = torch.tensor([1.0, -2.0]), torch.tensor([3.0, 0.5])
+    with torch.no_grad():
+        torch.testing.assert_close(scaled(x * std + mean), plain(x) * std + mean)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        plain(torch.randn(1, 12, 16, 1, 2))
+    with pytest.raises(opzoo.ConfigError, match="task_id 31"):
+        opzoo.load("pdet-mc-s", **args, task_id=31)
+    with pytest.raises(opzoo.ConfigError, match="std: every value must be positive"):
+        opzoo.load("pdet-mc-s", **args, normalization="zscore", mean=[0.0, 0.0], std=[1.0, 0.0])
+
+
+@pytest.mark.slow
+def test_benchmark_times_pdetransformer_side_by_side(reference, tmp_path):
+    """``opzoo benchmark`` with pdetransformer 0.1.11 importable (its own process: its diffusers wants an older
+    huggingface_hub than opzoo's test environment)."""
+    import os
+    import subprocess
+    import sys
+
+    from .conftest import REFERENCE
+
+    out = tmp_path / "bench.csv"
+    kwargs = [f"{k}={json.dumps(v)}" for k, v in {**SMALL_ARGS, "depth": [1, 1, 1, 1, 1]}.items()]
+    done = subprocess.run([sys.executable, "-m", "opzoo", "benchmark", "pdet-mc-s", "--resolution", "32", "32",
+                           "--repeats", "1", "--out", str(out), "--model-kwargs", *kwargs],
+                          env={**os.environ, "PYTHONPATH": str(REFERENCE)}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    import csv
+
+    row = next(csv.DictReader(open(out)))
+    assert row["upstream"].startswith("pdetransformer 0.1.11") and float(row["ratio_train"]) > 0
+    assert int(row["upstream_params"]) == int(row["params"])  # the same network
