@@ -1,5 +1,9 @@
 """The reference checkpoints of tests/pdet: small mixed-channel PDE-Transformers built, perturbed and saved by
-pdetransformer 0.1.11 itself (in its own process), with its outputs."""
+pdetransformer 0.1.11 itself (in its own process), with its outputs.
+
+They are recorded in tests/pdet/data (``python -m tests.pdet.conftest`` rewrites them), so that the default suite
+compares against pdetransformer without paying for its imports (6 s); the slow test
+``test_recorded_reference_is_what_pdetransformer_computes`` runs it live and checks the recording."""
 
 from __future__ import annotations
 
@@ -17,23 +21,38 @@ ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / ".venv" / "reference" / "pdetransformer-0.1.11"
 SCRIPT = Path(__file__).with_name("pdetransformer_0_1_11.py")
 STEPS = 3
-SMALL = {"hidden_size": 16, "num_heads": 2, "depth": [1, 2, 2, 2, 1], "mlp_ratio": 2, "num_classes": 30}
+SMALL = {"hidden_size": 8, "num_heads": 2, "depth": [1, 2, 2, 2, 1], "mlp_ratio": 2, "num_classes": 30}
 CASES = {  # name: (config of their PDETransformer, input, labels); type PDE-test: SMALL, registered like PDE_S
     "periodic": ({"sample_size": 64, "in_channels": 2, "out_channels": 2, "type": "PDE-test", "periodic": True,
                   "window_size": 4, "patch_size": 2}, "x", "labels"),
     "walls": ({"sample_size": 64, "in_channels": 2, "out_channels": 2, "type": "PDE-test", "periodic": False,
-               "window_size": 4, "patch_size": 2}, "x", None),
+               "window_size": 4, "patch_size": 2}, "x_walls", None),
 }
 
 
+DATA = Path(__file__).with_name("data")
+
+
 @pytest.fixture(scope="session")
-def reference(tmp_path_factory) -> Path:
-    """Every case's checkpoint directory and reference outputs, from one run of pdetransformer 0.1.11."""
+def reference() -> Path:
+    """Every case's checkpoint directory and reference outputs, as pdetransformer 0.1.11 wrote them (recorded)."""
+    return DATA
+
+
+@pytest.fixture(scope="session")
+def live_reference(tmp_path_factory) -> Path:
+    """The same, from a run of pdetransformer 0.1.11 now."""
     if not (REFERENCE / "pdetransformer").is_dir():
         pytest.skip(f"pdetransformer 0.1.11 is not in {REFERENCE} (`make install` puts it there)")
-    out = tmp_path_factory.mktemp("pdetransformer")
+    return run_reference(tmp_path_factory.mktemp("pdetransformer"))
+
+
+def run_reference(out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
     g = torch.Generator().manual_seed(0)
-    save_file({"x": torch.randn(2, 2, 32, 64, generator=g, dtype=torch.float64), "labels": torch.tensor([6, 15])},
+    # periodic: a 32x48 grid, whose 4x6 latent is padded to whole windows; walls: every level holds whole windows
+    save_file({"x": torch.randn(2, 2, 32, 48, generator=g, dtype=torch.float64),
+               "x_walls": torch.randn(2, 2, 32, 32, generator=g, dtype=torch.float64), "labels": torch.tensor([6, 15])},
               str(out / "inputs.safetensors"))
     job = {"out": str(out), "inputs": str(out / "inputs.safetensors"),
            "cases": [{"name": n, "config": cfg, "sizes": SMALL, "seed": i, "x": x, "labels": labels, "steps": STEPS}
@@ -43,6 +62,11 @@ def reference(tmp_path_factory) -> Path:
     done = subprocess.run([sys.executable, str(SCRIPT), str(out / "job.json")], env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+    (out / "job.json").unlink()
     return out
+
+
+if __name__ == "__main__":
+    print(run_reference(DATA))
 
 

@@ -58,7 +58,7 @@ def test_load_from_the_hub_cache_converts_checks_and_matches_the_converted_direc
     with torch.no_grad():
         assert torch.equal(model(x), again(x))
     # the preset's own sizes (PDE-S) are not what this config.json and these tensors hold: refused, saying what to load
-    with pytest.raises(opzoo.CheckFailed, match=r"describes another network.*hidden_size: config.json 16, model 96"):
+    with pytest.raises(opzoo.CheckFailed, match=r"describes another network.*hidden_size: config.json 8, model 96"):
         opzoo.load("pdet-mc-s", pretrained=True)
 
 

@@ -105,20 +105,23 @@ def test_repo_ids_follow_the_upload_scripts_rule():
 
 
 # ---- as trained: the_well 1.1.0 ----------------------------------------------------------------------
-def run_the_well_1_1_0(repo: Path, name: str, cls_name: str, batch: dict, tmp_path: Path) -> torch.Tensor:
+def run_the_well_1_1_0(cases: list[tuple[Path, str, str, dict]], tmp_path: Path) -> list[torch.Tensor]:
+    """The Well 1.1.0's rollouts of ``cases`` (repo, dataset, class name, batch), in one process."""
     if not (WELL_1_1_0 / "the_well").is_dir():
         pytest.skip(f"the_well==1.1.0 is not installed in {WELL_1_1_0} (`make install` puts it there)")
-    d = dataset(name)
-    save_file({k: v.contiguous() for k, v in batch.items()}, tmp_path / "batch.safetensors")
+    argv = []
+    for i, (repo, name, cls_name, batch) in enumerate(cases):
+        d = dataset(name)
+        save_file({k: v.contiguous() for k, v in batch.items()}, tmp_path / f"batch{i}.safetensors")
+        argv += [str(repo), str(STATS_DIR / f"{name}.yaml"), str(tmp_path / f"batch{i}.safetensors"),
+                 str(tmp_path / f"out{i}.safetensors"), cls_name, ",".join(f.name for f in d.fields),
+                 ",".join(f.name for f in d.constant_fields)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(WELL_1_1_0), os.environ.get("PYTHONPATH", "")])}
-    fields = ",".join(f.name for f in d.fields)
-    constants_ = ",".join(f.name for f in d.constant_fields)
-    done = subprocess.run([sys.executable, str(SCRIPT_1_1_0), str(repo), str(STATS_DIR / f"{name}.yaml"),
-                           str(tmp_path / "batch.safetensors"), str(tmp_path / "out.safetensors"), cls_name, fields,
-                           constants_], env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, str(SCRIPT_1_1_0), *argv], env=env, capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert str(WELL_1_1_0) in done.stdout  # the 1.1.0 copy ran, not the installed 1.2.0
-    return load_file(tmp_path / "out.safetensors")["prediction"]
+    return [load_file(tmp_path / f"out{i}.safetensors")["prediction"] for i in range(len(cases))]
 
 
 def physical_batch(name: str, spatial: tuple[int, ...], steps: int, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -147,25 +150,36 @@ def opzoo_rollout(model, batch: dict, steps: int, dtype=torch.float32) -> torch.
         return model.to(dtype).rollout(x.to(dtype), steps)[..., :nv].movedim(-2, 1)
 
 
-@pytest.mark.parametrize("arch,name,spatial", [("fno", "shear_flow", (32, 64)),
-                                               ("tfno", "acoustic_scattering_maze", (32, 32))])
-def test_published_fno_and_tfno_compute_what_the_well_1_1_0_computed(arch, name, spatial, tmp_path, monkeypatch,
-                                                                      fno_repos):
+AS_TRAINED = [("fno", "shear_flow", (32, 64)), ("tfno", "acoustic_scattering_maze", (32, 32))]
+
+
+@pytest.fixture(scope="module")
+def as_trained(tmp_path_factory, fno_repos) -> dict[str, tuple[Path, dict, torch.Tensor]]:
+    """arch -> (the Hub repo at the published config, a physical batch, the_well 1.1.0's rollout of it)."""
+    root = tmp_path_factory.mktemp("as-trained")
+    cases = []
+    for arch, name, spatial in AS_TRAINED:
+        if arch == "fno":
+            repo = fno_repos["init"]
+        else:
+            repo = root / f"{arch}-repo"
+            well_model(arch, name).save_pretrained(repo)
+        cases.append((repo, name, WELL_CLASS[arch], physical_batch(name, spatial, steps=3)))
+    predictions = run_the_well_1_1_0(cases, root)
+    return {arch: (repo, batch, pred) for (arch, _, _), (repo, _, _, batch), pred in zip(AS_TRAINED, cases, predictions)}
+
+
+@pytest.mark.parametrize("arch,name", [(arch, name) for arch, name, _ in AS_TRAINED])
+def test_published_fno_and_tfno_compute_what_the_well_1_1_0_computed(arch, name, tmp_path, monkeypatch, as_trained):
     """``opzoo.load(well-(t)fno-..., pretrained=True)`` of a Hub repo at the published config (blocks an init
     draw, as The Well's 1.1.0 training left them) passes the load checks and equals the_well 1.1.0's own
     rollout (from_pretrained, normalization, formatter) to float32 rounding; the blocks-applied network
     (1.2.0) is a different function on the same weights."""
     preset = f"well-{arch}-{name}"
-    if arch == "fno":
-        repo = fno_repos["init"]
-    else:
-        repo = tmp_path / "repo"
-        well_model(arch, name).save_pretrained(repo)
+    repo, batch, reference = as_trained[arch]  # reference: [B, T, *S, C]
     use_cache(monkeypatch, tmp_path / "hub", {f"polymathic-ai/{WELL_CLASS[arch]}-{name}": repo})
     model = opzoo.load(preset, pretrained=True)
     assert model.config.fourier_blocks == "dropped" and not model.training
-    batch = physical_batch(name, spatial, steps=3)
-    reference = run_the_well_1_1_0(repo, name, WELL_CLASS[arch], batch, tmp_path)  # [B, T, *S, C]
     ours = opzoo_rollout(model, batch, 3)
     ours64 = opzoo_rollout(opzoo.load(preset, pretrained=True), batch, 3, torch.float64)
     scale = ours64.flatten(0, -2).std(0)
