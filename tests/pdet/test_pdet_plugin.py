@@ -131,3 +131,17 @@ def test_benchmark_times_pdetransformer_side_by_side(reference, tmp_path):
     row = next(csv.DictReader(open(out)))
     assert row["upstream"].startswith("pdetransformer 0.1.11") and float(row["ratio_train"]) > 0
     assert int(row["upstream_params"]) == int(row["params"])  # the same network
+
+
+def test_adapting_to_more_channels_keeps_the_old_channels_predictions():
+    """Fine-tuning on a 3-channel file adapts the patch embedding (new channels start at zero) and the final layer
+    (rows per patch, channels inner): the first two channels' predictions are unchanged."""
+    from opzoo.training import adapt_model
+
+    torch.manual_seed(0)
+    model = opzoo.load("pdet-mc-s", **{**SMALL_ARGS, "depth": [1, 1, 1, 1, 1]}).eval()
+    wider = adapt_model(model, in_channels=3, out_channels=3).eval()
+    assert (wider.config.in_channels, wider.config.out_channels) == (3, 3)
+    x = torch.randn(2, 16, 16, 1, 3)
+    with torch.no_grad():
+        torch.testing.assert_close(wider(x)[..., :2], model(x[..., :2]), rtol=1e-5, atol=1e-6)

@@ -141,6 +141,21 @@ class PdetMixedChannels(opzoo.Backbone):
         task = self.config.task_id
         return None if task is None else torch.full((x.shape[0],), task, dtype=torch.long, device=x.device)
 
+    @classmethod
+    def io_layout(cls, old: PdetMixedConfig, new: PdetMixedConfig) -> dict:
+        """For ``opzoo.training.adapt_model``: the patch embedding reads the channels (new ones start at zero, so the
+        old channels' predictions are unchanged); the final layer writes ``p*p`` rows per patch, channels inner."""
+        if (old.in_timesteps, old.out_timesteps) != (new.in_timesteps, new.out_timesteps):
+            return None
+        pp = new.patch_size * new.patch_size
+        rows = opzoo.time_channel_index(pp, new.out_channels, pp, old.out_channels)
+        return {
+            "net.x_embedder.proj.weight": [opzoo.DimMap(1, opzoo.time_channel_index(1, new.in_channels, 1,
+                                                                                    old.in_channels), "zero")],
+            "net.final_layer.out_proj.weight": [opzoo.DimMap(0, rows)],
+            "net.final_layer.out_proj.bias": [opzoo.DimMap(0, rows)],
+        }
+
     def _embeddings(self, x: Tensor) -> list[Tensor]:
         return self.net.embeddings(x.shape[0], None, self._labels(x), x.device)
 
