@@ -29,6 +29,14 @@ CASES = {  # name: (config of their PDETransformer, input, labels); type PDE-tes
                "window_size": 4, "patch_size": 2}, "x_walls", None),
 }
 
+# separate channels: their PDETransformer takes no window_size (PDEImpl's default is 8), so the small type fixes it
+SEPARATE_SIZES = {**SMALL, "window_size": 4}
+SEPARATE_CASES = {  # name: config of their separate-channel PDETransformer; inputs "xs" [B=2, C=3, T=2, 32, 32]
+    "separate-periodic": {"sample_size": 32, "num_timesteps": 2, "type": "PDE-test", "periodic": True,
+                          "carrier_token_active": False, "patch_size": 2},
+    "separate-walls": {"sample_size": 32, "num_timesteps": 2, "type": "PDE-test", "periodic": False,
+                       "carrier_token_active": False, "patch_size": 2},
+}
 
 DATA = Path(__file__).with_name("data")
 
@@ -52,11 +60,18 @@ def run_reference(out: Path) -> Path:
     g = torch.Generator().manual_seed(0)
     # periodic: a 32x48 grid, whose 4x6 latent is padded to whole windows; walls: every level holds whole windows
     save_file({"x": torch.randn(2, 2, 32, 48, generator=g, dtype=torch.float64),
-               "x_walls": torch.randn(2, 2, 32, 32, generator=g, dtype=torch.float64), "labels": torch.tensor([6, 15])},
+               "x_walls": torch.randn(2, 2, 32, 32, generator=g, dtype=torch.float64), "labels": torch.tensor([6, 15]),
+               # separate channels: 3 channels of 2 frames, a diffusion time and labels per channel
+               "xs": torch.randn(2, 3, 2, 32, 32, generator=g, dtype=torch.float64),
+               "xs_t": torch.tensor([[0.0, 0.0, 0.0], [0.2, 0.5, 0.9]], dtype=torch.float64),
+               "xs_channel_type": torch.tensor([[3, 4, 7], [8, 8, 2]]), "xs_pde_type": torch.tensor([[6, 6, 6], [15, 15, 15]]),
+               "xs_task": torch.tensor([[0, 1, 2], [1, 1, 0]])},
               str(out / "inputs.safetensors"))
     job = {"out": str(out), "inputs": str(out / "inputs.safetensors"),
            "cases": [{"name": n, "config": cfg, "sizes": SMALL, "seed": i, "x": x, "labels": labels, "steps": STEPS}
-                     for i, (n, (cfg, x, labels)) in enumerate(CASES.items())]}
+                     for i, (n, (cfg, x, labels)) in enumerate(CASES.items())]
+           + [{"name": n, "kind": "separate", "config": cfg, "sizes": SEPARATE_SIZES, "seed": 10 + i, "x": "xs"}
+              for i, (n, cfg) in enumerate(SEPARATE_CASES.items())]}
     (out / "job.json").write_text(json.dumps(job))
     env = {**os.environ, "PYTHONPATH": str(REFERENCE)}
     done = subprocess.run([sys.executable, str(SCRIPT), str(out / "job.json")], env=env, capture_output=True,

@@ -30,6 +30,7 @@ def import_model_modules():
     root = next(Path(p) / "pdetransformer" for p in sys.path if (Path(p) / "pdetransformer" / "core").is_dir())
     for name, path in (("pdetransformer", root), ("pdetransformer.core", root / "core"),
                        ("pdetransformer.core.mixed_channels", root / "core" / "mixed_channels"),
+                       ("pdetransformer.core.separate_channels", root / "core" / "separate_channels"),
                        ("pdetransformer.sampler", root / "sampler"),
                        ("pdetransformer.sampler.pipeline", root / "sampler" / "pipeline")):
         module = types.ModuleType(name)
@@ -37,21 +38,65 @@ def import_model_modules():
         sys.modules[name] = module
     mc = importlib.import_module("pdetransformer.core.mixed_channels.pde_transformer")
     pipeline = importlib.import_module("pdetransformer.sampler.pipeline.coupled_video")
-    return mc, pipeline, root
+    sc = importlib.import_module("pdetransformer.core.separate_channels.pde_transformer")
+    return mc, sc, pipeline, root
 
 
-def allow_float64(mc) -> None:
-    """Their timestep embedding casts to float32 and then meets the weights: cast to the weights' dtype instead."""
+def allow_float64(module) -> None:
+    """Their timestep embeddings cast to float32 and then meet the weights: cast to the weights' dtype instead."""
 
     def forward(self, t):
         return self.mlp(self.timestep_embedding(t, self.frequency_embedding_size).to(self.mlp[0].weight.dtype))
 
-    mc.TimestepEmbedder.forward = forward
+    module.TimestepEmbedder.forward = forward
+
+
+class CastToDouble(torch.nn.Module):
+    """diffusers' ``Timesteps`` (no weights) with its float32 output cast to float64, for the float64 copy."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x).double()
+
+
+def run_separate(sc, case, data, folder):
+    """A separate-channel case: lists per channel, as their PDETransformer.forward takes them."""
+    model = sc.PDETransformer(**case["config"]).eval()
+    g = torch.Generator().manual_seed(case["seed"] + 1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=g) * (p.abs().mean() + 0.1))
+    model.save_pretrained(folder)
+    x = data[case["x"]]  # [B, C, T, H, W]
+    b, c = x.shape[:2]
+
+    def call(net, x, dtype):
+        per = lambda t: list(t.unbind(1))  # noqa: E731
+        cond = {k: data[f"{case['x']}_{k}"] for k in ("t", "channel_type", "pde_type", "task")}
+        extra = {"simulation_time": torch.full((b, c), 0.3), "simulation_dt": torch.full((b, c), 0.01),
+                 "pde_parameters": torch.rand(b, c, 2), "pde_parameters_class": torch.randint(0, 10, (b, c, 2))}
+        floats = ("t", "simulation_time", "simulation_dt", "pde_parameters")
+        args = {k: per(v.to(dtype) if k in floats else v) for k, v in {**cond, **extra}.items()}
+        return torch.stack(net(x=per(x.to(dtype)), **args).sample, dim=1)
+
+    with torch.no_grad():
+        y32 = call(model, x, torch.float32)
+    allow_float64(sc)
+    double = copy.deepcopy(model).double()
+    for m in double.modules():
+        if isinstance(m, sc.PdeParameterEmbedder):
+            m.time_proj = CastToDouble(m.time_proj)
+    with torch.no_grad():
+        y64 = call(double, x, torch.float64)
+    return {"y32": y32.contiguous(), "y64": y64.contiguous()}
 
 
 def main() -> None:
     job = json.loads(Path(sys.argv[1]).read_text())
-    mc, pipeline, root = import_model_modules()
+    mc, sc, pipeline, root = import_model_modules()
     import diffusers
 
     assert diffusers.__version__ == "0.33.1", diffusers.__file__
@@ -59,15 +104,19 @@ def main() -> None:
     data = load_file(job["inputs"])
     for case in job["cases"]:
         torch.manual_seed(case["seed"])
+        module = sc if case.get("kind") == "separate" else mc
         if case.get("sizes"):  # a small network of their PDEImpl, registered as a model type like PDE_S
-            mc.PDE_models[case["config"]["type"]] = lambda sizes=case["sizes"], **kw: mc.PDEImpl(down_factor=2, **sizes,
-                                                                                                 **kw)
+            module.PDE_models[case["config"]["type"]] = lambda sizes=case["sizes"], m=module, **kw: m.PDEImpl(
+                down_factor=2, **sizes, **kw)
+        folder = out / case["name"]
+        if case.get("kind") == "separate":
+            save_file(run_separate(sc, case, data, folder), str(folder / "reference.safetensors"))
+            continue
         model = mc.PDETransformer(**case["config"]).eval()
         g = torch.Generator().manual_seed(case["seed"] + 1)
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(0.3 * torch.randn(p.shape, generator=g) * (p.abs().mean() + 0.1))
-        folder = out / case["name"]
         model.save_pretrained(folder)
         x, labels = data[case["x"]], data.get(case["labels"]) if case.get("labels") else None
         with torch.no_grad():

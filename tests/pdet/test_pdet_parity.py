@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 import opzoo
 from opzoo.cli import main
 
-from .conftest import CASES, SMALL, STEPS
+from .conftest import CASES, SEPARATE_CASES, SEPARATE_SIZES, SMALL, STEPS
 
 
 def converted(reference: Path, name: str, tmp_path: Path, task: int | None) -> opzoo.Backbone:
@@ -82,10 +82,42 @@ def test_converter_reads_the_checkpoint_config(reference, tmp_path):
 @pytest.mark.slow
 def test_recorded_reference_is_what_pdetransformer_computes(live_reference, reference):
     """tests/pdet/data, against a run of pdetransformer 0.1.11 now: the same checkpoints, the same outputs."""
-    for name in CASES:
+    for name in [*CASES, *SEPARATE_CASES]:
         for file in ("diffusion_pytorch_model.safetensors", "reference.safetensors"):
             live, recorded = load_file(str(live_reference / name / file)), load_file(str(reference / name / file))
             assert live.keys() == recorded.keys()
             for key in live:
                 torch.testing.assert_close(live[key], recorded[key], rtol=1e-5, atol=1e-6)  # another CPU's rounding
         assert (live_reference / name / "config.json").read_text() == (reference / name / "config.json").read_text()
+
+
+# ---- separate channels: the network (its presets and physical-fields wrapper are not built yet) ----------------
+@pytest.mark.parametrize("name", list(SEPARATE_CASES))
+def test_separate_channel_network_computes_what_pdetransformer_computes(name, reference):
+    """opzoo's SeparateChannelNet on the weights pdetransformer 0.1.11 saved (3 channels, 2 frames each, labels and
+    diffusion times per channel): the same function in float64 and to float32 rounding. Upstream stores its window
+    position tables as buffers; they are opzoo's, recomputed."""
+    from opzoo_pdet.separate_net import SeparateChannelNet
+
+    cfg = SEPARATE_CASES[name]
+    inputs = load_file(str(reference / "inputs.safetensors"))
+    ref = load_file(str(reference / name / "reference.safetensors"))
+    sd = load_file(str(reference / name / "diffusion_pytorch_model.safetensors"))
+    net = SeparateChannelNet(cfg["num_timesteps"], SEPARATE_SIZES["hidden_size"], SEPARATE_SIZES["depth"],
+                             SEPARATE_SIZES["num_heads"], SEPARATE_SIZES["window_size"], cfg["patch_size"],
+                             SEPARATE_SIZES["mlp_ratio"], SEPARATE_SIZES["num_classes"], periodic=cfg["periodic"]).eval()
+    tables = {k: v for k, v in sd.items() if k.endswith(("relative_coords_table", "relative_position_index"))}
+    for key, value in tables.items():  # their buffers, ours recomputed: equal
+        module = net.get_submodule(key[len("model."):].rsplit(".", 1)[0])
+        ours = module.table.unsqueeze(0) if key.endswith("table") else module.index
+        torch.testing.assert_close(ours.to(value.dtype), value, rtol=0, atol=1e-6)
+    net.load_state_dict({k[len("model."):]: v for k, v in sd.items() if k not in tables})
+    args = [inputs[f"xs_{k}"] for k in ("t", "channel_type", "pde_type", "task")]
+    with torch.no_grad():
+        ours64 = copy.deepcopy(net).double()(inputs["xs"], *args)
+        ours32 = net(inputs["xs"].float(), args[0].float(), *args[1:])
+    scale = ref["y64"].abs().max().item()
+    assert (ours64 - ref["y64"]).abs().max().item() < 1e-12 * scale
+    rounding = (ours32.double() - ours64).abs().max().item()
+    err = (ours32.double() - ref["y32"].double()).abs().max().item()
+    assert rounding < 1e-4 * scale and err < max(20 * rounding, 1e-6 * scale), (err, rounding)

@@ -145,3 +145,15 @@ def test_adapting_to_more_channels_keeps_the_old_channels_predictions():
     x = torch.randn(2, 16, 16, 1, 3)
     with torch.no_grad():
         torch.testing.assert_close(wider(x)[..., :2], model(x[..., :2]), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("size, hidden, heads", [("sc-s", 96, 4), ("sc-b", 192, 8), ("sc-l", 384, 16)])
+def test_separate_channel_network_has_the_published_sizes(size, hidden, heads):
+    """The docs' table: sc-s ~46M, sc-b ~178M, sc-l ~701M parameters (PDE_S/B/L: depth [2, 5, 8, 5, 2], 2 frames,
+    window 8, patch 4, 1000 labels)."""
+    from opzoo_pdet import SeparateChannelNet
+
+    with torch.device("meta"):
+        net = SeparateChannelNet(2, hidden, [2, 5, 8, 5, 2], heads)
+    published = {"sc-s": 46e6, "sc-b": 178e6, "sc-l": 701e6}[size]
+    assert abs(sum(p.numel() for p in net.parameters()) - published) < 0.01 * published

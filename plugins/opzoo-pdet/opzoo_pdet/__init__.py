@@ -6,6 +6,7 @@ from .backbones import PdetMixedChannels, PdetMixedConfig, PdetPretrainedCfg
 from .converter import convert_pde_transformer
 from .mixed_net import MixedChannelNet
 from .provenance import TASKS
+from .separate_net import SeparateChannelNet
 
-__all__ = ["PdetMixedChannels", "PdetMixedConfig", "PdetPretrainedCfg", "MixedChannelNet", "convert_pde_transformer",
-           "TASKS"]
+__all__ = ["PdetMixedChannels", "PdetMixedConfig", "PdetPretrainedCfg", "MixedChannelNet", "SeparateChannelNet",
+           "convert_pde_transformer", "TASKS"]
