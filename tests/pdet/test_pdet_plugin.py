@@ -25,7 +25,7 @@ def test_presets_build_on_meta_with_the_published_parameter_counts(name):
     with torch.device("meta"):
         model = opzoo.load(name)
     n = sum(p.numel() for p in model.parameters())
-    assert abs(n - PUBLISHED[name]) < 0.01 * PUBLISHED[name], n
+    assert int(n // 10**6) == int(PUBLISHED[name] // 10**6), n  # millions, as the table writes them (truncated)
 
 
 def use_cache(monkeypatch, cache, subfolder: str, checkpoint) -> None:
@@ -155,5 +155,5 @@ def test_separate_channel_network_has_the_published_sizes(size, hidden, heads):
 
     with torch.device("meta"):
         net = SeparateChannelNet(2, hidden, [2, 5, 8, 5, 2], heads)
-    published = {"sc-s": 46e6, "sc-b": 178e6, "sc-l": 701e6}[size]
-    assert abs(sum(p.numel() for p in net.parameters()) - published) < 0.01 * published
+    published = {"sc-s": 46, "sc-b": 178, "sc-l": 701}[size]  # millions, as the table writes them (truncated)
+    assert int(sum(p.numel() for p in net.parameters()) // 10**6) == published
