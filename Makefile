@@ -77,7 +77,8 @@ benchmark-tables: install
 	$(VENV)/bin/opzoo benchmark "*" --threads 1 --out $(BENCH_OUT)/zoo.csv
 	$(VENV)/bin/opzoo benchmark "well-fno-*" "well-tfno-*" --threads 1 --model-kwargs fourier_blocks=applied \
 	  --out $(BENCH_OUT)/well-fno-applied.csv
-	PYTHONPATH=$(PDET_0_1_11) $(VENV)/bin/opzoo benchmark "pdet-*" --threads 1 --out $(BENCH_OUT)/pdet.csv
+	PYTHONPATH=$(PDET_0_1_11) $(VENV)/bin/opzoo benchmark "pdet-*" --threads 1 --resolution 128 128 --batch-size 1 \
+	  --out $(BENCH_OUT)/pdet.csv
 
 clean:
 	rm -rf $(VENV) build *.egg-info plugins/*/*.egg-info demo_out runs data/micro data/micro-mix

@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 from huggingface_hub import constants
+from safetensors.torch import load_file
 
 import opzoo
 from opzoo.cli import main
@@ -75,7 +76,7 @@ def test_verify_runs_the_config_check_on_the_cached_files(reference, monkeypatch
 def test_converter_refuses_what_it_does_not_implement(reference, tmp_path):
     config = json.loads((reference / "periodic" / "config.json").read_text())
     for change, words in (({"carrier_token_active": True}, "carrier tokens are not implemented"),
-                          ({"num_timesteps": 2}, "separate-channel"),
+                          ({"num_timesteps": 2}, "keys in_channels, out_channels, window_size are not known"),
                           ({"type": "PDE-S"}, r"config.json \(type 'PDE-S'\) and the weights disagree"),
                           ({"mystery": 1}, "keys mystery are not known")):
         folder = tmp_path / words[:8].replace(" ", "_")
@@ -122,15 +123,17 @@ def test_benchmark_times_pdetransformer_side_by_side(reference, tmp_path):
 
     out = tmp_path / "bench.csv"
     kwargs = [f"{k}={json.dumps(v)}" for k, v in {**SMALL_ARGS, "depth": [1, 1, 1, 1, 1]}.items()]
-    done = subprocess.run([sys.executable, "-m", "opzoo", "benchmark", "pdet-mc-s", "--resolution", "32", "32",
+    done = subprocess.run([sys.executable, "-m", "opzoo", "benchmark", "pdet-*-s", "--resolution", "32", "32",
                            "--repeats", "1", "--out", str(out), "--model-kwargs", *kwargs],
                           env={**os.environ, "PYTHONPATH": str(REFERENCE)}, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     import csv
 
-    row = next(csv.DictReader(open(out)))
-    assert row["upstream"].startswith("pdetransformer 0.1.11") and float(row["ratio_train"]) > 0
-    assert int(row["upstream_params"]) == int(row["params"])  # the same network
+    rows = list(csv.DictReader(open(out)))
+    assert [r["model"] for r in rows] == ["pdet-mc-s", "pdet-sc-s"]
+    for row in rows:
+        assert row["upstream"].startswith("pdetransformer 0.1.11") and float(row["ratio_train"]) > 0
+        assert int(row["upstream_params"]) == int(row["params"])  # the same network
 
 
 def test_adapting_to_more_channels_keeps_the_old_channels_predictions():
@@ -157,3 +160,88 @@ def test_separate_channel_network_has_the_published_sizes(size, hidden, heads):
         net = SeparateChannelNet(2, hidden, [2, 5, 8, 5, 2], heads)
     published = {"sc-s": 46, "sc-b": 178, "sc-l": 701}[size]  # millions, as the table writes them (truncated)
     assert int(sum(p.numel() for p in net.parameters()) // 10**6) == published
+
+
+# ---- separate channels ----------------------------------------------------------------------------------------
+SEPARATE_ARGS = {**SMALL, "window_size": 4, "patch_size": 2}
+
+
+@pytest.mark.parametrize("name, millions", [("pdet-sc-s", 46), ("pdet-sc-b", 178), ("pdet-sc-l", 701)])
+def test_separate_presets_build_on_meta_with_the_published_sizes(name, millions):
+    with torch.device("meta"):
+        model = opzoo.load(name)
+    assert sum(p.numel() for p in model.parameters()) // 10**6 == millions
+
+
+def test_separate_model_feeds_the_frame_and_a_zero_slot_and_returns_the_second(tmp_path):
+    """pdetransformer's supervised prediction (get_model_input, MultiStepMSE.predict): per channel the known frame,
+    then zeros; diffusion time 0, task 0, the channel's field type and the PDE; the second slot is the prediction."""
+    from opzoo_pdet import FIELDS, TASKS
+
+    torch.manual_seed(0)
+    types = [FIELDS.index("velocity x"), FIELDS.index("velocity y"), FIELDS.index("pressure")]
+    args = {**SEPARATE_ARGS, "in_channels": 3, "out_channels": 3, "channel_types": types,
+            "pde_type": TASKS.index("burgers"), "normalization": "zscore", "mean": [0.5, -1.0, 2.0],
+            "std": [2.0, 0.5, 1.0]}
+    model = opzoo.load("pdet-sc-s", **args).eval()
+    x = torch.randn(2, 16, 16, 1, 3)
+    mean, std = torch.tensor(args["mean"]), torch.tensor(args["std"])
+    frame = ((x[..., 0, :] - mean) / std).permute(0, 3, 1, 2)
+    slots = torch.stack([frame, torch.zeros_like(frame)], dim=2)
+    shape = (2, 3)
+    with torch.no_grad():
+        want = model.net(slots, torch.zeros(shape), torch.tensor(types).expand(shape),
+                         torch.full(shape, TASKS.index("burgers")), torch.zeros(shape, dtype=torch.long))
+        got = model(x)
+    torch.testing.assert_close(got, (want[:, :, 1].permute(0, 2, 3, 1) * std + mean).unsqueeze(-2))
+    assert FIELDS[0] == "unknownvelocity" and "unknown" not in FIELDS  # upstream's list as Python reads it
+    with pytest.raises(opzoo.ConfigError, match="channel_types: one field type per channel"):
+        opzoo.load("pdet-sc-s", **{**SEPARATE_ARGS, "channel_types": [1]})
+
+
+def test_separate_checkpoint_converts_and_computes_pdetransformers_function(reference, tmp_path):
+    assert main(["convert", "pde-transformer", str(reference / "separate-periodic"), str(tmp_path / "repo")]) == 0
+    model = opzoo.load(str(tmp_path / "repo")).eval()
+    assert type(model).__name__ == "PdetSeparateChannels" and model.config.window_size == 4
+    inputs = load_file(str(reference / "inputs.safetensors"))
+    ref = load_file(str(reference / "separate-periodic" / "reference.safetensors"))
+    args = [inputs[f"xs_{k}"] for k in ("t", "channel_type", "pde_type", "task")]
+    with torch.no_grad():
+        ours = model.net(inputs["xs"].float(), args[0].float(), *args[1:])
+    torch.testing.assert_close(ours, ref["y32"], rtol=1e-4, atol=1e-4)
+    # their constructor's default is carrier tokens on: a config.json that does not say off is refused
+    folder = tmp_path / "carrier"
+    folder.mkdir()
+    config = json.loads((reference / "separate-periodic" / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "carrier_token_active"}))
+    (folder / "diffusion_pytorch_model.safetensors").symlink_to(
+        reference / "separate-periodic" / "diffusion_pytorch_model.safetensors")
+    with pytest.raises(opzoo.CheckpointError, match="carrier tokens"):
+        opzoo.convert_to_repo("pde-transformer", folder, tmp_path / "out")
+
+
+def test_separate_preset_loads_from_the_hub_cache_and_checks_its_config(reference, monkeypatch, tmp_path):
+    use_cache(monkeypatch, tmp_path / "hub", "sc-s", reference / "separate-periodic")
+    model = opzoo.load("pdet-sc-s", pretrained=True, **SEPARATE_ARGS)
+    assert not model.training and model.config.periodic
+    with torch.no_grad():
+        assert model(torch.randn(1, 16, 16, 1, 2)).shape == (1, 16, 16, 1, 2)
+    with pytest.raises(opzoo.CheckFailed, match="describes another network"):
+        opzoo.load("pdet-sc-s", pretrained=True)
+
+
+@pytest.mark.slow
+def test_readme_path_finetunes_pdet_sc_s_on_a_pde_it_never_saw(reference, monkeypatch, tmp_path, capsys):
+    """inspect, fine-tune (the published weights, from the Hub cache, adapted to the file's one channel), eval: the
+    separate-channel model on a generated Navier-Stokes file (small sizes: the recorded checkpoint stands in)."""
+    use_cache(monkeypatch, tmp_path / "hub", "sc-s", reference / "separate-periodic")
+    data = tmp_path / "ns.h5"
+    assert main(["data", "generate", "ns", "--n", "6", "--res", "32", "--steps", "6", "--out", str(data)]) == 0
+    assert main(["data", "inspect", str(data)]) == 0
+    sets = [f"model.args.{k}={json.dumps(v)}" for k, v in {**SEPARATE_ARGS, "in_channels": 1, "out_channels": 1}.items()]
+    assert main(["finetune", "pdet-sc-s", "--data", str(data), "--out", str(tmp_path / "run"), "--steps", "3",
+                 "--batch-size", "2", "--test-fraction", "0.34", "--set", *sets]) == 0
+    out = capsys.readouterr().out
+    assert "adapted pdet-sc from in_channels=2" in out and "zero-shot -> fine-tuned" in out
+    assert main(["eval", str(tmp_path / "run" / "model"), "--data", str(data)]) == 0
+    assert "persistence" in capsys.readouterr().out

@@ -1,6 +1,7 @@
 """The ``pde-transformer`` converter: a PDE-Transformer checkpoint (a diffusers ``ModelMixin`` directory:
 ``config.json`` and ``diffusion_pytorch_model.safetensors``, e.g. a subfolder of ``thuerey-group/pde-transformer``)
--> opzoo ``pdet-mc`` weights. Mixed-channel checkpoints only; a separate-channel one is refused by name."""
+-> opzoo ``pdet-mc`` (mixed channels) or ``pdet-sc`` (separate channels: ``num_timesteps`` in config.json)
+weights."""
 
 from __future__ import annotations
 
@@ -70,13 +71,54 @@ def sizes_of(sd: Mapping[str, Any], where: Path) -> dict[str, Any]:
             "num_heads": heads, "mlp_ratio": mlp_hidden / hidden, "patch_size": patch, "num_classes": rows - 1}
 
 
+SEPARATE_KEYS = ("_class_name", "_diffusers_version", "_name_or_path", "sample_size", "type", "carrier_token_active",
+                 "num_timesteps", "periodic", "patch_size")
+TABLES = ("relative_coords_table", "relative_position_index")  # buffers upstream saves; opzoo recomputes them
+
+
+def architecture_of(doc: Mapping[str, Any]) -> str:
+    return "pdet-sc" if "num_timesteps" in doc else "pdet-mc"
+
+
+def separate_model_args(doc: Mapping[str, Any], sd: Mapping[str, Any], where: Path) -> dict[str, Any]:
+    """The ``pdet-sc`` config of a separate-channel checkpoint: sizes from its tensors (the window from its saved
+    position tables), checked against ``config.json``'s ``type``; boundary from config.json (their default: walls)."""
+    if doc.get("carrier_token_active", True):  # their constructor's default is True
+        raise opzoo.CheckpointError(f"{where}: carrier tokens (carrier_token_active true or unset) are not "
+                                    "implemented by opzoo-pdet (the published checkpoints were trained without them)")
+    unknown = sorted(set(doc) - set(SEPARATE_KEYS))
+    if unknown:
+        raise opzoo.CheckpointError(f"{where}: config.json keys {', '.join(unknown)} are not known to opzoo's "
+                                    "PDE-Transformer: refusing rather than ignoring them")
+    hidden, steps, patch, _ = _shape(sd, "model.x_embedder.proj.weight", where)
+    levels = sum(1 for k in sd if k.startswith("model.t_embedder_") and k.endswith(".mlp.0.weight")) - 1
+    stages = [f"encoder_level_{i}" for i in range(levels)] + ["latent"] + [f"decoder_level_{i}" for i in range(levels)]
+    depth = [len({k.split(".")[3] for k in sd if k.startswith(f"model.{st}.blocks.")}) for st in stages]
+    block = "model.encoder_level_0.blocks.0."
+    table = _shape(sd, block + "attn_spatial.pos_emb_funct.relative_coords_table", where)
+    args = {"num_timesteps": steps, "hidden_size": hidden, "depth": depth, "patch_size": patch,
+            "num_heads": _shape(sd, block + "attn_spatial.logit_scale", where)[0],
+            "mlp_ratio": _shape(sd, block + "mlp.fc1.weight", where)[0] / hidden, "window_size": (table[1] + 1) // 2,
+            "num_classes": _shape(sd, "model.task_embedder_0.embedding_table.weight", where)[0],
+            "periodic": bool(doc.get("periodic", False))}
+    if doc.get("num_timesteps") != steps or doc.get("patch_size", patch) != patch:
+        raise opzoo.CheckpointError(f"{where}: config.json (num_timesteps {doc.get('num_timesteps')}, patch_size "
+                                    f"{doc.get('patch_size')}) and the weights ({steps} frames, patch {patch}) disagree")
+    if doc.get("type") in SIZES:
+        want = {**SIZES[doc["type"]], "depth": list(DEPTH), "window_size": 8, "num_classes": 1000, "mlp_ratio": 4.0}
+        differ = {k: (v, args[k]) for k, v in want.items() if args[k] != v}
+        if differ:
+            raise opzoo.CheckpointError(f"{where}: config.json (type {doc['type']!r}) and the weights disagree: "
+                                        + ", ".join(f"{k} {a!r} vs {b!r}" for k, (a, b) in differ.items()))
+    return args
+
+
 def model_args(doc: Mapping[str, Any], sd: Mapping[str, Any], where: Path) -> dict[str, Any]:
-    """The ``pdet-mc`` config of a mixed-channel checkpoint: sizes from its tensors, checked against its
-    ``config.json`` (``type`` PDE-S/B/L fixes hidden size, heads and depth); window and boundary from config.json
-    (pdetransformer's defaults: 8, periodic)."""
+    """The ``pdet-mc`` config of a mixed-channel checkpoint (``pdet-sc``: :func:`separate_model_args`): sizes from
+    its tensors, checked against its ``config.json`` (``type`` PDE-S/B/L fixes hidden size, heads and depth); window
+    and boundary from config.json (pdetransformer's defaults: 8, periodic)."""
     if "num_timesteps" in doc:
-        raise opzoo.CheckpointError(f"{where}: a separate-channel PDE-Transformer (num_timesteps in config.json); "
-                                    "opzoo-pdet converts mixed-channel checkpoints only so far")
+        return separate_model_args(doc, sd, where)
     if doc.get("carrier_token_active"):
         raise opzoo.CheckpointError(f"{where}: carrier_token_active=true: carrier tokens are not implemented by "
                                     "opzoo-pdet (the published checkpoints were trained without them)")
@@ -118,9 +160,26 @@ def convert_pde_transformer(path) -> opzoo.ConvertedCheckpoint:
         raise opzoo.CheckpointError(f"{weights}: tensors outside PDETransformer.model: {', '.join(foreign[:5])}")
     from .presets import matching_preset, pretrained_cfg
 
-    preset = matching_preset(args)
-    cfg = pretrained_cfg(doc.get("sample_size"))
+    architecture = architecture_of(doc)
+    if architecture == "pdet-sc":
+        sd = drop_position_tables(sd, args, weights)
+    preset = matching_preset(architecture, args)
+    cfg = pretrained_cfg(architecture, doc.get("sample_size"))
     cfg["source"] = f"PDE-Transformer checkpoint {path} (converted by opzoo's 'pde-transformer' converter)"
-    return opzoo.ConvertedCheckpoint(architecture="pdet-mc", model_args=args,
+    return opzoo.ConvertedCheckpoint(architecture=architecture, model_args=args,
                                      state_dict={"net." + k[len("model."):]: v for k, v in sd.items()},
                                      pretrained_cfg=cfg, preset=preset)
+
+
+def drop_position_tables(sd: Mapping[str, Any], args: Mapping[str, Any], where: Path) -> dict[str, Any]:
+    """The separate-channel checkpoint without the window position tables upstream saves as buffers, after checking
+    that each equals the one opzoo computes (a checkpoint of another window or log scaling is refused)."""
+    from .mixed_net import RelativePositionBias
+
+    ours = RelativePositionBias(args["window_size"], args["num_heads"])
+    for key in (k for k in sd if k.endswith(TABLES)):
+        mine = ours.table.unsqueeze(0) if key.endswith("table") else ours.index
+        if tuple(sd[key].shape) != tuple(mine.shape) or (sd[key].double() - mine.double()).abs().max() > 1e-6:
+            raise opzoo.CheckpointError(f"{where}: {key} is not the position table of {args['window_size']}x"
+                                        f"{args['window_size']} windows that opzoo computes")
+    return {k: v for k, v in sd.items() if not k.endswith(TABLES)}

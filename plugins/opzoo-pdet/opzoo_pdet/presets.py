@@ -9,38 +9,48 @@ from typing import Any
 import opzoo
 
 from .backbones import DEPTH, SIZES, PdetMixedConfig
-from .converter import CONFIG_FILE, WEIGHTS_FILE, model_args, read_config
-from .provenance import HUB_REPO, TASKS, at, mixed_facts, reported_result
+from .converter import CONFIG_FILE, TABLES, WEIGHTS_FILE, model_args, read_config
+from .provenance import HUB_REPO, at, mixed_facts, reported_result, separate_facts
+from .separate_backbone import PdetSeparateConfig
 
 MIXED = {"pdet-mc-s": ("mc-s", "PDE-S"), "pdet-mc-b": ("mc-b", "PDE-B"), "pdet-mc-l": ("mc-l", "PDE-L")}
+SEPARATE = {"pdet-sc-s": ("sc-s", "PDE-S"), "pdet-sc-b": ("sc-b", "PDE-B"), "pdet-sc-l": ("sc-l", "PDE-L")}
+CONFIGS = {"pdet-mc": PdetMixedConfig, "pdet-sc": PdetSeparateConfig}
 CARDS = files("opzoo_pdet") / "model_cards"
-TRAIN_LR = 4e-5  # config/ape_2d/supervised/pde-mc-*-mse.yaml trainer.base_learning_rate
-TRAIN_GRID = 128  # their sample_size
+TRAIN_LR = 4e-5  # config/ape_2d/supervised/pde-{mc,sc}-*-mse.yaml trainer.base_learning_rate
+TRAIN_GRID = {"pdet-mc": 128, "pdet-sc": 256}  # their sample_size
 
 
 def preset_args(size: str) -> dict[str, Any]:
     return {**SIZES[size], "depth": list(DEPTH), "in_channels": 2, "out_channels": 2, "periodic": True}
 
 
-def pretrained_cfg(sample_size: int | None = TRAIN_GRID) -> dict[str, Any]:
+def pretrained_cfg(architecture: str = "pdet-mc", sample_size: int | None = None) -> dict[str, Any]:
+    sample_size = TRAIN_GRID[architecture] if sample_size is None else sample_size
+    mixed = architecture == "pdet-mc"
+    config = f"config/ape_2d/supervised/pde-{'mc' if mixed else 'sc'}-s-mse.yaml"
+    labels = ("task_id is the PDE's index in opzoo_pdet.TASKS (pdetransformer's all_pdes); None: no label" if mixed
+              else "pde_type is the PDE's index in opzoo_pdet.TASKS and channel_types each channel's index in "
+                   "opzoo_pdet.FIELDS (pdetransformer's all_pdes, all_fields); None: no label")
     return {
-        "channels": 2, "in_timesteps": 1,
+        **({"channels": 2} if mixed else {}), "in_timesteps": 1,
         **({"resolution": [sample_size, sample_size]} if isinstance(sample_size, int) else {}),
         "datasets": ["APE-2D (PBDL): 17 PDEs, diffusion to Kolmogorov flow"],
         "normalization": "per-dataset mean/std of each field, by pdetransformer's data pipeline (mean-std)",
         "input_normalization": "fields standardized with their dataset's mean/std (normalization='zscore' with "
                                "mean/std does it inside the model; the default 'none' takes standardized fields)",
-        "tasks": "task_id is the PDE's index in opzoo_pdet.TASKS (pdetransformer's all_pdes); None: no label",
+        "tasks": labels,
         "finetune_lr": TRAIN_LR,
-        "finetune_lr_source": "the pretraining lr (" + at("config/ape_2d/supervised/pde-mc-s-mse.yaml") + ")",
+        "finetune_lr_source": "the pretraining lr (" + at(config) + ")",
     }
 
 
-def matching_preset(args: dict[str, Any]) -> str | None:
-    """The preset whose network ``args`` builds, if any (task and normalization aside)."""
-    want = PdetMixedConfig.from_dict(args, source="converted checkpoint")
-    for name, (_, size) in MIXED.items():
-        if PdetMixedConfig.from_dict(preset_args(size), source=name) == want:
+def matching_preset(architecture: str, args: dict[str, Any]) -> str | None:
+    """The preset whose network ``args`` builds, if any (labels and normalization aside)."""
+    config = CONFIGS[architecture]
+    want = config.from_dict(args, source="converted checkpoint")
+    for name, (_, size) in (MIXED if architecture == "pdet-mc" else SEPARATE).items():
+        if config.from_dict(preset_args(size), source=name) == want:
             return name
     return None
 
@@ -52,8 +62,15 @@ def config_agrees(subfolder: str):
         path = artifacts.files.get(f"{subfolder}/{CONFIG_FILE}")
         if path is None:
             raise opzoo.CheckFailed(f"{subfolder}/{CONFIG_FILE} was not fetched")
+        sd = {"model." + k[4:]: v for k, v in artifacts.state_dict.items()}
+        weights = artifacts.files.get(f"{subfolder}/{WEIGHTS_FILE}")
+        if weights is not None:  # the position tables the converter dropped (they say the window size)
+            from safetensors import safe_open
+
+            with safe_open(str(weights), "pt") as f:
+                sd |= {k: f.get_tensor(k) for k in f.keys() if k.endswith(TABLES)}
         try:
-            args = model_args(read_config(path), {"model." + k[4:]: v for k, v in artifacts.state_dict.items()}, path)
+            args = model_args(read_config(path), sd, path)
         except opzoo.CheckpointError as e:
             raise opzoo.CheckFailed(str(e)) from None
         c = artifacts.model_config
@@ -69,15 +86,16 @@ def config_agrees(subfolder: str):
 
 
 def register_presets(registry) -> None:
-    for name, (subfolder, size) in MIXED.items():
-        registry.register_model(
-            name, backbone="pdet-mc", args=preset_args(size),
-            pretrained=opzoo.PretrainedSource(HUB_REPO, f"{subfolder}/{WEIGHTS_FILE}", converter="pde-transformer",
-                                              extra_files=(f"{subfolder}/{CONFIG_FILE}",),
-                                              checks=(config_agrees(subfolder),)),
-            card=CARDS / f"{name}.md", pretrained_cfg=pretrained_cfg(), provenance=mixed_facts(subfolder, size),
-            results=(reported_result(subfolder),),
-        )
+    for backbone, table, facts in (("pdet-mc", MIXED, mixed_facts), ("pdet-sc", SEPARATE, separate_facts)):
+        for name, (subfolder, size) in table.items():
+            registry.register_model(
+                name, backbone=backbone, args=preset_args(size),
+                pretrained=opzoo.PretrainedSource(HUB_REPO, f"{subfolder}/{WEIGHTS_FILE}", converter="pde-transformer",
+                                                  extra_files=(f"{subfolder}/{CONFIG_FILE}",),
+                                                  checks=(config_agrees(subfolder),)),
+                card=CARDS / f"{name}.md", pretrained_cfg=pretrained_cfg(backbone), provenance=facts(subfolder, size),
+                results=(reported_result(subfolder),),
+            )
 
 
-__all__ = ["MIXED", "TASKS", "preset_args", "pretrained_cfg", "register_presets"]
+__all__ = ["MIXED", "SEPARATE", "preset_args", "pretrained_cfg", "register_presets"]

@@ -23,6 +23,17 @@ TASKS = ("unknown", "advection", "diffusion", "advection-diffusion", "dispersion
          "turbulent radiative layer", "active matter", "viscoelastic instability", "helmholtz",
          "rayleigh benard convection", "navier-stokes: shear flow", "euler", "piso: channel flow")
 
+# pdetransformer/data/metadata_remapping.py @ 3f3adee all_fields, as Python reads it: a missing comma joins its first
+# two entries into "unknownvelocity" (so neither "unknown" nor "velocity" can be encoded), and every later index is one
+# less than the list as written
+FIELDS = ("unknownvelocity", "velocity x", "velocity y", "velocity z", "vorticity", "density", "pressure",
+          "concentration", "concentration a", "concentration b", "magnetic field x", "magnetic field y",
+          "magnetic field z", "vector potential x", "vector potential y", "vector potential z", "orientation xx",
+          "orientation xy", "orientation yx", "orientation yy", "strain xx", "strain xy", "strain yx", "strain yy",
+          "conformation xx", "conformation xy", "conformation yx", "conformation yy", "conformation zz",
+          "pressure (real)", "pressure (imaginary)", "mask", "buoyancy", "energy", "deformation xx", "deformation yy",
+          "deformation zz")
+
 
 def at(path: str, commit: str = MODEL_CODE) -> str:
     return f"{REPO} {path} @ {commit}"
@@ -85,6 +96,44 @@ def mixed_facts(subfolder: str, size: str) -> tuple[opzoo.Fact, ...]:
              verified=False, alternatives=("MIT", "Apache-2.0")),
         Fact("weights license", "not stated", "the Hub repo's card could not be read here", verified=False,
              alternatives=("a license on the Hub card: check it before redistributing",)),
+    )
+
+
+def separate_facts(subfolder: str, size: str) -> tuple[opzoo.Fact, ...]:
+    Fact = opzoo.Fact
+    train_cfg = f"config/ape_2d/supervised/pde-{subfolder}-mse.yaml"
+    code = "pdetransformer/core/separate_channels/pde_transformer.py"
+    shared = {f.topic: f for f in mixed_facts("mc-s", size)}
+    return (
+        Fact("Hub repo", f"{HUB_REPO}, subfolder {subfolder}", at("docs/pretrained-weights.md", HEAD)),
+        shared["weights file"],
+        Fact("architecture", f"separate channels, {size}: hidden 96/192/384 (S/B/L), heads 4/8/16, depth "
+             "[2, 5, 8, 5, 2], window 8, patch 4, MLP ratio 4, 2 frame slots per channel, window attention per "
+             "channel then attention across channels, 1000 labels, carrier tokens off",
+             at(code) + " (PDE_S/B/L, PDEImpl, HATDiTBlock); " + at(train_cfg)),
+        shared["code that trained the weights"],
+        Fact("input and output", "per channel two frame slots, the known frame then zeros; the network's second slot "
+             "is the prediction (supervised forward prediction, m=1, n=1, task 0); any number of channels",
+             at("pdetransformer/core/separate_channels/train_supervised.py") + " (Supervised, get_model_input, "
+             "MultiStepMSE.predict); " + at("pdetransformer/core/separate_channels/tasks.py") + " (ForwardPrediction)"
+             + "; " + at(train_cfg) + " (timesteps: 2)"),
+        Fact("conditioning", "per channel: diffusion time 0, the field type (FIELDS index), the PDE (TASKS index), "
+             "the task (0); simulation time, time step and PDE parameters are embedded and multiplied by 0.0",
+             at(code) + " (PDEImpl.forward, SIMULATION_TIME_SCALING = 0.0 and the others); "
+             + at("pdetransformer/data/metadata_remapping.py") + " (all_fields, all_pdes)"),
+        Fact("field type encoding", "all_fields lacks a comma after \"unknown\": index 0 is \"unknownvelocity\", "
+             "\"velocity x\" is 1, and \"unknown\" or \"velocity\" cannot be encoded (opzoo_pdet.FIELDS is the list "
+             "as Python reads it)", at("pdetransformer/data/metadata_remapping.py") + " (convert_fields)"),
+        Fact("boundary conditions", "periodic=True in training (the class default is False), recorded in config.json",
+             at(train_cfg) + " (periodic: True); " + at(code) + " (PDETransformer.__init__)"),
+        shared["normalization"], shared["normalization stats"],
+        Fact("training", "100 epochs, AdamW lr 4e-5, batch 8 x 8 accumulated, bf16-mixed, EMA 0.999, 256x256, MSE on "
+             "the predicted slot", at(train_cfg)),
+        shared["EMA weights published"],
+        Fact("reported nRMSE", "nRMSE1 {:.3f}, nRMSE10 {:.2f} on the pretraining datasets, as reported by the "
+             "authors".format(*REPORTED_NRMSE[subfolder]), DOCS_URL),
+        Fact("published parameters", PUBLISHED_PARAMS[subfolder], at("docs/pretrained-weights.md", HEAD)),
+        shared["code license"], shared["weights license"],
     )
 
 

@@ -218,29 +218,52 @@ class SeparateChannelNet(nn.Module):
             out.append((e + getattr(self, f"task_embedder_{i}")(task.reshape(-1))).view(b, c, -1))
         return out
 
-    def forward(self, x: Tensor, t: Tensor, channel_type: Tensor, pde_type: Tensor, task: Tensor) -> Tensor:
-        """``x [B, C, T, H, W]``; ``t``, ``channel_type``, ``pde_type``, ``task``: ``[B, C]``."""
-        b, c, steps, h, w = x.shape
-        e = self.embeddings(t, channel_type, pde_type, task)
+    @property
+    def stage_names(self) -> list[str]:
+        """The stages in the order the data meets them: encoder levels, the latent, decoder levels L-1 .. 0."""
+        return ([f"encoder_level_{i}" for i in range(self.levels)] + ["latent"]
+                + [f"decoder_level_{i}" for i in range(self.levels - 1, -1, -1)])
+
+    def features(self, x: Tensor, e: list[Tensor], keep: Sequence[int] = (), run=None) -> tuple[Tensor, list[Tensor]]:
+        """``[B, C, T, H, W] -> ([B, C, D_1, H/p, W/p]`` after the last decoder stage, the outputs of the stages
+        ``keep`` (indices into :attr:`stage_names`)); ``run(stage, x, e)`` calls each stage (e.g. checkpointed)."""
+        b, c = x.shape[:2]
+        run = run or (lambda stage, *args: stage(*args))
+        kept, skips, n = [], [], 0
 
         def per_channel(module: nn.Module, y: Tensor) -> Tensor:  # [B, C, D, H, W] through a 2D layer
             y = module(y.reshape(b * c, *y.shape[2:]))
             return y.view(b, c, *y.shape[1:])
 
+        def stage(name: str, h: Tensor, emb: Tensor) -> Tensor:
+            nonlocal n
+            h = run(getattr(self, name), h, emb)
+            if n in keep:
+                kept.append(h)
+            n += 1
+            return h
+
         x = per_channel(self.x_embedder.proj, x)
-        skips = []
         for i in range(self.levels):
-            x = getattr(self, f"encoder_level_{i}")(x, e[i])
+            x = stage(f"encoder_level_{i}", x, e[i])
             skips.append(x)
             x = per_channel(getattr(self, f"down{i}_{i + 1}"), x)
-        x = self.latent(x, e[self.levels])
+        x = stage("latent", x, e[self.levels])
         for i in range(self.levels - 1, 0, -1):
             x = torch.cat([per_channel(getattr(self, f"up{i + 1}_{i}"), x), skips[i]], dim=2)
-            x = getattr(self, f"decoder_level_{i}")(per_channel(getattr(self, f"reduce_chan_level{i}"), x), e[i])
+            x = stage(f"decoder_level_{i}", per_channel(getattr(self, f"reduce_chan_level{i}"), x), e[i])
         x = torch.cat([per_channel(self.up1_0, x), skips[0]], dim=2)
-        x = self.decoder_level_0(per_channel(self.reduce_chan_level0, x), e[1])
+        return stage("decoder_level_0", per_channel(self.reduce_chan_level0, x), e[1]), kept
+
+    def head(self, h: Tensor, e1: Tensor) -> Tensor:
+        """``[B, C, D_1, H/p, W/p] -> [B, C, T, H, W]``: Conv3x3, the final layer conditioned on ``e_1``, unpatchify."""
+        b, c, _, hp, wp = h.shape
         p = self.patch_size
-        y = self.final_layer(self.output(x.reshape(b * c, *x.shape[2:])), e[1].reshape(b * c, -1))
-        hp, wp = y.shape[-2:]
-        y = y.permute(0, 2, 3, 1).reshape(b * c, hp, wp, p, p, steps)
-        return y.permute(0, 5, 1, 3, 2, 4).reshape(b, c, steps, hp * p, wp * p)
+        y = self.final_layer(self.output(h.reshape(b * c, *h.shape[2:])), e1.reshape(b * c, -1))
+        y = y.permute(0, 2, 3, 1).reshape(b * c, hp, wp, p, p, self.num_timesteps)
+        return y.permute(0, 5, 1, 3, 2, 4).reshape(b, c, self.num_timesteps, hp * p, wp * p)
+
+    def forward(self, x: Tensor, t: Tensor, channel_type: Tensor, pde_type: Tensor, task: Tensor) -> Tensor:
+        """``x [B, C, T, H, W]``; ``t``, ``channel_type``, ``pde_type``, ``task``: ``[B, C]``."""
+        e = self.embeddings(t, channel_type, pde_type, task)
+        return self.head(self.features(x, e)[0], e[1])
