@@ -243,5 +243,5 @@ def test_readme_path_finetunes_pdet_sc_s_on_a_pde_it_never_saw(reference, monkey
                  "--batch-size", "2", "--test-fraction", "0.34", "--set", *sets]) == 0
     out = capsys.readouterr().out
     assert "adapted pdet-sc from in_channels=2" in out and "zero-shot -> fine-tuned" in out
-    assert main(["eval", str(tmp_path / "run" / "model"), "--data", str(data)]) == 0
+    assert main(["eval", str(tmp_path / "run" / "model"), "--data", str(data), "--out", str(tmp_path / "eval")]) == 0
     assert "persistence" in capsys.readouterr().out
