@@ -8,11 +8,12 @@ STAMP := $(VENV)/.opzoo-installed
 # it in its own process): beside the venv, not in it, since the test extra installs the fixed the_well 1.2.0
 WELL_1_1_0 := $(VENV)/reference/the_well-1.1.0
 # pdetransformer 0.1.11 (the PyPI wheel of PDE-Transformer's published checkpoints; tests/pdet run it in its own
-# process): without its training stack, with the diffusers/transformers/huggingface_hub of its time (mid 2025), which
-# must not meet opzoo's newer huggingface_hub in one process
+# process): with the diffusers/transformers/huggingface_hub of its time (mid 2025), which must not meet opzoo's newer
+# huggingface_hub in one process, and lightning/omegaconf for its prediction code (not its data or logging stack)
 PDET_0_1_11 := $(VENV)/reference/pdetransformer-0.1.11
 PDET_PINS := pdetransformer==0.1.11 diffusers==0.33.1 transformers==4.52.4 huggingface_hub==0.33.0 tokenizers==0.21.1 \
-	regex importlib_metadata zipp
+	regex importlib_metadata zipp lightning==2.5.1 lightning-utilities==0.14.3 torchmetrics==1.7.1 omegaconf==2.3.0 \
+	antlr4-python3-runtime==4.9.3
 PYTEST_ARGS ?=
 
 .PHONY: install test test-slow demo micro-weights micro-pot bench benchmark-tables model-cards clean

@@ -42,6 +42,29 @@ def import_model_modules():
     return mc, sc, pipeline, root
 
 
+def separate_rollout(model, frames, labels, steps: int, patch: int):
+    """Their separate-channel inference path: ``train_supervised.MultiStepMSE(m=1, n=1).predict`` on a batch laid out
+    as ``ForwardPrediction(m=1, n=1, task_idx=0)`` lays it out (per channel: the frame and a masked slot, the first
+    slot's mask on, the second off), each prediction fed back. ``frames [B, C, H, W]`` -> ``[B, steps, C, H, W]``."""
+    ts = importlib.import_module("pdetransformer.core.separate_channels.train_supervised")
+    objective = ts.MultiStepMSE(m=1, n=1, patch_size=patch)
+    b, c, h, w = frames.shape
+    tokens = (h // patch) * (w // patch)
+    channel_types, pde = labels
+    out = []
+    for _ in range(steps):
+        channels = [{"data": [frames[:, k], torch.zeros_like(frames[:, k])],
+                     "mask": [torch.ones(b, tokens), torch.zeros(b, tokens)],
+                     "channel_id": channel_types[:, k], "pde": pde[:, k], "constants": torch.zeros(b, 1),
+                     "constants_class": torch.zeros(b, 1, dtype=torch.long), "time_step_stride": torch.zeros(b),
+                     "task_emb": torch.zeros(b, dtype=torch.long)} for k in range(c)]
+        with torch.no_grad():
+            predicted = objective.predict({"channels": channels}, model)  # per channel [B, 2, H, W]
+        frames = torch.stack([p[:, 1] for p in predicted], dim=1)
+        out.append(frames)
+    return torch.stack(out, dim=1)
+
+
 def allow_float64(module) -> None:
     """Their timestep embeddings cast to float32 and then meet the weights: cast to the weights' dtype instead."""
 
@@ -84,6 +107,8 @@ def run_separate(sc, case, data, folder):
 
     with torch.no_grad():
         y32 = call(model, x, torch.float32)
+    labels = (data[f"{case['x']}_channel_type"], data[f"{case['x']}_pde_type"])
+    rollout = separate_rollout(model, x[:, :, 0].float(), labels, case.get("steps", 3), case["config"]["patch_size"])
     allow_float64(sc)
     double = copy.deepcopy(model).double()
     for m in double.modules():
@@ -91,7 +116,7 @@ def run_separate(sc, case, data, folder):
             m.time_proj = CastToDouble(m.time_proj)
     with torch.no_grad():
         y64 = call(double, x, torch.float64)
-    return {"y32": y32.contiguous(), "y64": y64.contiguous()}
+    return {"y32": y32.contiguous(), "y64": y64.contiguous(), "rollout": rollout.contiguous()}
 
 
 def main() -> None:

@@ -121,3 +121,25 @@ def test_separate_channel_network_computes_what_pdetransformer_computes(name, re
     rounding = (ours32.double() - ours64).abs().max().item()
     err = (ours32.double() - ref["y32"].double()).abs().max().item()
     assert rounding < 1e-4 * scale and err < max(20 * rounding, 1e-6 * scale), (err, rounding)
+
+
+@pytest.mark.parametrize("name", list(SEPARATE_CASES))
+def test_separate_rollout_follows_their_prediction_path(name, reference, tmp_path):
+    """pdet-sc's rollout against pdetransformer's ``MultiStepMSE.predict`` (forward prediction m=1, n=1: the frame
+    and a masked slot per channel), each prediction fed back, per sample's labels: within float32 rounding growth."""
+    inputs = load_file(str(reference / "inputs.safetensors"))
+    ref = load_file(str(reference / name / "reference.safetensors"))["rollout"]  # [B, STEPS, C, H, W]
+    assert main(["convert", "pde-transformer", str(reference / name), str(tmp_path / "repo")]) == 0
+    frames = inputs["xs"][:, :, 0]  # [B, C, H, W]
+    for b in range(frames.shape[0]):
+        labels = {"channel_types": inputs["xs_channel_type"][b].tolist(), "pde_type": int(inputs["xs_pde_type"][b, 0]),
+                  "in_channels": 3, "out_channels": 3}
+        model = opzoo.load(str(tmp_path / "repo"), **labels).eval()
+        x = frames[b:b + 1].permute(0, 2, 3, 1).unsqueeze(-2)  # [1, H, W, 1, C]
+        with torch.no_grad():
+            ours = model.rollout(x.float(), STEPS).permute(0, 3, 4, 1, 2)  # [1, STEPS, C, H, W]
+            ours64 = copy.deepcopy(model).double().rollout(x, STEPS).permute(0, 3, 4, 1, 2)
+        for step in range(STEPS):
+            rounding = (ours[:, step].double() - ours64[:, step]).abs().max().item()
+            err = (ours[:, step].double() - ref[b:b + 1, step].double()).abs().max().item()
+            assert err < max(20 * rounding, 1e-6), (b, step, err, rounding)
