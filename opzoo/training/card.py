@@ -31,6 +31,25 @@ def base_model_id(name: str) -> str:
     return ref.base_model_id
 
 
+def base_license(name: str) -> str:
+    """The license a fine-tune inherits: the ``license:`` of its base preset's card front matter, else ``unknown``
+    (weights of unknown license stay so: fine-tuning does not make them MIT)."""
+    from ..host.registry import get_registry
+    from ..model_io.reference import parse_model_reference
+
+    try:
+        ref = parse_model_reference(name)
+    except OpzooError:
+        return "unknown"
+    card = get_registry().preset(ref.preset).card if ref.kind == "preset" else None
+    if card is None:
+        return "unknown"
+    text = card.read_text(encoding="utf-8")
+    front = text.split("---", 2)[1] if text.startswith("---") else ""
+    found = [line.split(":", 1)[1].strip() for line in front.splitlines() if line.startswith("license:")]
+    return found[0] if found and found[0] else "unknown"
+
+
 def _portable(base_weights: str, model_name: str) -> str:
     """The weights line without the base model's local path."""
     from ..model_io.reference import LOCAL_DIR_PREFIX
@@ -85,7 +104,8 @@ def run_card(*, model_name: str, from_scratch: bool, base_weights: str, datasets
     zero = {r.name: r for r in zero_shot or []}
     kind = "trained from scratch" if from_scratch else "fine-tuned"
     start_col = "at step 0 (random init)" if from_scratch else "zero-shot"
-    front = ["---", "library_name: opzoo", "license: mit", "tags: [opzoo, neural-operator, pde" +
+    license_ = "mit" if from_scratch else base_license(model_name)
+    front = ["---", "library_name: opzoo", f"license: {license_}", "tags: [opzoo, neural-operator, pde" +
              (", fine-tuned]" if not from_scratch else "]")]
     if not from_scratch:
         front += [f"base_model: {base_model_id(model_name)}", "base_model_relation: finetune"]

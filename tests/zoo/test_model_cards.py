@@ -34,3 +34,13 @@ def test_opzoo_cards_writes_only_what_changed_and_removes_stale_cards(tmp_path, 
     (out / "gone.md").write_text("a preset that no longer exists")
     assert write_catalogue(out, opzoo.list_models("dpot-*")) == ["gone.md"]
     assert not (out / "gone.md").exists()
+
+
+def test_a_fine_tune_inherits_its_base_cards_license():
+    """A run card's license is the base preset card's (fine-tuning does not relicense weights); unknown otherwise."""
+    from opzoo.training.card import base_license
+
+    assert base_license("dpot-micro") == "mit"  # opzoo's own weights
+    assert base_license("dpot-s") == "unknown" and base_license("pdet-sc-s") == "unknown"
+    assert base_license("well-fno-shear_flow") == "unknown"
+    assert base_license("no-such-model-anywhere") == "unknown"
