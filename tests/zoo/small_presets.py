@@ -81,11 +81,12 @@ def small_input(model: opzoo.Backbone, batch: int = 2, seed: int = 1) -> tuple[t
 
 def all_presets() -> list[str]:
     """Every preset, except that of The Well's presets (four backbones x up to 15 datasets, which differ
-    only in channel counts and normalization stats) one per backbone and number of spatial dims is taken."""
+    only in channel counts and normalization stats) one per backbone and number of spatial dims is taken, and of
+    PDE-Transformer's one per backbone (its S/B/L differ only in the sizes small_overrides replaces)."""
     registry, seen, out = opzoo.get_registry(), set(), []
     for name in opzoo.list_models():
         preset = registry.preset(name)
-        if preset.owner == "opzoo-well":
+        if preset.owner in ("opzoo-well", "opzoo-pdet"):
             key = (preset.backbone, preset.args.get("spatial_dims"))
             if key in seen:
                 continue
