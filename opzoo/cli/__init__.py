@@ -156,11 +156,15 @@ def cmd_verify(args) -> int:
 
 def cmd_cards(args) -> int:
     """Write every preset's published card (and an index) into a directory: the repo's ``model_cards/``."""
+    from ..errors import ConfigError
     from ..model_io.builder import list_models
     from ..model_io.card_catalogue import write_catalogue
 
-    names = sorted({n for pattern in args.patterns for n in list_models(pattern)})
-    changed = write_catalogue(Path(args.out), names)
+    complete = not args.patterns  # a pattern writes those cards only; the whole catalogue also prunes and indexes
+    names = sorted({n for pattern in args.patterns or ["*"] for n in list_models(pattern)})
+    if not names:
+        raise ConfigError(f"no preset matches {' '.join(args.patterns)} (`opzoo list`)")
+    changed = write_catalogue(Path(args.out), names, complete)
     print(f"{len(names)} cards in {args.out}; {len(changed)} file(s) written or removed")
     return 0
 
@@ -235,7 +239,8 @@ def build_parser(plugin_commands: bool = True) -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("cards", help="write every preset's card as published on the Hub, and an index (model_cards/)")
-    p.add_argument("patterns", nargs="*", default=["*"], help="presets (glob patterns; default: all)")
+    p.add_argument("patterns", nargs="*", default=[], help="presets (glob patterns) whose cards alone are written; "
+                                                         "default: every preset, the index, and stale cards removed")
     p.add_argument("--out", default="model_cards")
     p.set_defaults(func=cmd_cards)
 

@@ -43,10 +43,13 @@ def catalogue(names: Sequence[str]) -> dict[str, str]:
     return files
 
 
-def write_catalogue(out: Path, names: Sequence[str]) -> list[str]:
-    """Write the catalogue into ``out`` (each file replaced atomically); remove ``.md`` files of presets that are gone.
-    Returns the files that changed."""
+def write_catalogue(out: Path, names: Sequence[str], complete: bool = True) -> list[str]:
+    """Write the catalogue of ``names`` into ``out`` (each file replaced atomically). ``complete``: ``names`` are every
+    preset, so the index is written and the ``.md`` files of presets that are gone are removed; otherwise only those
+    presets' cards are written and nothing else is touched. Returns the files that changed."""
     files = catalogue(names)
+    if not complete:
+        files.pop(INDEX)
     out.mkdir(parents=True, exist_ok=True)
     changed = []
     for file_name, text in files.items():
@@ -57,7 +60,7 @@ def write_catalogue(out: Path, names: Sequence[str]) -> list[str]:
             f.write(text)
         os.replace(f.name, path)
         changed.append(file_name)
-    for stale in sorted(set(p.name for p in out.glob("*.md")) - set(files)):
+    for stale in sorted(set(p.name for p in out.glob("*.md")) - set(files) if complete else ()):
         (out / stale).unlink()
         changed.append(stale)
     return changed

@@ -135,7 +135,7 @@ def saved_activation_bytes(forward: Callable[[], torch.Tensor], parameters: Iter
 
 
 def interleaved_medians(runs: dict[str, Callable[[], None]], repeats: int, warmup: int = 1,
-                        clock: Callable[[], float] = time.perf_counter, progress=None) -> dict[str, list[float]]:
+                        clock: Callable[[], float] = time.perf_counter) -> dict[str, list[float]]:
     """Seconds of each run, ``repeats`` rounds in turn (the first of a round rotates, so that all see the same
     machine load); ``warmup`` untimed rounds first. Returns every time, per run."""
     for _ in range(warmup):
@@ -148,8 +148,6 @@ def interleaved_medians(runs: dict[str, Callable[[], None]], repeats: int, warmu
             t0 = clock()
             runs[key]()
             times[key].append(clock() - t0)
-        if progress is not None:
-            progress.update(1)
     return times
 
 

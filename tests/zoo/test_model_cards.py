@@ -28,12 +28,17 @@ def test_a_card_is_what_save_pretrained_publishes_with_the_presets_results(tmp_p
 
 def test_opzoo_cards_writes_only_what_changed_and_removes_stale_cards(tmp_path, capsys):
     out = tmp_path / "cards"
-    assert main(["cards", "dpot-*", "--out", str(out)]) == 0
-    names = sorted(p.name for p in out.glob("*.md"))
-    assert names == sorted([INDEX, *(f"{n}.md" for n in opzoo.list_models("dpot-*"))])
+    names = opzoo.list_models("dpot-*")
+    assert write_catalogue(out, names) == [*(f"{n}.md" for n in names), INDEX]
     (out / "gone.md").write_text("a preset that no longer exists")
-    assert write_catalogue(out, opzoo.list_models("dpot-*")) == ["gone.md"]
+    assert write_catalogue(out, names) == ["gone.md"]  # the complete catalogue: only the stale card changes
     assert not (out / "gone.md").exists()
+    # patterns write those cards alone: the other cards and the index stay as they are
+    (out / "dpot-s.md").write_text("stale")
+    (out / "other.md").write_text("another preset's card")
+    assert main(["cards", "dpot-s", "--out", str(out)]) == 0
+    assert (out / "dpot-s.md").read_text() != "stale" and (out / "other.md").exists()
+    assert main(["cards", "no-such-*", "--out", str(out)]) == 2
 
 
 def test_a_fine_tune_inherits_its_base_cards_license():
