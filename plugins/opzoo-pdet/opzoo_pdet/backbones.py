@@ -33,8 +33,8 @@ DEPTH = [2, 5, 8, 5, 2]
 
 
 @dataclasses.dataclass
-class PdetMixedConfig(opzoo.ModelConfig):
-    """The mixed-channel PDE-Transformer (defaults: PDE-S, as mc-s was trained)."""
+class PdetConfig(opzoo.ModelConfig):
+    """What both PDE-Transformers share (defaults: PDE-S, as the -s checkpoints were trained)."""
 
     in_channels: int = 2
     out_channels: int = 2
@@ -49,21 +49,15 @@ class PdetMixedConfig(opzoo.ModelConfig):
     mlp_ratio: float = 4.0
     num_classes: int = 1000
     class_dropout_prob: float = 0.1
-    max_hidden_size: int = 2048
     periodic: bool = True  # the boundary: shifted windows wrap around (True) or are masked at the edge (False)
-    task_id: Optional[int] = None  # the class label given to the network; None: the "no label" class
     normalization: Literal["none", "zscore"] = "none"
     mean: list[float] = dataclasses.field(default_factory=list)
     std: list[float] = dataclasses.field(default_factory=list)
 
     def check(self) -> None:
         if (self.in_timesteps, self.out_timesteps, self.spatial_dims) != (1, 1, 2):
-            raise opzoo.ConfigError("in_timesteps/out_timesteps/spatial_dims: the mixed-channel PDE-Transformer maps "
-                                    f"one 2D frame to the next, got {self.in_timesteps}/{self.out_timesteps}/"
-                                    f"{self.spatial_dims}")
-        if self.task_id is not None and not 0 <= self.task_id <= self.num_classes:
-            raise opzoo.ConfigError(f"task_id {self.task_id}: a label in [0, {self.num_classes}] "
-                                    f"({self.num_classes} is the 'no label' class)")
+            raise opzoo.ConfigError("in_timesteps/out_timesteps/spatial_dims: a PDE-Transformer maps one 2D frame to "
+                                    f"the next, got {self.in_timesteps}/{self.out_timesteps}/{self.spatial_dims}")
         if self.normalization == "zscore":
             for key in ("mean", "std"):
                 if len(getattr(self, key)) != self.in_channels or self.in_channels != self.out_channels:
@@ -72,6 +66,23 @@ class PdetMixedConfig(opzoo.ModelConfig):
                                             f"{getattr(self, key)}")
             if min(self.std) <= 0:
                 raise opzoo.ConfigError(f"std: every value must be positive, got {self.std}")
+
+    def check_label(self, key: str, value: int | None) -> None:
+        if value is not None and not 0 <= value <= self.num_classes:
+            raise opzoo.ConfigError(f"{key} {value}: a label in [0, {self.num_classes}] ({self.num_classes} is the "
+                                    "'no label' class)")
+
+
+@dataclasses.dataclass
+class PdetMixedConfig(PdetConfig):
+    """The mixed-channel PDE-Transformer."""
+
+    max_hidden_size: int = 2048
+    task_id: Optional[int] = None  # the class label given to the network; None: the "no label" class
+
+    def check(self) -> None:
+        super().check()
+        self.check_label("task_id", self.task_id)
 
 
 @dataclasses.dataclass
@@ -82,23 +93,24 @@ class PdetPretrainedCfg(opzoo.PretrainedCfg):
     tasks: Optional[str] = None  # what the class labels mean
 
 
-class PdetMixedChannels(opzoo.Backbone):
-    """``[B, H, W, 1, C] -> [B, H, W, 1, C]`` around :class:`MixedChannelNet`."""
+class PdetBackbone(opzoo.Backbone):
+    """What both PDE-Transformer backbones share: the optional z-score around the network, the input's shape, the
+    layer groups for fine-tuning."""
 
-    config_class = PdetMixedConfig
+    config_class = PdetConfig
     pretrained_cfg_class = PdetPretrainedCfg
     supports_grad_checkpointing = True
 
-    def __init__(self, config: PdetMixedConfig):
+    def __init__(self, config: PdetConfig):
         super().__init__(config)
         config.check()
-        c = config
-        self.net = MixedChannelNet(c.in_channels, c.out_channels, c.hidden_size, c.depth, c.num_heads, c.window_size,
-                                   c.patch_size, c.mlp_ratio, c.num_classes, c.class_dropout_prob, c.periodic,
-                                   c.max_hidden_size)
-        zscore = c.normalization == "zscore"  # not persistent: config, not weights (upstream's files do not have them)
-        self.register_buffer("mean", torch.tensor(c.mean if zscore else 0.0), persistent=False)
-        self.register_buffer("std", torch.tensor(c.std if zscore else 1.0), persistent=False)
+        self.net = self.build_net(config)
+        zscore = config.normalization == "zscore"  # config, not weights (upstream's files do not have them)
+        self.register_buffer("mean", torch.tensor(config.mean if zscore else 0.0), persistent=False)
+        self.register_buffer("std", torch.tensor(config.std if zscore else 1.0), persistent=False)
+
+    def build_net(self, config: PdetConfig) -> torch.nn.Module:
+        raise NotImplementedError
 
     def group_matcher(self) -> dict:
         """The patch embedding and the conditioning embedders, then each stage in the order the data meets them (its
@@ -106,8 +118,28 @@ class PdetMixedChannels(opzoo.Backbone):
         n = self.net.levels
         order = [f"encoder_level_{i}|down{i}_{i + 1}" for i in range(n)] + ["latent"]
         order += [f"up{i + 1}_{i}|reduce_chan_level{i}|decoder_level_{i}" for i in range(n - 1, -1, -1)]
-        return {"stem": r"^net\.(?:x_embedder|t_embedder_\d+|y_embedder_\d+)\.",
+        return {"stem": r"^net\.(?:x_embedder|[a-z_]+_embedder_\d+)\.",
                 "blocks": [(rf"^net\.(?:{names})\.", i) for i, names in enumerate(order)]}
+
+    def standardized(self, x: Tensor) -> Tensor:
+        """``[B, H, W, 1, C]`` physical -> ``[B, H, W, C]`` standardized (the identity with ``normalization='none'``),
+        after checking the shape."""
+        c = self.config
+        if x.ndim != 5 or tuple(x.shape[-2:]) != (1, c.in_channels):
+            raise ValueError(f"{self.preset_name or type(self).__name__} expects [B, X, Y, T_in=1, C={c.in_channels}], "
+                             f"got {list(x.shape)}")
+        return (x[..., 0, :] - self.mean) / self.std
+
+
+class PdetMixedChannels(PdetBackbone):
+    """``[B, H, W, 1, C] -> [B, H, W, 1, C]`` around :class:`MixedChannelNet`."""
+
+    config_class = PdetMixedConfig
+
+    def build_net(self, c: PdetMixedConfig) -> MixedChannelNet:
+        return MixedChannelNet(c.in_channels, c.out_channels, c.hidden_size, c.depth, c.num_heads, c.window_size,
+                               c.patch_size, c.mlp_ratio, c.num_classes, c.class_dropout_prob, c.periodic,
+                               c.max_hidden_size)
 
     @property
     def size_multiple(self) -> int:
@@ -130,12 +162,9 @@ class PdetMixedChannels(opzoo.Backbone):
                                  f"(choose a grid that is a multiple of {multiple * c.window_size})")
 
     def _net_input(self, x: Tensor) -> Tensor:
-        c = self.config
-        if x.ndim != 5 or tuple(x.shape[-2:]) != (1, c.in_channels):
-            raise ValueError(f"{self.preset_name or 'pdet-mc'} expects [B, X, Y, T_in=1, C={c.in_channels}], got "
-                             f"{list(x.shape)}")
+        frame = self.standardized(x)
         self.check_grid(x.shape[1], x.shape[2])
-        return ((x[..., 0, :] - self.mean) / self.std).permute(0, 3, 1, 2)
+        return frame.permute(0, 3, 1, 2)
 
     def _labels(self, x: Tensor) -> Tensor | None:
         task = self.config.task_id

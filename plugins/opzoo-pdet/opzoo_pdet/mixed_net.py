@@ -166,41 +166,94 @@ class Block(nn.Module):
 
 
 class Stage(nn.Module):
-    """``depth`` blocks, ``[B, D, H, W] -> [B, D, H, W]``: windows of ``window``, every second block shifted."""
+    """``depth`` blocks, ``[B, D, H, W] -> [B, D, H, W]``: windows of ``window``, every second block shifted by half a
+    window. The separate-channel stage is this one with a channel axis before ``D`` (``separate_net.Stage``)."""
+
+    block_class = Block
+    mask_small_grids = False  # pdetransformer's mixed stage leaves a grid smaller than a window unmasked
 
     def __init__(self, dim: int, depth: int, heads: int, window: int, mlp_ratio: float, periodic: bool):
         super().__init__()
         self.window = window
         self.periodic = periodic
-        self.blocks = nn.ModuleList(Block(dim, heads, window, mlp_ratio) for _ in range(depth))
+        self.blocks = nn.ModuleList(self.block_class(dim, heads, window, mlp_ratio) for _ in range(depth))
+
+    @staticmethod
+    def windows(x: Tensor, size: int) -> Tensor:
+        return windows(x, size)
+
+    @staticmethod
+    def unwindows(x: Tensor, size: int, h: int, w: int) -> Tensor:
+        return unwindows(x, size, h, w)
+
+    def region_ids(self, region: Tensor) -> Tensor:
+        """``[H, W]`` region labels -> ``[n_windows, N]`` per window token."""
+        return self.windows(region[None, :, :, None], self.window)[..., 0]
 
     def shift_mask(self, h: int, w: int, device) -> Tensor | None:
         """Swin's mask for a shifted window that wraps around a non-periodic domain (-100 across regions)."""
         size, shift = self.window, self.window // 2
-        if self.periodic or h < size or w < size:
+        if self.periodic or (not self.mask_small_grids and (h < size or w < size)):
             return None
         region = torch.zeros(h, w, device=device)
         cuts = (slice(0, -size), slice(-size, -shift), slice(-shift, None))
         for i, rows in enumerate(cuts):
             for j, cols in enumerate(cuts):
                 region[rows, cols] = 3 * i + j
-        ids = windows(region[None, :, :, None], size)[..., 0]  # [n_windows, N]
+        ids = self.region_ids(region)
         return (ids[:, None, :] != ids[:, :, None]).float() * -100.0
 
     def forward(self, x: Tensor, e: Tensor) -> Tensor:
-        b, d, h, w = x.shape
+        """``[B, (C,) D, H, W]``, the features before the grid."""
+        h, w = x.shape[-2:]
         size = self.window
         mask = self.shift_mask(h, w, x.device)
         pad_h, pad_w = (-h) % size, (-w) % size
-        x = x.permute(0, 2, 3, 1)
+        x = x.movedim(-3, -1)  # features last
         for n, block in enumerate(self.blocks):
             shift = size // 2 if n % 2 else 0
-            y = torch.roll(x, (-shift, -shift), dims=(1, 2)) if shift else x
+            y = torch.roll(x, (-shift, -shift), dims=(-3, -2)) if shift else x
             y = F.pad(y, (0, 0, 0, pad_w, 0, pad_h))
-            y = unwindows(block(windows(y, size), e, mask if shift else None), size, h + pad_h, w + pad_w)
-            y = y[:, :h, :w]
-            x = torch.roll(y, (shift, shift), dims=(1, 2)) if shift else y
-        return x.permute(0, 3, 1, 2)
+            y = self.unwindows(block(self.windows(y, size), e, mask if shift else None), size, h + pad_h, w + pad_w)
+            y = y[..., :h, :w, :]
+            x = torch.roll(y, (shift, shift), dims=(-3, -2)) if shift else y
+        return x.movedim(-1, -3)
+
+
+def u_shape_features(net: nn.Module, x: Tensor, e: list[Tensor], keep: Sequence[int], run, layer,
+                     cat_dim: int) -> tuple[Tensor, list[Tensor]]:
+    """The U-shape both PDE-Transformers share: patch embedding, encoder levels (each kept for its skip, then
+    down-sampled), the latent, decoder levels (up-sampled, concatenated with the skip, reduced), decoder level 0 at
+    ``D_1`` conditioned on ``e_1``. ``layer(module, x)`` applies a 2D layer; ``run(stage, x, e)`` a stage; the outputs of
+    the stages ``keep`` (indices in the order the data meets them) are returned with the last."""
+    run = run or (lambda stage, *args: stage(*args))
+    kept, skips, n = [], [], 0
+
+    def stage(name: str, h: Tensor, emb: Tensor) -> Tensor:
+        nonlocal n
+        h = run(getattr(net, name), h, emb)
+        if n in keep:
+            kept.append(h)
+        n += 1
+        return h
+
+    x = layer(net.x_embedder.proj, x)
+    for i in range(net.levels):
+        x = stage(f"encoder_level_{i}", x, e[i])
+        skips.append(x)
+        x = layer(getattr(net, f"down{i}_{i + 1}"), x)
+    x = stage("latent", x, e[net.levels])
+    for i in range(net.levels - 1, 0, -1):
+        x = torch.cat([layer(getattr(net, f"up{i + 1}_{i}"), x), skips[i]], dim=cat_dim)
+        x = stage(f"decoder_level_{i}", layer(getattr(net, f"reduce_chan_level{i}"), x), e[i])
+    x = layer(net.reduce_chan_level0, torch.cat([layer(net.up1_0, x), skips[0]], dim=cat_dim))
+    return stage("decoder_level_0", x, e[1]), kept
+
+
+def stage_names(levels: int) -> list[str]:
+    """The stages in the order the data meets them: encoder levels, the latent, decoder levels L-1 .. 0."""
+    return ([f"encoder_level_{i}" for i in range(levels)] + ["latent"]
+            + [f"decoder_level_{i}" for i in range(levels - 1, -1, -1)])
 
 
 class Resample(nn.Module):
@@ -274,9 +327,7 @@ class MixedChannelNet(nn.Module):
 
     @property
     def stage_names(self) -> list[str]:
-        """The stages in the order the data meets them: encoder levels, the latent, decoder levels L-1 .. 0."""
-        return ([f"encoder_level_{i}" for i in range(self.levels)] + ["latent"]
-                + [f"decoder_level_{i}" for i in range(self.levels - 1, -1, -1)])
+        return stage_names(self.levels)
 
     def embeddings(self, batch: int, t: Tensor | None, labels: Tensor | None, device) -> list[Tensor]:
         """``e_i [B, D_i]`` per level: ``t [B]`` in [0, 1] (``None``: 0, a supervised step) and ``labels [B]``
@@ -290,28 +341,7 @@ class MixedChannelNet(nn.Module):
     def features(self, x: Tensor, e: list[Tensor], keep: Sequence[int] = (), run=None) -> tuple[Tensor, list[Tensor]]:
         """``[B, C_in, H, W] -> ([B, D_1, H/p, W/p]`` after the last decoder stage, the outputs of the stages
         ``keep`` (indices into :attr:`stage_names`)); ``run(stage, x, e)`` calls each stage (e.g. checkpointed)."""
-        run = run or (lambda stage, *args: stage(*args))
-        kept, skips, n = [], [], 0
-
-        def stage(name: str, h: Tensor, emb: Tensor) -> Tensor:
-            nonlocal n
-            h = run(getattr(self, name), h, emb)
-            if n in keep:
-                kept.append(h)
-            n += 1
-            return h
-
-        x = self.x_embedder.proj(x)
-        for i in range(self.levels):
-            x = stage(f"encoder_level_{i}", x, e[i])
-            skips.append(x)
-            x = getattr(self, f"down{i}_{i + 1}")(x)
-        x = stage("latent", x, e[self.levels])
-        for i in range(self.levels - 1, 0, -1):
-            x = torch.cat([getattr(self, f"up{i + 1}_{i}")(x), skips[i]], dim=1)
-            x = stage(f"decoder_level_{i}", getattr(self, f"reduce_chan_level{i}")(x), e[i])
-        x = self.reduce_chan_level0(torch.cat([self.up1_0(x), skips[0]], dim=1))
-        return stage("decoder_level_0", x, e[1]), kept
+        return u_shape_features(self, x, e, keep, run, lambda module, y: module(y), cat_dim=1)
 
     def head(self, h: Tensor, e1: Tensor) -> Tensor:
         """``[B, D_1, H/p, W/p] -> [B, C_out, H, W]``: Conv3x3, the final layer conditioned on ``e_1``, unpatchify."""

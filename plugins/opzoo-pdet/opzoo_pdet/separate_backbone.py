@@ -15,96 +15,56 @@ network (``core/separate_channels/train_supervised.py``: ``Supervised`` with ``t
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal, Optional
+from typing import Optional
 
 import torch
 from torch import Tensor
 
 import opzoo
 
-from .backbones import DEPTH, PdetPretrainedCfg
+from .backbones import PdetBackbone, PdetConfig
 from .separate_net import SeparateChannelNet
 
 
 @dataclasses.dataclass
-class PdetSeparateConfig(opzoo.ModelConfig):
-    """The separate-channel PDE-Transformer (defaults: PDE-S, as sc-s was trained)."""
+class PdetSeparateConfig(PdetConfig):
+    """The separate-channel PDE-Transformer (any number of channels)."""
 
-    in_channels: int = 2
-    out_channels: int = 2
-    in_timesteps: int = 1
-    out_timesteps: int = 1
-    spatial_dims: int = 2
     num_timesteps: int = 2  # frame slots per channel: the known frame and the predicted one
-    hidden_size: int = 96
-    depth: list[int] = dataclasses.field(default_factory=lambda: list(DEPTH))
-    num_heads: int = 4
-    window_size: int = 8
-    patch_size: int = 4
-    mlp_ratio: float = 4.0
-    num_classes: int = 1000
-    class_dropout_prob: float = 0.1
-    periodic: bool = True  # the boundary: shifted windows wrap around (True) or are masked at the edge (False)
     pde_type: Optional[int] = None  # the PDE's index in opzoo_pdet.TASKS; None: the "no label" class
     channel_types: Optional[list[int]] = None  # each channel's field type, an index into opzoo_pdet.FIELDS
-    normalization: Literal["none", "zscore"] = "none"
-    mean: list[float] = dataclasses.field(default_factory=list)
-    std: list[float] = dataclasses.field(default_factory=list)
 
     def check(self) -> None:
-        if (self.in_timesteps, self.out_timesteps, self.spatial_dims, self.num_timesteps) != (1, 1, 2, 2):
-            raise opzoo.ConfigError("in_timesteps/out_timesteps/spatial_dims/num_timesteps: the separate-channel "
-                                    "PDE-Transformer predicts one 2D frame from one, in two frame slots, got "
-                                    f"{self.in_timesteps}/{self.out_timesteps}/{self.spatial_dims}/{self.num_timesteps}")
+        super().check()
+        if self.num_timesteps != 2:
+            raise opzoo.ConfigError(f"num_timesteps: the separate-channel PDE-Transformer predicts in two frame slots "
+                                    f"(the known frame, the predicted one), got {self.num_timesteps}")
         if self.in_channels != self.out_channels:
             raise opzoo.ConfigError(f"in_channels/out_channels: every channel is predicted, got {self.in_channels}/"
                                     f"{self.out_channels}")
-        if self.pde_type is not None and not 0 <= self.pde_type <= self.num_classes:
-            raise opzoo.ConfigError(f"pde_type {self.pde_type}: a label in [0, {self.num_classes}]")
+        self.check_label("pde_type", self.pde_type)
         if self.channel_types is not None:
             if len(self.channel_types) != self.in_channels:
                 raise opzoo.ConfigError(f"channel_types: one field type per channel ({self.in_channels}), got "
                                         f"{self.channel_types}")
-            if not all(0 <= k <= self.num_classes for k in self.channel_types):
-                raise opzoo.ConfigError(f"channel_types: labels in [0, {self.num_classes}], got {self.channel_types}")
-        if self.normalization == "zscore":
-            for key in ("mean", "std"):
-                if len(getattr(self, key)) != self.in_channels:
-                    raise opzoo.ConfigError(f"{key}: normalization='zscore' needs one value per channel "
-                                            f"({self.in_channels}), got {getattr(self, key)}")
-            if min(self.std) <= 0:
-                raise opzoo.ConfigError(f"std: every value must be positive, got {self.std}")
+            for k in self.channel_types:
+                self.check_label("channel_types", k)
 
 
-class PdetSeparateChannels(opzoo.Backbone):
+class PdetSeparateChannels(PdetBackbone):
     """``[B, H, W, 1, C] -> [B, H, W, 1, C]`` around :class:`SeparateChannelNet`, for any ``C``."""
 
     config_class = PdetSeparateConfig
-    pretrained_cfg_class = PdetPretrainedCfg
-    supports_grad_checkpointing = True
 
-    def __init__(self, config: PdetSeparateConfig):
-        super().__init__(config)
-        config.check()
-        c = config
-        self.net = SeparateChannelNet(c.num_timesteps, c.hidden_size, c.depth, c.num_heads, c.window_size,
-                                      c.patch_size, c.mlp_ratio, c.num_classes, c.class_dropout_prob, c.periodic)
-        zscore = c.normalization == "zscore"  # config, not weights
-        self.register_buffer("mean", torch.tensor(c.mean if zscore else 0.0), persistent=False)
-        self.register_buffer("std", torch.tensor(c.std if zscore else 1.0), persistent=False)
+    def build_net(self, c: PdetSeparateConfig) -> SeparateChannelNet:
+        return SeparateChannelNet(c.num_timesteps, c.hidden_size, c.depth, c.num_heads, c.window_size, c.patch_size,
+                                  c.mlp_ratio, c.num_classes, c.class_dropout_prob, c.periodic)
 
     @classmethod
     def io_layout(cls, old: PdetSeparateConfig, new: PdetSeparateConfig) -> dict | None:
         """No tensor depends on the number of channels: any count loads the same weights (new channels' field
         types are the "no label" class unless ``channel_types`` says)."""
         return {} if (old.in_timesteps, old.out_timesteps) == (new.in_timesteps, new.out_timesteps) else None
-
-    def group_matcher(self) -> dict:
-        n = self.net.levels
-        order = [f"encoder_level_{i}|down{i}_{i + 1}" for i in range(n)] + ["latent"]
-        order += [f"up{i + 1}_{i}|reduce_chan_level{i}|decoder_level_{i}" for i in range(n - 1, -1, -1)]
-        return {"stem": r"^net\.(?:x_embedder|[a-z_]+_embedder_\d+)\.",
-                "blocks": [(rf"^net\.(?:{names})\.", i) for i, names in enumerate(order)]}
 
     @property
     def size_multiple(self) -> int:
@@ -116,14 +76,12 @@ class PdetSeparateChannels(opzoo.Backbone):
         """``[B, H, W, 1, C]`` physical -> the network's ``[B, C, 2, H, W]``: the standardized frame, then zeros."""
         c = self.config
         name = self.preset_name or "pdet-sc"
-        if x.ndim != 5 or tuple(x.shape[-2:]) != (1, c.in_channels):
-            raise ValueError(f"{name} expects [B, X, Y, T_in=1, C={c.in_channels}], got {list(x.shape)}")
+        frame = self.standardized(x).permute(0, 3, 1, 2)  # [B, C, H, W]
         h, w = x.shape[1:3]
         if h % self.size_multiple or w % self.size_multiple:
             raise ValueError(f"{name}: the grid {h}x{w} must be a multiple of {self.size_multiple} on both axes "
                              f"(patch {c.patch_size}, {self.net.levels} down-samplings"
                              + ("" if c.periodic else f", whole {c.window_size}x{c.window_size} windows") + ")")
-        frame = ((x[..., 0, :] - self.mean) / self.std).permute(0, 3, 1, 2)  # [B, C, H, W]
         return torch.stack([frame, torch.zeros_like(frame)], dim=2)
 
     def _embeddings(self, batch: int, device) -> list[Tensor]:

@@ -23,15 +23,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import mixed_net
 from .mixed_net import (
     LOGIT_SCALE_MAX,
     FinalLayer,
     LabelEmbedding,
     Mlp,
     Modulation,
-    RelativePositionBias,
     Resample,
     TimestepEmbedding,
+    stage_names,
+    u_shape_features,
 )
 
 
@@ -61,28 +63,14 @@ class PdeParameterEmbedding(nn.Module):
         self.mlp_timestep = nn.Sequential(nn.Linear(frequencies, dim), nn.SiLU(), nn.Linear(dim, dim))
 
 
-class WindowAttention(nn.Module):
-    """Cosine window attention per channel, ``[B', C, N, D] -> [B', C, N, D]``, no output projection."""
-
-    def __init__(self, dim: int, heads: int, window: int):
-        super().__init__()
-        self.heads = heads
-        self.qkv = nn.Linear(dim, 3 * dim, bias=False)
-        self.logit_scale = nn.Parameter(torch.log(10 * torch.ones(heads, 1, 1)))
-        self.pos_emb_funct = RelativePositionBias(window, heads)
+class WindowAttention(mixed_net.WindowAttention):
+    """The mixed-channel window attention per channel, ``[B', C, N, D] -> [B', C, N, D]``. Its mask is added to rows
+    ``(window, channel)`` viewed as ``(row // n_windows, row % n_windows)``, as upstream does: with several channels
+    that is not each row's own window, and it is kept."""
 
     def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
         b, c, n, d = x.shape
-        q, k, v = self.qkv(x.reshape(b * c, n, d)).view(b * c, n, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        attn = F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)
-        attn = attn * torch.clamp(self.logit_scale, max=LOGIT_SCALE_MAX).exp() + self.pos_emb_funct()
-        if mask is not None:
-            # upstream views the (window, channel) rows as (row // n_windows, row % n_windows) and adds the mask of
-            # window row % n_windows, twice; with several channels that is not each row's own window, and it is kept
-            m = mask[None, :, None]
-            attn = attn.view(b * c // mask.shape[0], mask.shape[0], self.heads, n, n) + m
-            attn = (attn + m).view(b * c, self.heads, n, n)
-        return (attn.softmax(dim=-1) @ v).transpose(1, 2).reshape(b, c, n, d)
+        return super().forward(x.reshape(b * c, n, d), mask).view(b, c, n, d)
 
 
 class ChannelAttention(nn.Module):
@@ -125,41 +113,23 @@ class Block(nn.Module):
         return x + (1 + g3) * self.mlp(self.norm3(x) * (1 + s3) + b3)
 
 
-class Stage(nn.Module):
-    """``depth`` blocks, ``[B, C, D, H, W] -> [B, C, D, H, W]``, every second one on windows shifted by half."""
+class Stage(mixed_net.Stage):
+    """The mixed-channel stage on ``[B, C, D, H, W]``: windows per channel (``[B * n_windows, C, N, D]``), and
+    pdetransformer's separate stage masks every non-periodic grid, however small."""
 
-    def __init__(self, dim: int, depth: int, heads: int, window: int, mlp_ratio: float, periodic: bool):
-        super().__init__()
-        self.window = window
-        self.periodic = periodic
-        self.blocks = nn.ModuleList(Block(dim, heads, window, mlp_ratio) for _ in range(depth))
+    block_class = Block
+    mask_small_grids = True
 
-    def shift_mask(self, h: int, w: int, device) -> Tensor | None:
-        size, shift = self.window, self.window // 2
-        if self.periodic:
-            return None
-        region = torch.zeros(h, w, device=device)
-        cuts = (slice(0, -size), slice(-size, -shift), slice(-shift, None))
-        for i, rows in enumerate(cuts):
-            for j, cols in enumerate(cuts):
-                region[rows, cols] = 3 * i + j
-        ids = windows(region[None, None, :, :, None], size)[:, 0, :, 0]  # [n_windows, N]
-        return (ids[:, None, :] != ids[:, :, None]).float() * -100.0
+    @staticmethod
+    def windows(x: Tensor, size: int) -> Tensor:
+        return windows(x, size)
 
-    def forward(self, x: Tensor, e: Tensor) -> Tensor:
-        b, c, d, h, w = x.shape
-        size = self.window
-        mask = self.shift_mask(h, w, x.device)
-        pad_h, pad_w = (-h) % size, (-w) % size
-        x = x.permute(0, 1, 3, 4, 2)
-        for n, block in enumerate(self.blocks):
-            shift = size // 2 if n % 2 else 0
-            y = torch.roll(x, (-shift, -shift), dims=(2, 3)) if shift else x
-            y = F.pad(y, (0, 0, 0, pad_w, 0, pad_h))
-            y = unwindows(block(windows(y, size), e, mask if shift else None), size, h + pad_h, w + pad_w)
-            y = y[:, :, :h, :w]
-            x = torch.roll(y, (shift, shift), dims=(2, 3)) if shift else y
-        return x.permute(0, 1, 4, 2, 3)
+    @staticmethod
+    def unwindows(x: Tensor, size: int, h: int, w: int) -> Tensor:
+        return unwindows(x, size, h, w)
+
+    def region_ids(self, region: Tensor) -> Tensor:
+        return self.windows(region[None, None, :, :, None], self.window)[:, 0, :, 0]
 
 
 class SeparateChannelNet(nn.Module):
@@ -220,40 +190,18 @@ class SeparateChannelNet(nn.Module):
 
     @property
     def stage_names(self) -> list[str]:
-        """The stages in the order the data meets them: encoder levels, the latent, decoder levels L-1 .. 0."""
-        return ([f"encoder_level_{i}" for i in range(self.levels)] + ["latent"]
-                + [f"decoder_level_{i}" for i in range(self.levels - 1, -1, -1)])
+        return stage_names(self.levels)
 
     def features(self, x: Tensor, e: list[Tensor], keep: Sequence[int] = (), run=None) -> tuple[Tensor, list[Tensor]]:
         """``[B, C, T, H, W] -> ([B, C, D_1, H/p, W/p]`` after the last decoder stage, the outputs of the stages
         ``keep`` (indices into :attr:`stage_names`)); ``run(stage, x, e)`` calls each stage (e.g. checkpointed)."""
         b, c = x.shape[:2]
-        run = run or (lambda stage, *args: stage(*args))
-        kept, skips, n = [], [], 0
 
         def per_channel(module: nn.Module, y: Tensor) -> Tensor:  # [B, C, D, H, W] through a 2D layer
             y = module(y.reshape(b * c, *y.shape[2:]))
             return y.view(b, c, *y.shape[1:])
 
-        def stage(name: str, h: Tensor, emb: Tensor) -> Tensor:
-            nonlocal n
-            h = run(getattr(self, name), h, emb)
-            if n in keep:
-                kept.append(h)
-            n += 1
-            return h
-
-        x = per_channel(self.x_embedder.proj, x)
-        for i in range(self.levels):
-            x = stage(f"encoder_level_{i}", x, e[i])
-            skips.append(x)
-            x = per_channel(getattr(self, f"down{i}_{i + 1}"), x)
-        x = stage("latent", x, e[self.levels])
-        for i in range(self.levels - 1, 0, -1):
-            x = torch.cat([per_channel(getattr(self, f"up{i + 1}_{i}"), x), skips[i]], dim=2)
-            x = stage(f"decoder_level_{i}", per_channel(getattr(self, f"reduce_chan_level{i}"), x), e[i])
-        x = torch.cat([per_channel(self.up1_0, x), skips[0]], dim=2)
-        return stage("decoder_level_0", per_channel(self.reduce_chan_level0, x), e[1]), kept
+        return u_shape_features(self, x, e, keep, run, per_channel, cat_dim=2)
 
     def head(self, h: Tensor, e1: Tensor) -> Tensor:
         """``[B, C, D_1, H/p, W/p] -> [B, C, T, H, W]``: Conv3x3, the final layer conditioned on ``e_1``, unpatchify."""
