@@ -13,7 +13,7 @@ import os
 import types
 import typing
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 from ._version import __version__
 from .errors import ConfigError
@@ -39,6 +39,8 @@ class ModelConfig:
     out_channels: int = 4
     in_timesteps: int = 10
     out_timesteps: int = 1
+    # fields holding one entry per input channel (labels): reset to None when a model is adapted to another count
+    per_channel_fields: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def from_dict(cls, args: Mapping[str, Any], source: str = "model_args") -> "ModelConfig":

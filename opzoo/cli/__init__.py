@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -14,14 +15,15 @@ from .common import Parser, parse_overrides, run_parser
 
 
 def _index():
-    """The preset index (:mod:`opzoo.model_io.preset_index`): read, or made once by importing the plugins. None in
-    a process whose plugin host is already up (a notebook, a test): its live registry is the answer."""
-    plugins = sys.modules.get(f"{__package__}.plugins")
-    if plugins is not None and getattr(plugins, "_host", None) is not None:
-        return None
-    from ..model_io.preset_index import build_index, read_index
+    """The preset index (:mod:`opzoo.model_io.preset_index`): read, or made once by importing the plugins. None when
+    it is off (``OPZOO_NO_INDEX``), and in a process whose plugin host is already running (a notebook, a test): its
+    live registry is the answer, and it may hold presets registered at run time, which must never reach the disk."""
+    from ..host.registry import live_registry
+    from ..model_io.preset_index import ENV_OFF, build_index, read_index
 
-    return read_index() or build_index(preset_document)
+    if live_registry() is not None or os.environ.get(ENV_OFF):
+        return None
+    return read_index() or build_index(preset_document, announce=lambda line: print(line, file=sys.stderr))
 
 
 def cmd_list(args) -> int:
@@ -30,7 +32,7 @@ def cmd_list(args) -> int:
         from ..model_io.preset_index import list_from_index
 
         names = list_from_index(index, args.pattern, args.pretrained, args.aliases)
-    else:  # a plugin failed to load: the registry as it is (its warning was printed)
+    else:  # the live registry, the index off, or a plugin failed to load (its warning was printed)
         from ..model_io.builder import list_models
 
         names = list_models(args.pattern, pretrained=args.pretrained, include_aliases=args.aliases)
@@ -332,8 +334,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run_parser(build_parser(plugin_commands=not core), args)
     except BrokenPipeError:  # e.g. `opzoo list | head`: the reader left, which is not an error
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 

@@ -255,24 +255,49 @@ class Backbone(nn.Module, metaclass=abc.ABCMeta):
         weights when its shape did not change. None (the default): the backbone cannot be adapted."""
         return None
 
+    # ---- data of another shape: the grid a file runs at, the channels it lacks ----
+    channel_pad_value: float = 1.0  # what fills a channel the data lacks (DPOT's ones); it is left out of the loss
+    takes_any_channel_count: bool = False  # True: a file's own channel count is used, never padded
+
+    def grid_for(self, data_grid: Sequence[int]) -> tuple[tuple[int, ...] | None, str]:
+        """``(grid, why)``: the grid this model runs data of ``data_grid`` at when the user names none. ``None``
+        (the default): its pretrained grid (``pretrained_cfg["resolution"]``), since its weights are tied to one
+        (a positional embedding). A backbone that runs at any grid returns the data's own, or the nearest one it
+        can take, and says why."""
+        return None, ""
+
     @property
     def in_timesteps(self) -> int:
         return self.config.in_timesteps
 
-    def rollout(self, x: Tensor, steps: int) -> Tensor:
+    def mask_padded_channels(self, out: Tensor, channel_mask: Tensor) -> Tensor:
+        """A prediction ``out [B, *S, T_out, C]`` given data whose channels ``~channel_mask`` are padding: the
+        default keeps it as predicted; a backbone whose training zeroed padded outputs does so here."""
+        return out
+
+    def feedback(self, out: Tensor, **inputs: Any) -> Tensor:
+        """What of a prediction ``[B, *S, T_out, C]`` a rollout feeds back as the next input (default: all of it);
+        ``inputs`` are the rollout's keyword inputs (e.g. per-sample labels)."""
+        return out
+
+    def rollout(self, x: Tensor, steps: int, channel_mask: Tensor | None = None, **inputs: Any) -> Tensor:
         """Autoregressive prediction: ``x [B, *S, T_in, C] -> [B, *S, steps, C_out]``.
 
         Each forward's ``T_out`` frames are appended to the window, which slides forward.
-        Requires ``C_out == C_in``.
+        Requires ``C_out == C_in``. ``channel_mask [C]`` (bool, False for channels the data lacks and were padded)
+        lets a backbone treat padding as it was trained to (:meth:`mask_padded_channels`); ``inputs`` are passed to
+        every forward (a backbone's keyword inputs, e.g. per-sample labels).
         """
         if steps < 1:
             raise ValueError(f"rollout needs steps >= 1, got {steps}")
         window, preds, made = x, [], 0
         while made < steps:
-            out = self(window)
+            out = self(window, **inputs)
+            if channel_mask is not None and not bool(channel_mask.all()):
+                out = self.mask_padded_channels(out, channel_mask)
             preds.append(out)
             made += out.shape[-2]
-            window = torch.cat([window, out], dim=-2)[..., -x.shape[-2]:, :]
+            window = torch.cat([window, self.feedback(out, **inputs)], dim=-2)[..., -x.shape[-2]:, :]
         return torch.cat(preds, dim=-2)[..., :steps, :]
 
     def aux_loss(self) -> Tensor:

@@ -79,6 +79,15 @@ class TrajectoryDataset(Dataset):
     def channels(self) -> int:
         return self.shape[-1]
 
+    @property
+    def periodic(self) -> bool | None:
+        """Whether the file states periodic boundaries (None: it does not say); ``boundary`` is its own words."""
+        return self.source.info.periodic
+
+    @property
+    def boundary(self) -> str | None:
+        return self.source.info.boundary
+
     def __len__(self) -> int:
         return len(self.indices)
 

@@ -65,10 +65,11 @@ class FrameShape:
     channels: int
     in_timesteps: int
     out_timesteps: int = 1
+    pad_value: float = 1.0  # what fills the channels the data lacks (the model's ``channel_pad_value``)
 
     def frames(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``[*S, T, C]`` -> (``[*resolution, T, channels]``, mask ``[channels]`` bool)."""
         x = resize(x, self.resolution)
         if x.shape[-1] > self.channels:
             raise DataFormatError(f"data has {x.shape[-1]} channels but the model takes {self.channels}")
-        return pad_channels(x, self.channels)
+        return pad_channels(x, self.channels, self.pad_value)

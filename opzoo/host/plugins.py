@@ -23,7 +23,7 @@ import pluggy
 from ..contracts import hookspecs
 from ..errors import RegistryConflictError
 from . import builtins
-from .registry import Registry
+from .registry import Registry, set_live_registry
 
 ENTRY_POINT_GROUP = "opzoo"
 ENV_PLUGINS = "OPZOO_PLUGINS"
@@ -182,6 +182,7 @@ def get_plugin_host() -> PluginHost:
     with _lock:
         if _host is None:
             _host = PluginHost(allowed=allowed_from_env())
+            set_live_registry(_host.registry)
         return _host
 
 
@@ -190,6 +191,7 @@ def reset_plugins() -> None:
     global _host
     with _lock:
         _host = None
+        set_live_registry(None)
 
 
 __all__ = ["PluginHost", "PluginInfo", "PluginLoadWarning", "get_plugin_host", "reset_plugins",

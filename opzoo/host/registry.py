@@ -290,6 +290,21 @@ def set_registry_source(source: Callable[[], Registry]) -> None:
     _source = source
 
 
+_live: Registry | None = None
+
+
+def set_live_registry(registry: Registry | None) -> None:
+    """Record the registry of the process's running plugin host (None when it is reset): the plugin host calls it."""
+    global _live
+    _live = registry
+
+
+def live_registry() -> Registry | None:
+    """The process-wide registry if its plugin host is already running (a notebook, a test, a command that loaded
+    the plugins), else None; nothing is loaded by asking."""
+    return _live
+
+
 def get_registry() -> Registry:
     """The process-wide registry, with the core's and every loaded plugin's registrations."""
     if _source is None:

@@ -39,6 +39,7 @@ from ..host.registry import get_registry
 logger = logging.getLogger("opzoo")
 
 SHAPE_FIELDS = ("in_channels", "out_channels", "in_timesteps", "img_size")
+BOUNDARY_FIELDS = ("periodic",)  # config fields that change no tensor: the model is rebuilt, every tensor copied
 
 
 def _remap(old: Tensor, fresh: Tensor, maps: Sequence[DimMap], name: str) -> Tensor:
@@ -72,18 +73,30 @@ def adapt_model(model: nn.Module, *, seed: int = 0, **changes: Any) -> nn.Module
     Returns ``model`` itself when nothing changes. The weights are copied by the rule above; every
     tensor is checked before the new model is returned, so a failure leaves ``model`` untouched.
     """
-    unknown = sorted(set(changes) - set(SHAPE_FIELDS))
-    if unknown:
-        raise ConfigError(f"adapt_model: can change only {', '.join(SHAPE_FIELDS)}, not {', '.join(unknown)}")
     old_cfg = model.config
-    changes = {k: (tuple(v) if k == "img_size" else int(v)) for k, v in changes.items()
+    labels = tuple(getattr(old_cfg, "per_channel_fields", ()))
+    unknown = sorted(set(changes) - set(SHAPE_FIELDS) - set(BOUNDARY_FIELDS) - set(labels))
+    if unknown:
+        raise ConfigError(f"adapt_model: can change only {', '.join(SHAPE_FIELDS + BOUNDARY_FIELDS + labels)}, not "
+                          f"{', '.join(unknown)}")
+    missing = [k for k in changes if k in BOUNDARY_FIELDS and not hasattr(old_cfg, k)]
+    if missing:
+        raise ConfigError(f"adapt_model: {type(model).__name__}'s config has no {', '.join(missing)}")
+    given_labels = {k: changes.pop(k) for k in labels if k in changes}
+    changes = {k: (tuple(v) if k == "img_size" else bool(v) if k in BOUNDARY_FIELDS else int(v))
+               for k, v in changes.items()
                if v is not None and (tuple(v) if k == "img_size" else v) != _as_cmp(getattr(old_cfg, k))}
-    if not changes:
+    relabelled = {}
+    if changes.get("in_channels", old_cfg.in_channels) != old_cfg.in_channels:  # labels of the old channels go
+        relabelled = {k: None for k in labels if getattr(old_cfg, k) is not None}
+    relabelled |= {k: v for k, v in given_labels.items() if v != getattr(old_cfg, k)}
+    if not changes and not relabelled:
         return model
     cls = type(model)
     backbone = get_registry().backbone_name(cls)
-    new_cfg = old_cfg.replace(source=f"adapting {backbone} for fine-tuning", **changes)
-    layout = cls.io_layout(old_cfg, new_cfg)
+    new_cfg = old_cfg.replace(source=f"adapting {backbone} for fine-tuning", **changes, **relabelled)
+    shaped = {k: v for k, v in changes.items() if k in SHAPE_FIELDS}
+    layout = cls.io_layout(old_cfg, new_cfg) if shaped else {}
     if layout is None:
         raise ConfigError(
             f"cannot adapt backbone {backbone!r} to {changes}: {cls.__name__} has no io_layout (opzoo.Backbone.io_layout "
@@ -117,8 +130,10 @@ def adapt_model(model: nn.Module, *, seed: int = 0, **changes: Any) -> nn.Module
     new.preset_name = getattr(model, "preset_name", None)
     new.pretrained_cfg = _adapted_pretrained_cfg(getattr(model, "pretrained_cfg", {}), changes, _shape_text(old_cfg))
     new.adaptation = reshaped
-    logger.info("adapted %s from %s to %s: %d tensors copied unchanged; %s", backbone, _shape_text(old_cfg),
-                _shape_text(new_cfg), len(state) - len(reshaped), "; ".join(reshaped) or "no tensor changed shape")
+    logger.info("adapted %s from %s to %s: %d tensors copied unchanged; %s%s", backbone, _shape_text(old_cfg),
+                _shape_text(new_cfg), len(state) - len(reshaped), "; ".join(reshaped) or "no tensor changed shape",
+                "".join(f"; {k}: {getattr(old_cfg, k)} -> {getattr(new_cfg, k)}"
+                        for k in (*BOUNDARY_FIELDS, *relabelled) if getattr(old_cfg, k, None) != getattr(new_cfg, k, None)))
     return new.train(model.training)
 
 

@@ -14,7 +14,7 @@ import inspect
 import os
 import tempfile
 from importlib.resources import as_file
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from ..config import config_document, read_config
@@ -117,17 +117,24 @@ def build_preset(preset: Preset, overrides: Mapping[str, Any] | None = None) -> 
 
 # ---- weights of presets and foreign checkpoints ----------------------------------------------------
 @contextlib.contextmanager
-def pretrained_file(source: PretrainedSource, filename: str | None = None, local_files_only: bool = False
-                    ) -> Iterator[Path]:
+def pretrained_file(source: PretrainedSource, filename: str | None = None, local_files_only: bool = False,
+                    preset: str | None = None) -> Iterator[Path]:
     """A local path to file ``filename`` (default ``source.filename`` or model.safetensors) of ``source``.
 
     A Hub source is fetched with :func:`opzoo.model_io.hub.hub_download` (cache, offline mode and errors as usual;
-    ``local_files_only``: from the cache alone); a directory source (a local path or a package resource,
+    ``local_files_only``: from the cache alone; the error names every file the source reads, and for ``preset``'s
+    foreign files how to load a local copy of them); a directory source (a local path or a package resource,
     possibly inside a zip) is used in place.
     """
     filename = filename or source.filename or WEIGHTS_NAME
     if source.repo_id is not None:
-        yield hub_download(source.repo_id, filename, source.revision,
+        names = [source.filename or WEIGHTS_NAME, *source.extra_files]
+        local_copy = None
+        if source.converter is not None:  # foreign files: not an opzoo repo, so not local-dir:
+            local_copy = (f"load a local copy of {' and '.join(names)} (that layout, under a directory PATH) with "
+                          f"opzoo.load('{preset or 'PRESET'}', pretrained=True, pretrained_cfg_overlay="
+                          f"{{'directory': 'PATH'}})")
+        yield hub_download(source.repo_id, filename, source.revision, companions=names, local_copy=local_copy,
                            **({"local_files_only": True} if local_files_only else {}))
         return
     resource = source.directory.joinpath(filename)
@@ -139,11 +146,12 @@ def pretrained_file(source: PretrainedSource, filename: str | None = None, local
 
 
 @contextlib.contextmanager
-def pretrained_files(source: PretrainedSource, local_files_only: bool = False) -> Iterator[dict[str, Path]]:
+def pretrained_files(source: PretrainedSource, local_files_only: bool = False, preset: str | None = None
+                     ) -> Iterator[dict[str, Path]]:
     """Local paths of the weights file (first) and of ``source.extra_files``, by name."""
     names = [source.filename or WEIGHTS_NAME, *source.extra_files]
     with contextlib.ExitStack() as stack:
-        yield {name: stack.enter_context(pretrained_file(source, name, local_files_only)) for name in names}
+        yield {name: stack.enter_context(pretrained_file(source, name, local_files_only, preset)) for name in names}
 
 
 def convert_file(converter: str, path: str | os.PathLike, **options: Any) -> ConvertedCheckpoint:
@@ -173,7 +181,7 @@ def fetch_pretrained(preset: Preset, model_config: Any, local_files_only: bool =
             f"preset {preset.name!r} has no published weights; use pretrained=False to train it from "
             f"scratch, or opzoo.from_pretrained(REPO_OR_DIR) for weights you have"
         )
-    with pretrained_files(src, local_files_only) as files:
+    with pretrained_files(src, local_files_only, preset.name) as files:
         path = next(iter(files.values()))
         if src.converter is None:
             state_dict, where = read_state_dict(path), str(path)
@@ -227,20 +235,29 @@ def load_checkpoint_file(model: "nn.Module", preset: Preset, path: Path) -> None
     preset's published format through its converter and its load checks. Strict; nothing loads otherwise."""
     if not path.is_file():
         raise HubError(f"checkpoint_path: {path} is not a file")
-    if path.suffix == ".safetensors":
-        load_state_dict_strict(model, read_state_dict(path), str(path))
-        return
     src = preset.pretrained
+    if path.suffix == ".safetensors":
+        state_dict = read_state_dict(path)
+        # opzoo's names (save_pretrained) load as they are; a published safetensors file in the preset's own format
+        # (other names) goes through its converter
+        if src is None or src.converter is None or set(state_dict) & set(model.state_dict()):
+            load_state_dict_strict(model, state_dict, str(path))
+            return
     if src is None or src.converter is None:
         raise ConfigError(f"checkpoint_path: {path} is not a .safetensors file, and preset {preset.name!r} has no "
                           f"converter for another format; save the weights with opzoo (save_pretrained) first")
-    if src.extra_files:
-        raise ConfigError(f"checkpoint_path: {preset.name}'s weights are read with {', '.join(src.extra_files)} beside "
-                          f"them; pass pretrained_cfg_overlay={{'directory': DIR}} for a directory holding "
-                          f"{src.filename or WEIGHTS_NAME} and those files")
+    files = {src.filename or path.name: path}
+    for extra in src.extra_files:  # read beside the weights, as in the published layout
+        beside = path.parent / PurePosixPath(extra).name
+        if not beside.is_file():
+            raise ConfigError(f"checkpoint_path: {preset.name}'s weights are read with {PurePosixPath(extra).name} "
+                              f"beside them ({beside} is missing); put it there, or pass pretrained_cfg_overlay="
+                              f"{{'directory': DIR}} for a directory holding {src.filename or WEIGHTS_NAME} and "
+                              f"{', '.join(src.extra_files)}")
+        files[extra] = beside
     where = f"{path} (converted by {src.converter!r})"
     state_dict = convert_file(src.converter, path, **src.converter_options).state_dict
-    artifacts = PretrainedArtifacts(preset.name, {path.name: path}, state_dict, model.config, None)
+    artifacts = PretrainedArtifacts(preset.name, files, state_dict, model.config, None)
     refuse_failed(preset.name, run_checks(src.checks, artifacts))
     load_state_dict_strict(model, state_dict, where)
 
@@ -396,6 +413,9 @@ def load(name: str | os.PathLike, pretrained: bool = False, **overrides: Any) ->
     if not pretrained:
         return build_preset(preset, overrides)
     shape = {k: overrides.pop(k) for k in SHAPE_FIELDS if k in overrides}
+    if "in_channels" in shape:  # labels per channel name the adapted channels: applied with them
+        labels = getattr(get_registry().get("backbone", preset.backbone).config_class, "per_channel_fields", ())
+        shape |= {k: overrides.pop(k) for k in labels if k in overrides}
     model = build_preset(preset, overrides)
     try:
         load_preset_weights(model, preset)

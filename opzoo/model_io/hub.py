@@ -16,7 +16,7 @@ import shutil
 import socket
 import time
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 from huggingface_hub import HfApi, constants, hf_hub_download
@@ -386,13 +386,18 @@ def _fetch_command(repo_id: str, filename: str, revision: str | None) -> str:
     return f"hf download {repo_id} {filename}{' --revision ' + revision if revision else ''}"
 
 
-def hub_download(repo_id: str, filename: str, revision: str | None = None, **kwargs: Any) -> Path:
+def hub_download(repo_id: str, filename: str, revision: str | None = None, *, companions: Sequence[str] = (),
+                 local_copy: str | None = None, **kwargs: Any) -> Path:
     """``hf_hub_download`` with one-line errors that name the file and the command that fetches it; when
-    the file is not cached and the Hub cannot be reached, it fails within :func:`hub_wait` seconds."""
+    the file is not cached and the Hub cannot be reached, it fails within :func:`hub_wait` seconds.
+    ``companions``: other files of the repo read with it (the command fetches them too); ``local_copy``: how to
+    load a local copy instead (default: loading a local opzoo repo by its directory)."""
     where = f"{repo_id}{'@' + revision if revision else ''}"
     missing = (f"{filename} of {where} is not in the Hugging Face cache ({constants.HF_HUB_CACHE})")
-    fetch = (f"fetch it on a machine with network with `{_fetch_command(repo_id, filename, revision)}` "
-             f"(into the same cache), or load a local copy of the repo with opzoo.load('{LOCAL_DIR_PREFIX}PATH')")
+    files = " ".join(dict.fromkeys([filename, *companions]))
+    local_copy = local_copy or f"load a local copy of the repo with opzoo.load('{LOCAL_DIR_PREFIX}PATH')"
+    fetch = (f"fetch {'them' if companions else 'it'} on a machine with network with "
+             f"`{_fetch_command(repo_id, files, revision)}` (into the same cache), or {local_copy}")
     offline = constants.is_offline_mode()
     if not offline and not kwargs.get("local_files_only"):
         from huggingface_hub import try_to_load_from_cache
@@ -456,8 +461,24 @@ def check_repo_dir(path: Path) -> None:
         if not (path / name).is_file() and not (wait_for_save(path) and (path / name).is_file()):
             inner = path / "model"
             hint = (f"; it looks like a training run directory: its model is {inner}"
-                    if (inner / CONFIG_NAME).is_file() else "")
+                    if (inner / CONFIG_NAME).is_file() else _foreign_hint(path))
             raise HubError(f"{path} is not an opzoo repo: it has no {name}{hint}")
+
+
+def _foreign_hint(path: Path) -> str:
+    """What to do with a directory of another project's checkpoint files (itself, or in its subfolders)."""
+    suffixes = (".safetensors", ".pth", ".pt", ".bin", ".ckpt")
+    try:
+        found = sorted(p.relative_to(path).as_posix() for p in [*path.glob("*"), *path.glob("*/*")]
+                       if p.is_file() and p.name.endswith(suffixes))[:4]
+    except OSError:
+        return ""
+    if not found:
+        return ""
+    return (f"; it holds another project's checkpoint files ({', '.join(found)}): convert them with `opzoo convert "
+            f"CONVERTER {path}/... OUT` (`opzoo convert --help`), or load them through their preset with "
+            f"opzoo.load(PRESET, pretrained=True, pretrained_cfg_overlay={{'directory': '{path}'}}) (the directory "
+            f"laid out as the preset's Hub repo: `opzoo info PRESET` names its files)")
 
 
 def upload_folder(folder: str | os.PathLike, repo_id: str, *, token: str | None = None, private: bool | None = None,

@@ -54,8 +54,9 @@ def verify_preset(name: str, local_files_only: bool = False) -> list[VerifyRow]:
     without asking the Hub); a file that cannot be had is one 'not run' row."""
     import torch
 
+    from ..host.provenance import snapshot_revision
     from ..host.registry import get_registry
-    from .builder import build_preset, fetch_pretrained
+    from .builder import build_preset, fetch_pretrained, pretrained_files
     from .hub import check_state_dict
 
     preset = get_registry().preset(name)
@@ -63,6 +64,12 @@ def verify_preset(name: str, local_files_only: bool = False) -> list[VerifyRow]:
     repo = src.location
     with torch.device("meta"):
         model = build_preset(preset)
+    try:  # the files first: only a file that cannot be had makes a 'not run' row
+        with pretrained_files(src, local_files_only, name) as files:
+            revision = snapshot_revision(next(iter(files.values()))) or (src.revision or "-")
+    except HubError as e:
+        return [VerifyRow(name, repo, src.revision or "-", "fetch the published files", "not run",
+                          " ".join(str(e).split()))]
     try:
         with fetch_pretrained(preset, model.config, local_files_only) as (artifacts, where):
             revision = artifacts.revision or (src.revision or "-")
@@ -73,8 +80,9 @@ def verify_preset(name: str, local_files_only: bool = False) -> list[VerifyRow]:
             except WeightsError as e:
                 fits = CheckResult("weights fit the preset", False, " ".join(str(e).split()))
             results = [fits, *run_checks(src.checks, artifacts)]
-    except (HubError, OpzooError) as e:
-        return [VerifyRow(name, repo, src.revision or "-", "fetch and convert", "not run", " ".join(str(e).split()))]
+    except (OpzooError, OSError, ValueError, KeyError) as e:  # the files are there: why they do not convert is the result
+        why = str(e) if isinstance(e, OpzooError) else f"{type(e).__name__}: {e}"
+        return [VerifyRow(name, repo, revision, "the published files convert", "FAILED", " ".join(why.split()))]
     return [VerifyRow(name, repo, revision, r.check, "passed" if r.passed else "FAILED", r.message) for r in results]
 
 

@@ -13,7 +13,7 @@ from torch import nn
 from ..data import FrameShape, MixtureDataset, TrajectoryDataset, WindowDataset, split_trajectories
 from ..data.errors import DataFormatError
 from ..errors import ConfigError
-from ..model_io.adapt import SHAPE_FIELDS
+from ..model_io.adapt import BOUNDARY_FIELDS, SHAPE_FIELDS
 from ..model_io.builder import create_model, load
 from .config import DatasetSpec, RunConfig
 from .shape_check import check_frames, check_resolution
@@ -26,7 +26,7 @@ def build_run_model(section) -> nn.Module:
     name = section.name
     if parse_model_reference(name).kind != "backbone":
         # with adapt, the shape fields are targets of opzoo.model_io.adapt, not load overrides
-        args = {k: v for k, v in section.args.items() if not (section.adapt and k in SHAPE_FIELDS)}
+        args = {k: v for k, v in section.args.items() if not (section.adapt and k in SHAPE_FIELDS + BOUNDARY_FIELDS)}
         return load(name, pretrained=section.pretrained, **args, **_oversize(section))
     if section.pretrained:
         raise ConfigError(f"model.pretrained: {name!r} is a bare backbone with no weights; name a preset or a repo")
@@ -48,6 +48,47 @@ def model_resolution(model: nn.Module) -> tuple[int, ...] | None:
         elif isinstance(img, (list, tuple)):
             res = list(img)
     return tuple(int(r) for r in res) if res else None
+
+
+@dataclass
+class GridChoice:
+    """The grid a model runs data at, and why (said to the user before any data is resampled)."""
+
+    resolution: tuple[int, ...]
+    why: str
+    resampled: bool  # some file is not at ``resolution``: it is interpolated
+
+    def line(self, sources: list[TrajectoryDataset]) -> str:
+        grids = sorted({tuple(s.spatial) for s in sources})
+        text = "x".join(map(str, self.resolution))
+        if not self.resampled:
+            return f"grid: {text}, the data's own ({self.why})"
+        files = ", ".join("x".join(map(str, g)) for g in grids)
+        return f"grid: {text} ({self.why}); the data ({files}) is resampled to it (bilinear)"
+
+
+def choose_grid(model: nn.Module, sources: list[TrajectoryDataset], resolution=None, flag: str = "--resolution") \
+        -> GridChoice:
+    """The one rule for the grid data is brought to: ``resolution`` when the user names one (``flag``); else what
+    the backbone asks for given the first file's grid (:meth:`opzoo.Backbone.grid_for`: a model without a
+    resolution-bound embedding keeps the data's own); else the model's pretrained grid; else the first file's."""
+    first = tuple(sources[0].spatial)
+    if resolution:
+        grid, why = tuple(int(r) for r in resolution), f"{flag}"
+    else:
+        grid, why = (model.grid_for(first) if hasattr(model, "grid_for") else (None, ""))
+        if grid is None:
+            pretrained = model_resolution(model)
+            grid, why = (pretrained, "the model's pretrained grid; " + flag + " sets another") if pretrained else \
+                (first, "the first file's")
+    return GridChoice(tuple(grid), why, any(tuple(s.spatial) != tuple(grid) for s in sources))
+
+
+def frame_shape(model: nn.Module, resolution: tuple[int, ...], channels: int | None = None) -> FrameShape:
+    """The frames ``model`` takes at ``resolution``: its channels (padded with its ``channel_pad_value``)."""
+    c = model.config
+    return FrameShape(tuple(resolution), channels or c.in_channels, c.in_timesteps, c.out_timesteps,
+                      float(getattr(model, "channel_pad_value", 1.0)))
 
 
 def open_trajectories(path: str, layout: str | None = None) -> TrajectoryDataset:
@@ -104,6 +145,7 @@ class RunData:
     train: MixtureDataset
     test: list[tuple[str, TrajectoryDataset]]
     test_frames: list[int]  # frames each test set's evaluation reads (T_in + horizon)
+    grid: str = ""  # which grid the run uses and why (GridChoice.line)
 
 
 def build_data(cfg: RunConfig, model: nn.Module, opened: list[OpenDataset] | None = None) -> RunData:
@@ -117,7 +159,8 @@ def build_data(cfg: RunConfig, model: nn.Module, opened: list[OpenDataset] | Non
                           f"{mc.in_channels} -> {mc.out_channels}")
     splits = [(o.spec, o.train, o.test) for o in (open_datasets(cfg) if opened is None else opened)]
     select_model_fields(model, [src for _, tr, te in splits for src in (tr, te)])
-    resolution = cfg.data.resolution or model_resolution(model) or splits[0][1].spatial
+    grid = choose_grid(model, [tr for _, tr, _ in splits], cfg.data.resolution, "data.resolution")
+    resolution = grid.resolution
     for d, tr, te in splits:
         for src in (tr, te):
             if src.channels > channels:
@@ -125,7 +168,7 @@ def build_data(cfg: RunConfig, model: nn.Module, opened: list[OpenDataset] | Non
                                   f"train a model with in_channels >= {src.channels}")
             if len(src.spatial) != len(resolution):
                 raise ConfigError(f"{src.path}: {len(src.spatial)}-D data, but the run's resolution is {list(resolution)}")
-    shape = FrameShape(tuple(resolution), channels, mc.in_timesteps, mc.out_timesteps)
+    shape = frame_shape(model, resolution, channels)
     for d, tr, _ in splits:
         if tr.n_steps < mc.in_timesteps + mc.out_timesteps:
             raise ConfigError(f"{tr.path}: trajectories have {tr.n_steps} frames, fewer than "
@@ -135,7 +178,8 @@ def build_data(cfg: RunConfig, model: nn.Module, opened: list[OpenDataset] | Non
     where = "data.resolution" if cfg.data.resolution else f"{splits[0][1].path} (the run's resolution)"
     check_resolution(model, shape.resolution, where)
     parts = [WindowDataset(tr, mc.in_timesteps, mc.out_timesteps, resolution=shape.resolution,
-                           n_channels=channels, dataset_index=k)
+                           n_channels=channels, pad_value=shape.pad_value, dataset_index=k)
              for k, (d, tr, _) in enumerate(splits)]
     mixture = MixtureDataset(parts, [d.weight for d, _, _ in splits], names=[d.name for d, _, _ in splits])
-    return RunData(shape, mixture, [(d.name, te) for d, _, te in splits], test_frames)
+    return RunData(shape, mixture, [(d.name, te) for d, _, te in splits], test_frames,
+                   grid.line([src for _, tr, te in splits for src in (tr, te)]))

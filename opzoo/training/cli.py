@@ -185,14 +185,15 @@ def _load_model(name: str, pretrained: bool | None):
 
 
 def _frame_shape_for(model, data_paths: Sequence[str], resolution, layout: str | None = None):
-    from ..data import FrameShape
-    from .build import model_resolution, open_trajectories, select_model_fields
+    """``(model, frame shape, sources)``: the files opened, the grid chosen (and said), the model brought to a file's
+    channel count when it takes any (the same rule as training: :func:`opzoo.training.build.choose_grid`)."""
+    from .build import choose_grid, frame_shape, open_trajectories, select_model_fields
 
     _say_array_order(data_paths, layout)
     sources = [open_trajectories(p, layout) for p in data_paths]
     select_model_fields(model, sources)
-    res = tuple(resolution) if resolution else (model_resolution(model) or sources[0].spatial)
-    c = model.config
+    grid = choose_grid(model, sources, resolution)
+    res = grid.resolution
     for src in sources:
         if len(src.spatial) != len(res):
             axes = "XYZ"
@@ -200,11 +201,26 @@ def _frame_shape_for(model, data_paths: Sequence[str], resolution, layout: str |
                              f"{', '.join(axes[:len(src.spatial)])}, T, C]), but the model runs on {len(res)}-D grids "
                              f"{list(res)}; check the file's axis order (--layout array:<axes>) or use a "
                              f"{len(src.spatial)}-D model")
-    return FrameShape(res, c.in_channels, c.in_timesteps, c.out_timesteps), sources
+    model = _with_file_channels(model, sources)
+    _header(grid.line(sources))
+    return model, frame_shape(model, res), sources
 
 
-def _bad_trajectories(sources, frame_shape, horizon, limit, skip: bool) -> list[list]:
-    """Per source, the trajectories with NaN/Inf in the frames a rollout reads; refused unless ``skip``."""
+def _with_file_channels(model, sources):
+    """A model that takes any number of channels (``takes_any_channel_count``) at the files' own count, not padded."""
+    if not getattr(model, "takes_any_channel_count", False):
+        return model
+    wanted = max(src.channels for src in sources)
+    if wanted == model.config.in_channels:
+        return model
+    from ..model_io.adapt import adapt_model
+
+    return adapt_model(model, in_channels=wanted, out_channels=wanted).eval()
+
+
+def _bad_trajectories(sources, frame_shape, horizon, limit, skip: bool, every_window: bool = False) -> list[list]:
+    """Per source, the trajectories with NaN/Inf in the frames a rollout reads; refused unless ``skip`` (with
+    ``every_window``, The Well's protocol, skipping is no choice: the message says to repair the file)."""
     from ..data.errors import NonFiniteDataError
     from .bad_data import scan_trajectories
     from .shape_check import check_frames
@@ -215,8 +231,9 @@ def _bad_trajectories(sources, frame_shape, horizon, limit, skip: bool) -> list[
         bad = scan_trajectories(src, limit, frames)
         if bad and not skip:
             more = f" (and {len(bad) - 1} more trajectory(ies) in that file)" if len(bad) > 1 else ""
-            raise NonFiniteDataError(f"non-finite data: {bad[0].describe()}{more}; pass --skip-bad-trajectories to "
-                                     f"evaluate without them, or repair the file")
+            advice = ("repair the file (--windows all scores every window, as The Well's test does)" if every_window
+                      else "pass --skip-bad-trajectories to evaluate without them, or repair the file")
+            raise NonFiniteDataError(f"non-finite data: {bad[0].describe()}{more}; {advice}")
         n = len(src) if limit is None else min(limit, len(src))
         if skip and len(bad) == n:
             raise NonFiniteDataError(f"{src.path}: every one of the {n} trajectories evaluated holds NaN/Inf values")
@@ -257,13 +274,18 @@ def _eval_every_window(args, model, frame_shape, sources, split) -> int:
     r = evaluate_windows(model, sources, frame_shape, batch, fields, name=", ".join(Path(p).name for p in args.data))
     protocol = cfg.get("test_protocol")
     from_cfg = args.batch_size is None and cfg.get("test_batch_size")
+    resampled = [s.path for s in sources if tuple(s.spatial) != tuple(frame_shape.resolution)]
     print(f"protocol: every window (T_in={frame_shape.in_timesteps} -> 1, stride 1) of {where}, {r.n_windows} windows in "
           f"file order, one-step scores as the mean of batch means (batch size {batch}"
-          f"{', the model pretrained_cfg.test_batch_size' if from_cfg else ''})")
-    if protocol:
+          f"{', the model pretrained_cfg.test_batch_size' if from_cfg else ''}; the short last batch of "
+          f"{r.dropped} window(s) left out, as The Well's DataLoader does with drop_last=True)")
+    if protocol and not resampled:
         print(f"  this is {protocol}, when the files are that test split, in that order"
               + ("" if from_cfg else f"; note: its batch size is {cfg.get('test_batch_size')}, not {batch}"
                  if cfg.get("test_batch_size") else ""))
+    elif protocol:
+        print(f"  not {protocol}: the files were resampled to {'x'.join(map(str, frame_shape.resolution))} "
+              f"({', '.join(map(str, resampled))}); compare it only with scores made the same way")
     else:
         print("  not an upstream's published protocol for this model: compare it only with scores made the same way")
     for name, v in r.vrmse.items():
@@ -271,9 +293,11 @@ def _eval_every_window(args, model, frame_shape, sources, split) -> int:
     print(f"l2 one step: {r.l2:.4g} (persistence {r.persistence_l2:.4g})")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    doc = {"model": _model_identity(args.model), "protocol": "every window, one step, mean of batch means",
-           "upstream_protocol": protocol,
-           "files": list(args.data), "split": where, "n_windows": r.n_windows, "batch_size": r.batch_size,
+    doc = {"model": _model_identity(args.model), "protocol": "every window, one step, mean of batch means, the short "
+           "last batch dropped", "upstream_protocol": None if resampled else protocol,
+           "grid": list(frame_shape.resolution), "resampled_files": resampled,
+           "files": list(args.data), "split": where, "n_windows": r.n_windows, "dropped_windows": r.dropped,
+           "batch_size": r.batch_size,
            "vrmse": r.vrmse, "l2": r.l2, "persistence": {"vrmse": r.persistence_vrmse, "l2": r.persistence_l2}}
     (out / "eval_windows.json").write_text(json.dumps(strict_json(doc), indent=2, allow_nan=False))
     print(f"wrote {out / 'eval_windows.json'}")
@@ -321,13 +345,17 @@ def cmd_eval(args) -> int:
 
     _claim_out_dir(Path(args.out), args.model, args.new)
     model = _load_model(args.model, args.pretrained)
-    frame_shape, sources = _frame_shape_for(model, args.data, args.resolution, args.layout)
+    model, frame_shape, sources = _frame_shape_for(model, args.data, args.resolution, args.layout)
     split = [_split_of(model, src, args.split, args.test_fraction, args.include_training) for src in sources]
     for path, (_, which) in zip(args.data, split):
         print(f"scoring {Path(path).name}: {which}")
     sources = [src for src, _ in split]
     if args.windows == "all":
-        _bad_trajectories(sources, frame_shape, None, None, False)
+        if args.skip_bad_trajectories:
+            raise OpzooError("--skip-bad-trajectories does not apply with --windows all: The Well's test score takes "
+                             "every window of every trajectory (it skips none); repair the file, or score whole "
+                             "rollouts with --windows first --skip-bad-trajectories")
+        _bad_trajectories(sources, frame_shape, None, None, False, every_window=True)
         return _eval_every_window(args, model, frame_shape, sources, split)
     args.batch_size = args.batch_size or 8
     bad = _bad_trajectories(sources, frame_shape, args.horizon, args.max_trajectories, args.skip_bad_trajectories)
@@ -379,7 +407,7 @@ def cmd_rollout(args) -> int:
     if args.steps is not None and args.steps < 1:
         raise OpzooError(f"--steps must be >= 1, got {args.steps}")
     model = _load_model(args.model, args.pretrained)
-    frame_shape, (src,) = _frame_shape_for(model, [args.data], args.resolution, args.layout)
+    model, frame_shape, (src,) = _frame_shape_for(model, [args.data], args.resolution, args.layout)
     t_in = frame_shape.in_timesteps
     if not 0 <= args.index < len(src):
         raise OpzooError(f"{args.data}: --index {args.index} out of range; the file has {len(src)} trajectories")
@@ -401,7 +429,7 @@ def cmd_rollout(args) -> int:
     avail = min(steps, src.n_steps - t_in)
     frames, mask = frame_shape.frames(src.read(args.index, 0, t_in + avail))
     with torch.no_grad():
-        pred = model.rollout(frames[None, ..., :t_in, :], steps)[0]
+        pred = model.rollout(frames[None, ..., :t_in, :], steps, **({} if bool(mask.all()) else {"channel_mask": mask}))[0]
     print(f"rolled out {steps} steps from trajectory {args.index} of {args.data}")
     if avail >= 1:
         truth = frames[..., t_in:, :]

@@ -74,6 +74,16 @@ def all_reduce_max(t: torch.Tensor, env: DistEnv) -> torch.Tensor:
     return t
 
 
+def _owned_output(module: nn.Module, args, output):
+    """A module's output tensors that are views (a permute, an index, a reshape of a strided tensor) replaced by
+    tensors of their own. FSDP2 hooks the outputs of each module it wraps to all-gather before backward; an in-place
+    op on a view would drop that hook, and FSDP2 warns about every view on every step. The copy is of the output
+    only, a small tensor beside the activations."""
+    from torch.utils._pytree import tree_map
+
+    return tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) and t._base is not None else t, output)
+
+
 def wrap_model(model: nn.Module, env: DistEnv, strategy: str, device: torch.device,
                find_unused_parameters: bool = True) -> nn.Module:
     """DDP (default) or FSDP2 (``fully_shard``, for the large presets) around ``model``."""
@@ -82,9 +92,10 @@ def wrap_model(model: nn.Module, env: DistEnv, strategy: str, device: torch.devi
     if strategy == "fsdp":
         from torch.distributed.fsdp import fully_shard
 
-        for block in getattr(model, "blocks", []):
-            fully_shard(block)
-        return fully_shard(model)
+        for module in [*getattr(model, "blocks", []), model]:
+            module.register_forward_hook(_owned_output)  # before fully_shard's own hook, which must see it
+            fully_shard(module)
+        return model
     ids = [device.index if device.index is not None else env.local_rank] if device.type == "cuda" else None
     return nn.parallel.DistributedDataParallel(model, device_ids=ids, find_unused_parameters=find_unused_parameters)
 

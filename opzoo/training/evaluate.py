@@ -67,7 +67,7 @@ class Persistence(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x[..., -1:, :]
 
-    def rollout(self, x: torch.Tensor, steps: int) -> torch.Tensor:
+    def rollout(self, x: torch.Tensor, steps: int, channel_mask: torch.Tensor | None = None) -> torch.Tensor:
         last = x[..., -1:, :]
         return last.expand(*last.shape[:-2], steps, last.shape[-1]).clone()
 
@@ -103,10 +103,11 @@ def rollout_trajectories(model: nn.Module, source: TrajectoryDataset, frame_shap
     for start in tqdm(range(0, len(order), batch_size), desc=f"rollout {os.path.basename(source.path)}", unit="batch",
                       disable=None, leave=False):
         frames, mask = zip(*(frame_shape.frames(source.read(i, 0, t_in + h)) for i in order[start:start + batch_size]))
-        frames = torch.stack(frames).to(device)
+        frames, mask = torch.stack(frames).to(device), mask[0].to(device)
+        padded = {} if bool(mask.all()) else {"channel_mask": mask}  # a model told which channels are padding
         with torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16, enabled=autocast):
-            pred = model.rollout(frames[..., :t_in, :], h)
-        yield frames[..., t_in:, :].float(), pred.float(), mask[0].to(device)
+            pred = model.rollout(frames[..., :t_in, :], h, **padded)
+        yield frames[..., t_in:, :].float(), pred.float(), mask
 
 
 @renamed_arguments({"adapt": "frame_shape"})
@@ -164,20 +165,32 @@ class WindowsResult:
     l2: float  # relative L2 of the one-step prediction, the same mean of batch means
     persistence_vrmse: dict[str, float]
     persistence_l2: float
+    dropped: int = 0  # windows of the short last batch left out (drop_last)
 
 
 @torch.no_grad()
 def evaluate_windows(model: nn.Module, sources: Sequence[TrajectoryDataset], frame_shape: FrameShape, batch_size: int,
-                     vrmse_fields: dict[str, int], name: str = "all files", device="cpu") -> WindowsResult:
+                     vrmse_fields: dict[str, int], name: str = "all files", device="cpu",
+                     drop_last: bool = True) -> WindowsResult:
     """Every window (``T_in`` frames and the next one, stride 1) of every trajectory of ``sources``, in order,
     predicted one step ahead: VRMSE per field and relative L2 as the mean over consecutive batches of
-    ``batch_size`` windows of each batch's mean, the last batch possibly short. With a model's upstream test
-    batch size and the upstream's test files this is The Well's test score (``Trainer.validation_loop``
-    with ``full=True``: its DataLoader runs over the concatenated files without shuffling)."""
+    ``batch_size`` windows of each batch's mean. With a model's upstream test batch size and the upstream's test
+    files this is The Well's test score (``Trainer.validation_loop`` with ``full=True``: its DataLoader runs over the
+    concatenated files without shuffling, and drops the short last batch: ``WellDataModule.test_dataloader`` has
+    ``drop_last=True`` at v1.0.1, v1.1.0, v1.2.0 and 215f55d, the_well/data/datamodule.py). ``drop_last=False``
+    scores the short last batch too. Fewer windows than one batch score nothing: ConfigError."""
+    from ..errors import ConfigError
+
     was_training = model.training
     model.eval()
     t_in, fields = frame_shape.in_timesteps, list(vrmse_fields.values())
     windows = [(src, i, t) for src in sources for i in range(len(src)) for t in range(src.n_steps - t_in)]
+    dropped = len(windows) % batch_size if drop_last else 0
+    if drop_last and windows and len(windows) < batch_size:
+        raise ConfigError(f"{name}: {len(windows)} window(s), fewer than one batch of {batch_size}: The Well's test "
+                          f"loop drops a short last batch (drop_last=True), so it scores nothing here; pass a "
+                          f"--batch-size of at most {len(windows)} (then it is not The Well's protocol)")
+    windows = windows[:len(windows) - dropped]
     sums = {"model": torch.zeros(len(fields) + 1, dtype=torch.float64),
             "persistence": torch.zeros(len(fields) + 1, dtype=torch.float64)}
     n_batches = 0
@@ -195,8 +208,6 @@ def evaluate_windows(model: nn.Module, sources: Sequence[TrajectoryDataset], fra
     finally:
         model.train(was_training)
     if not n_batches:
-        from ..errors import ConfigError
-
         raise ConfigError(f"{name}: no window of T_in={t_in} frames and the next one in the trajectories")
     means = {k: (v / n_batches).tolist() for k, v in sums.items()}
 
@@ -205,8 +216,8 @@ def evaluate_windows(model: nn.Module, sources: Sequence[TrajectoryDataset], fra
         out["full"] = sum(values[:-1]) / len(fields)
         return out
 
-    return WindowsResult(name, len(windows), batch_size, per_field(means["model"]), means["model"][-1],
-                         per_field(means["persistence"]), means["persistence"][-1])
+    return WindowsResult(name, len(windows) + dropped, batch_size, per_field(means["model"]), means["model"][-1],
+                         per_field(means["persistence"]), means["persistence"][-1], dropped)
 
 
 def _result_document(r: DatasetResult) -> dict:

@@ -2,13 +2,19 @@
 
 The model is brought to the data where the data cannot be brought to the model (DESIGN §8):
 
-- **fewer channels** than the model: padded with 1.0 up to ``in_channels`` and masked out of the
-  loss and the metrics (the model is unchanged);
+- **fewer channels** than the model: padded with the model's ``channel_pad_value`` (DPOT's 1.0,
+  PDE-Transformer's 0) up to ``in_channels`` and masked out of the loss and the metrics (the model is
+  unchanged); a model that takes any number of channels (``takes_any_channel_count``) is given the
+  files' own count instead;
 - **more channels**, another ``T_in`` (``in_timesteps``) or another resolution (``resolution``):
   the input and output layers are adapted by :func:`opzoo.model_io.adapt.adapt_model` — copy
   what matches, initialize the rest (timm's ``in_chans`` habit);
-- **space** is otherwise interpolated (bilinear, align_corners=False) to the model's pretraining
-  resolution (``pretrained_cfg['resolution']``);
+- **space**: the grid is chosen by :func:`opzoo.training.build.choose_grid` and said: the data's own
+  for a model that runs at any grid (:meth:`opzoo.Backbone.grid_for`), else the model's pretraining
+  resolution (``pretrained_cfg['resolution']``), to which the data is interpolated (bilinear,
+  align_corners=False);
+- **boundary**: a model with a ``periodic`` flag follows what the files state (``model.args.periodic``
+  overrides it), and says so;
 - data of another spatial dimension (a 1-D file for a 2-D model) is an error naming the file and
   both shapes.
 
@@ -22,7 +28,7 @@ from typing import Any, Sequence
 from torch import nn
 
 from ..errors import ConfigError
-from ..model_io.adapt import SHAPE_FIELDS, adapt_model
+from ..model_io.adapt import BOUNDARY_FIELDS, SHAPE_FIELDS, adapt_model
 from .build import OpenDataset, open_datasets
 from .config import RunConfig, parse_run_config
 
@@ -101,7 +107,7 @@ def adapt_to_data(model: nn.Module, cfg: RunConfig, opened: list[OpenDataset] | 
     """
     mc = model.config
     dims = getattr(mc, "spatial_dims", None)
-    targets = {k: v for k, v in cfg.model.args.items() if k in SHAPE_FIELDS}
+    targets = {k: v for k, v in cfg.model.args.items() if k in SHAPE_FIELDS + BOUNDARY_FIELDS}
     widest = None
     for o in open_datasets(cfg) if opened is None else opened:
         for src in (o.train, o.test):
@@ -113,7 +119,9 @@ def adapt_to_data(model: nn.Module, cfg: RunConfig, opened: list[OpenDataset] | 
                     f"{_model_shape(mc)}; no adaptation changes the number of spatial dimensions")
             if widest is None or src.channels > widest[1].channels:
                 widest = (path, src)
-    if widest is not None and widest[1].channels > targets.get("in_channels", mc.in_channels):
+    takes_any = getattr(model, "takes_any_channel_count", False)  # the files' own count, never padded
+    if widest is not None and (widest[1].channels > targets.get("in_channels", mc.in_channels) or
+                               (takes_any and "in_channels" not in targets)):
         if mc.in_channels != mc.out_channels:
             raise ConfigError(f"{widest[0]}: {widest[1].channels} channels, more than the model's {mc.in_channels}, "
                               f"and the model maps {mc.in_channels} -> {mc.out_channels} channels")
@@ -125,7 +133,44 @@ def adapt_to_data(model: nn.Module, cfg: RunConfig, opened: list[OpenDataset] | 
         if bad:
             raise ConfigError(f"data.resolution: {list(targets['img_size'])} is not divisible by the model's "
                               f"patch_size {mc.patch_size}; pick a multiple of {mc.patch_size}")
+    targets.update(_boundary_from_files(model, cfg, opened))
     adapted = adapt_model(model, seed=cfg.seed, **targets)
     if adapted is not model and "img_size" in targets:
         adapted.pretrained_cfg["resolution"] = list(targets["img_size"])
     return adapted
+
+
+def _boundary_from_files(model: nn.Module, cfg: RunConfig, opened: list[OpenDataset] | None) -> dict[str, bool]:
+    """``{"periodic": ...}`` when the model has a ``periodic`` boundary flag and the files state another boundary
+    (periodic on every axis, or not): the flag follows the files, and says so; ``model.args.periodic`` in the run
+    config is the user's word and wins, also said when a file disagrees. Files that disagree among themselves are
+    refused: one model has one boundary."""
+    import logging
+
+    if not hasattr(model.config, "periodic"):
+        return {}
+    stated = {}
+    for o in open_datasets(cfg) if opened is None else opened:
+        if o.train.periodic is not None:
+            stated[o.train.path] = (o.train.periodic, o.train.boundary)
+    kinds = {p for p, _ in stated.values()}
+    if len(kinds) > 1:
+        raise ConfigError("the data files state different boundaries (" + "; ".join(
+            f"{path}: {words}" for path, (_, words) in stated.items()) + "): fine-tune on files of one boundary, or "
+            "set model.args.periodic to choose one")
+    if not kinds:
+        return {}
+    periodic = kinds.pop()
+    name = getattr(model, "preset_name", None) or type(model).__name__
+    words = "; ".join(f"{path}: {w}" for path, (_, w) in stated.items())
+    user = cfg.model.args.get("periodic")
+    log = logging.getLogger("opzoo")
+    if user is not None:
+        if bool(user) != periodic:
+            log.info("boundary: periodic=%s as model.args says, although the data states %s", bool(user), words)
+        return {}
+    if bool(model.config.periodic) == periodic:
+        return {}
+    log.info("boundary: periodic=%s for %s, as the data states (%s; %s was periodic=%s; --set model.args.periodic="
+             "%s keeps it)", periodic, name, words, name, model.config.periodic, str(model.config.periodic).lower())
+    return {"periodic": periodic}

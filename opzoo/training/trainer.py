@@ -12,6 +12,7 @@ export and card (:mod:`.export`), forensics (:mod:`.forensics`), router monitori
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass, field
@@ -78,6 +79,8 @@ class Trainer:
         if cfg.model.adapt:
             self.model = adapt_to_data(self.model, cfg, opened)
         self.data: RunData = build_data(cfg, self.model, opened)
+        if self.env.is_main:
+            logging.getLogger("opzoo").info(self.data.grid)
         check_test_sets(self.data.test, self.data.test_frames, cfg.data.max_test_trajectories)
         self.hooks = build_hooks(cfg.optimizer.hooks)
         for hook in self.hooks:

@@ -55,7 +55,7 @@ def score(model, name: str, path: str, layout: str | None, horizon: int | None, 
     from .cli import _frame_shape_for, _split_of, _vrmse_fields
     from .evaluate import evaluate_dataset, with_persistence
 
-    frame_shape, (src,) = _frame_shape_for(model, [path], None, layout)
+    model, frame_shape, (src,) = _frame_shape_for(model, [path], None, layout)
     src, which = _split_of(model, src, split, test_fraction, False)
     r = evaluate_dataset(model, Path(path).stem, src, frame_shape, horizon, batch_size=batch_size,
                          max_trajectories=max_trajectories, vrmse_fields=_vrmse_fields(model, src))

@@ -20,48 +20,77 @@ from opzoo.cli import main
 from .subprocess_utils import run_python
 
 
+class SilentEndpoint:
+    """A loopback listener that accepts connections and never answers. It records how long the client held each
+    connection (accepted until the client closed it): the wait itself, apart from starting an interpreter or
+    building anything."""
+
+    def __init__(self):
+        self.server = socket.socket()
+        self.server.bind(("127.0.0.1", 0))
+        self.server.listen(16)
+        self.url = f"http://127.0.0.1:{self.server.getsockname()[1]}"
+        self.held: list[float] = []  # seconds each closed connection was held by the client
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._accept, daemon=True)]
+        self.threads[0].start()
+
+    def _accept(self):
+        self.server.settimeout(0.2)
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                continue
+            thread = threading.Thread(target=self._hold, args=(conn, time.monotonic()), daemon=True)
+            self.threads.append(thread)
+            thread.start()
+
+    def _hold(self, conn: socket.socket, accepted: float):
+        conn.settimeout(0.2)
+        with conn:
+            while not self.stop.is_set():
+                try:
+                    if not conn.recv(65536):  # the client closed it
+                        self.held.append(time.monotonic() - accepted)
+                        return
+                except TimeoutError:
+                    continue
+                except OSError:
+                    self.held.append(time.monotonic() - accepted)
+                    return
+
+    def close(self):
+        self.stop.set()
+        for thread in self.threads:
+            thread.join()
+        self.server.close()
+
+
 @pytest.fixture
 def silent_endpoint():
-    """A loopback listener that accepts connections and never answers."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    held, stop = [], threading.Event()
-
-    def accept():
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                held.append(server.accept()[0])
-            except OSError:
-                pass
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.getsockname()[1]}"
-    stop.set()
-    thread.join()
-    for c in held:
-        c.close()
-    server.close()
+    endpoint = SilentEndpoint()
+    yield endpoint
+    endpoint.close()
 
 
 def test_an_unresponsive_hub_fails_a_load_and_a_push_within_the_wait(silent_endpoint, tmp_path):
-    """F13: an uncached load failed only after 398 s; push still hung at 1200 s."""
+    """F13: an uncached load failed only after 398 s; push still hung at 1200 s. The bound is on the wait itself,
+    as the endpoint saw it: every connection closed by the client, each held at most about OPZOO_HUB_WAIT=1 s
+    (measured: two held 1.0 s and two held < 1 ms, 2.0 s in all); 20 s allows ten times that, and the defect held
+    them for minutes."""
     opzoo.load("simple-op").save_pretrained(tmp_path / "repo")
-    env = {"HF_ENDPOINT": silent_endpoint, "OPZOO_HUB_WAIT": "1", "HF_HUB_CACHE": str(tmp_path / "cache"),
+    env = {"HF_ENDPOINT": silent_endpoint.url, "OPZOO_HUB_WAIT": "1", "HF_HUB_CACHE": str(tmp_path / "cache"),
            "HF_HUB_OFFLINE": "0"}
-    code = ("import sys, time, opzoo; from opzoo.cli import main\n"
-            "t = time.monotonic(); a = main(['info', 'hf-hub:me/model']); b = time.monotonic() - t\n"
-            f"t = time.monotonic(); c = main(['push', {str(tmp_path / 'repo')!r}, 'me/model']); d = time.monotonic() - t\n"
-            "print(a, round(b, 1), c, round(d, 1))")
-    t0 = time.monotonic()
-    done = run_python(code, env=env, timeout=60)
-    a, b, c, d = done.stdout.split()
-    assert (a, c) == ("2", "2"), done.stderr
-    assert float(b) < 4 and float(d) < 4, done.stdout  # the documented 1 s wait plus a small margin
+    code = ("import sys, opzoo; from opzoo.cli import main\n"
+            "a = main(['info', 'hf-hub:me/model'])\n"
+            f"c = main(['push', {str(tmp_path / 'repo')!r}, 'me/model'])\n"
+            "print(a, c)")
+    done = run_python(code, env=env, timeout=120)
+    assert done.stdout.split() == ["2", "2"], done.stderr
     assert "no HTTP answer within" in done.stderr and len(done.stderr.strip().splitlines()) == 2
-    assert time.monotonic() - t0 < 30
+    held = list(silent_endpoint.held)
+    assert held and sum(held) < 20, held
 
 
 def test_hf_hub_always_means_the_hub(tmp_path, monkeypatch):

@@ -226,7 +226,7 @@ def test_distributed_timeout_bounds_the_wait_for_a_missing_rank(tmp_path, datase
     t0 = time.perf_counter()
     with pytest.raises(Exception, match="1/2 clients joined"):
         Trainer(cfg, show_progress=False)
-    assert time.perf_counter() - t0 < 20
+    assert time.perf_counter() - t0 < 30  # a 1 s timeout: measured 2.0 s with the trainer's set-up; the default is 600
 
 
 # ---- shapes and lengths -------------------------------------------------------------------------

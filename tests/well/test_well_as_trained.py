@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import types
@@ -244,6 +245,64 @@ def test_opzoo_verify_prints_a_table_of_every_check(tmp_path, monkeypatch, capsy
     assert "\n" not in err and "HF_HUB_OFFLINE=1 is set" in err and "none of the 15 preset(s)" in err
 
 
+def _edited_repo(source: Path, where: Path, tensors=None, config=None) -> Path:
+    """A copy of a saved The Well repo with its tensors and config.json edited."""
+    from safetensors.torch import save_file
+
+    where.mkdir(parents=True)
+    sd = load_file(source / "model.safetensors")
+    save_file(tensors(sd) if tensors else sd, where / "model.safetensors")
+    doc = json.loads((source / "config.json").read_text())
+    (where / "config.json").write_text(json.dumps(config(doc) if config else doc))
+    return where
+
+
+def test_verify_says_why_cached_files_do_not_convert(tmp_path, monkeypatch, capsys, fno_repos):
+    """Issue 43: a converter error became a 'not run' row, and all rows 'not run' became "none of the 1 preset(s) has
+    its files in the cache", while the files were there and opzoo.load printed the real reason."""
+    cases = {
+        "extra-tensor": (lambda sd: {**sd, "model.mystery": torch.zeros(3)}, None, "unexpected keys.*model.mystery"),
+        "dim-in": (None, lambda doc: {**doc, "dim_in": doc["dim_in"] + 1}, "dim_in=.* but the weights have"),
+    }
+    for case, (tensors, config, words) in cases.items():
+        repo = _edited_repo(fno_repos["init"], tmp_path / case, tensors, config)
+        use_cache(monkeypatch, tmp_path / f"hub-{case}", {"polymathic-ai/FNO-shear_flow": repo})
+        assert opzoo_main(["verify", "well-fno-shear_flow", "--json"]) == 1, case
+        rows = json.loads(capsys.readouterr().out)
+        assert [(r["check"], r["status"]) for r in rows] == [("the published files convert", "FAILED")], case
+        assert re.search(words, rows[0]["message"]), rows[0]["message"]
+
+
+def test_well_check_messages_name_what_is_wrong_and_what_works(tmp_path, monkeypatch, fno_repos):
+    """A dense FNO missing one spectral weight was refused with KeyError 'net.spectral.3.core' (a Tucker name); the
+    config refusal suggested an `opzoo convert` that fails without --option fourier_blocks; the blocks check said
+    "never trained" for what it can only bound."""
+    from opzoo.host.provenance import PretrainedArtifacts
+    from opzoo_well.checks import blocks_untrained, config_agrees
+
+    with torch.device("meta"):
+        model = opzoo.load("well-fno-shear_flow")
+    converted = opzoo.convert_to_repo("the-well", fno_repos["init"], tmp_path / "converted", dataset="shear_flow",
+                                      fourier_blocks="dropped")
+    sd = dict(load_file(converted / "model.safetensors"))
+    artifacts = PretrainedArtifacts("well-fno-shear_flow", {"config.json": fno_repos["init"] / "config.json"}, sd,
+                                    model.config, None)
+    assert "no training that moved them can be seen" in blocks_untrained(artifacts)
+    del sd["net.spectral.3.weight"]
+    with pytest.raises(opzoo.CheckFailed, match=r"lacks net\.spectral\.3\.weight \(Fourier block 3 of the dense FNO"):
+        blocks_untrained(artifacts)
+    old = PretrainedArtifacts("well-fno-shear_flow", {"config.json": fno_repos["old-grid"] / "config.json"}, sd,
+                              model.config, None)
+    with pytest.raises(opzoo.CheckFailed, match="--dataset shear_flow --option fourier_blocks=dropped`"):
+        config_agrees(old)
+
+
+def test_provenance_cites_the_card_template_and_the_stats_branch():
+    facts = {f.topic: f for f in opzoo.get_registry().preset("well-fno-shear_flow").provenance}
+    assert "scripts/huggingface/MODEL_CARD_TEMPLATE.md" in facts["input steps"].source
+    assert "refs/pull/44/head" in facts["normalization stats"].value and "a86893c" in facts["normalization stats"].value
+
+
 def test_verify_names_presets_without_weights_and_unknown_patterns(capsys):
     assert opzoo_main(["verify"]) == 2
     assert "--all" in capsys.readouterr().err
@@ -347,10 +406,40 @@ def test_converter_asks_which_code_trained_an_fno_and_keeps_its_grid(tmp_path, c
 
 
 # ---- comparable numbers ----------------------------------------------------------------------------
+def wells_test_dataloader(dataset, batch_size: int):
+    """The DataLoader The Well's own ``WellDataModule.test_dataloader`` (the installed the_well) builds for
+    ``dataset`` on one process: its settings, not a copy of them."""
+    from the_well.data.datamodule import WellDataModule
+
+    module = WellDataModule.__new__(WellDataModule)
+    module.test_dataset, module.batch_size, module.data_workers, module.world_size, module.rank = \
+        dataset, batch_size, 0, 1, 0
+    return module.test_dataloader()
+
+
+def test_the_wells_test_dataloader_drops_the_short_last_batch_at_every_version():
+    """drop_last=True in WellDataModule.test_dataloader: the installed the_well's DataLoader, and the source of the
+    1.1.0 copy that trained the FNO/TFNO checkpoints (v1.0.1, v1.2.0 and the head say the same)."""
+    import ast
+
+    assert wells_test_dataloader(list(range(7)), 3).drop_last is True
+    source = (WELL_1_1_0 / "the_well" / "data" / "datamodule.py")
+    if not source.is_file():
+        pytest.skip(f"the_well 1.1.0 is not in {WELL_1_1_0} (`make install` puts it there)")
+    tree = ast.parse(source.read_text())
+    methods = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "test_dataloader"]
+    loader = next(n for m in methods for n in ast.walk(m)  # WellDataModule's (the abstract one builds none)
+                  if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "DataLoader")
+    kwargs = {k.arg: k.value for k in loader.keywords}
+    assert isinstance(kwargs["drop_last"], ast.Constant) and kwargs["drop_last"].value is True
+    assert isinstance(kwargs["shuffle"], ast.Constant) and kwargs["shuffle"].value is False
+
+
 def test_eval_every_window_is_the_wells_test_score(tmp_path, capsys):
     """``opzoo eval --windows all`` against The Well's own test loop: WellDataset over the test directory
-    (every window, files in order), a DataLoader without shuffling at the model's test batch size,
-    ``Trainer.rollout_model(train=False)``, VRMSE per batch mean then the mean over batches, the last batch short."""
+    (every window, files in order), the DataLoader of The Well's own ``WellDataModule.test_dataloader`` (no
+    shuffling, ``drop_last=True``) at the model's test batch size, ``Trainer.rollout_model(train=False)``, VRMSE per
+    batch mean then the mean over batches: the short last batch is not scored (issue 43: opzoo averaged it too)."""
     from the_well.benchmark.metrics import VRMSE
     from the_well.data.datasets import WellDataset
 
@@ -376,7 +465,8 @@ def test_eval_every_window_is_the_wells_test_score(tmp_path, capsys):
                                     is_delta=False, max_rollout_steps=1, device=torch.device("cpu"))
     trainer.normalize = types.MethodType(Trainer.normalize, trainer)
     trainer.denormalize = types.MethodType(Trainer.denormalize, trainer)
-    loader = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=False)
+    loader = wells_test_dataloader(ds, batch)
+    assert len(loader) == 5  # 16 windows in batches of 3: the 16th is dropped
     total = torch.zeros(3, dtype=torch.float64)
     with torch.no_grad():
         for b in loader:
@@ -387,8 +477,25 @@ def test_eval_every_window_is_the_wells_test_score(tmp_path, capsys):
                        "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
     assert "16 windows" in out and "batch size 3, the model pretrained_cfg.test_batch_size" in out
+    assert "short last batch of 1 window(s) left out" in out
     assert "this is The Well's test (for this test)" in out
     result = json.loads((tmp_path / "out" / "eval_windows.json").read_text())
     ours = torch.tensor([result["vrmse"][c] for c in d.channels], dtype=torch.float64)
     torch.testing.assert_close(ours, total, rtol=1e-4, atol=0)
     assert result["vrmse"]["full"] == pytest.approx(float(total.mean()), rel=1e-4)
+    assert result["dropped_windows"] == 1 and result["upstream_protocol"] == "The Well's test (for this test)"
+    # fewer windows than a batch: The Well scores nothing, and so does opzoo, saying why
+    assert opzoo_main(["eval", str(tmp_path / "model"), "--data", str(files[0]), "--windows", "all", "--batch-size",
+                       "9", "--out", str(tmp_path / "few")]) == 2
+    err = capsys.readouterr().err
+    assert "8 window(s), fewer than one batch of 9" in err and "scores nothing" in err and "\n" not in err.strip()
+    # The Well skips no trajectory: the flag the NaN message used to advise is refused with this protocol
+    assert opzoo_main(["eval", str(tmp_path / "model"), "--data", str(files[0]), "--windows", "all",
+                       "--skip-bad-trajectories", "--out", str(tmp_path / "skip")]) == 2
+    assert "does not apply with --windows all" in capsys.readouterr().err
+    # at another grid than the files', the score is said not to be The Well's
+    assert opzoo_main(["eval", str(tmp_path / "model"), "--data", *map(str, files), "--windows", "all",
+                       "--resolution", "32", "64", "--out", str(tmp_path / "resampled")]) == 0
+    out = capsys.readouterr().out
+    assert "grid: 32x64 (--resolution); the data (16x32) is resampled" in out and "not The Well's test" in out
+    assert json.loads((tmp_path / "resampled" / "eval_windows.json").read_text())["upstream_protocol"] is None

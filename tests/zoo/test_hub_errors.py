@@ -22,11 +22,24 @@ def no_hub(monkeypatch, tmp_path):
         monkeypatch.delenv(var, raising=False)  # the endpoint itself is what must not answer
 
 
-def test_an_uncached_file_without_network_fails_fast_in_one_line(no_hub):
-    t0 = time.perf_counter()
+def test_an_uncached_file_without_network_fails_fast_in_one_line(no_hub, monkeypatch):
+    """The bound is on the wait itself: the time spent trying to reach the Hub (measured 1.0 s, OPZOO_HUB_WAIT=1), not
+    building the model around it; 10 s allows ten times that, and huggingface_hub's own retries take about 30 s."""
+    from opzoo.model_io import hub
+
+    waits, probe = [], hub.hub_unreachable
+
+    def timed(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return probe(*args, **kwargs)
+        finally:
+            waits.append(time.perf_counter() - t0)
+
+    monkeypatch.setattr(hub, "hub_unreachable", timed)
     with pytest.raises(opzoo.HubError) as info:
         opzoo.load("dpot-s", pretrained=True)
-    assert time.perf_counter() - t0 < 5  # the bounded wait, not huggingface_hub's ~30 s of retries
+    assert len(waits) == 1 and waits[0] < 10, waits
     message = str(info.value)
     assert "\n" not in message
     assert "model_S.pth of hzk17/DPOT" in message and "`hf download hzk17/DPOT model_S.pth`" in message

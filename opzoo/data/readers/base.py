@@ -38,6 +38,15 @@ class SourceInfo:
     params: dict[str, Any] = field(default_factory=dict)
     coords: dict[str, np.ndarray] = field(default_factory=dict)
     attrs: dict[str, Any] = field(default_factory=dict)
+    boundary: str | None = None  # the boundary conditions as the file states them (None: it does not say)
+
+    @property
+    def periodic(self) -> bool | None:
+        """Whether the file states periodic boundaries on every axis (True), another boundary (False), or
+        nothing (None)."""
+        if not self.boundary:
+            return None
+        return all(part.strip().lower().startswith("periodic") for part in self.boundary.split(";"))
 
     @property
     def shape(self) -> tuple[int, ...]:

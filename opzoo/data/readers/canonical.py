@@ -68,6 +68,7 @@ class CanonicalSource(TrajectorySource):
             params=params,
             coords=coords,
             attrs={k: v for k, v in attrs.items() if not k.startswith("coord_")},
+            boundary=str(params["boundary"]) if isinstance(params, dict) and params.get("boundary") else None,
         )
 
     def _read(self, f: h5py.File, sample: int, t_start: int, t_stop: int) -> np.ndarray:

@@ -85,6 +85,7 @@ class TheWellSource(TrajectorySource):
             params={p: _plain(f.attrs[p]) for p in param_names if p in f.attrs},
             coords={a: dims_group[a][()] for a in axes},
             attrs=dict(f.attrs),
+            boundary=_boundary(f),
         )
 
     def _add_components(
@@ -142,3 +143,16 @@ def _plain(value):
     if isinstance(value, bytes):
         return value.decode("utf-8")
     return value
+
+
+def _boundary(f: h5py.File) -> str | None:
+    """The ``bc_type`` of each group in ``boundary_conditions`` (PERIODIC, WALL, OPEN), as ``"periodic"`` when every
+    one is periodic, else ``"<name>: <type>; ..."``; None when the file has none."""
+    if "boundary_conditions" not in f:
+        return None
+    kinds = {name: decode_str(bc.attrs.get("bc_type", "")).lower() for name, bc in f["boundary_conditions"].items()}
+    if not kinds:
+        return None
+    if all(k == "periodic" for k in kinds.values()):
+        return "periodic"
+    return "; ".join(f"{name}: {k or 'unknown'}" for name, k in sorted(kinds.items()))

@@ -100,6 +100,9 @@ class PdetBackbone(opzoo.Backbone):
     config_class = PdetConfig
     pretrained_cfg_class = PdetPretrainedCfg
     supports_grad_checkpointing = True
+    # pdetransformer's data pipeline pads a PDE's missing channels with zeros (data/multi_module.py @ 850e09d:
+    # torch.zeros up to max_channels, their field id 0)
+    channel_pad_value = 0.0
 
     def __init__(self, config: PdetConfig):
         super().__init__(config)
@@ -120,6 +123,33 @@ class PdetBackbone(opzoo.Backbone):
         order += [f"up{i + 1}_{i}|reduce_chan_level{i}|decoder_level_{i}" for i in range(n - 1, -1, -1)]
         return {"stem": r"^net\.(?:x_embedder|[a-z_]+_embedder_\d+)\.",
                 "blocks": [(rf"^net\.(?:{names})\.", i) for i, names in enumerate(order)]}
+
+    def grid_ok(self, size: int) -> bool:
+        """Whether one axis of ``size`` points suits the network (its patch and down-samplings; with walls, whole
+        windows at every level where a window fits)."""
+        c = self.config
+        if size % self.net.size_multiple:
+            return False
+        return c.periodic or all(size // (c.patch_size * 2**level) < c.window_size or
+                                 (size // (c.patch_size * 2**level)) % c.window_size == 0
+                                 for level in range(self.net.levels + 1))
+
+    def grid_for(self, data_grid) -> tuple[tuple[int, ...], str]:
+        """The data's own grid, or on each axis the nearest larger size the network takes: a PDE-Transformer has no
+        resolution-bound embedding (windowed attention, relative positions), so nothing ties its weights to the
+        256x256 grid it was trained at."""
+        name = self.preset_name or type(self).__name__
+        grid = []
+        for size in data_grid:
+            g = max(int(size), 1)
+            while not self.grid_ok(g):
+                g += 1
+            grid.append(g)
+        if tuple(grid) == tuple(data_grid):
+            return tuple(grid), f"{name} runs at any grid that suits its patches and windows"
+        return tuple(grid), (f"the nearest grid {name} runs at: every axis a multiple of {self.net.size_multiple}"
+                             + ("" if self.config.periodic else f", whole {self.config.window_size}x"
+                                f"{self.config.window_size} windows with walls"))
 
     def standardized(self, x: Tensor) -> Tensor:
         """``[B, H, W, 1, C]`` physical -> ``[B, H, W, C]`` standardized (the identity with ``normalization='none'``),
@@ -166,9 +196,21 @@ class PdetMixedChannels(PdetBackbone):
         self.check_grid(x.shape[1], x.shape[2])
         return frame.permute(0, 3, 1, 2)
 
-    def _labels(self, x: Tensor) -> Tensor | None:
-        task = self.config.task_id
-        return None if task is None else torch.full((x.shape[0],), task, dtype=torch.long, device=x.device)
+    def _labels(self, x: Tensor, task_id=None) -> Tensor | None:
+        """``[B]`` class labels: ``task_id`` per sample (a ``[B]`` tensor, as their data labels each sample with its
+        PDE) or for the batch (an int), else the config's; None: the "no label" class."""
+        task = self.config.task_id if task_id is None else task_id
+        if task is None:
+            return None
+        if isinstance(task, Tensor):
+            labels = task.to(device=x.device, dtype=torch.long).reshape(-1)
+            if labels.numel() != x.shape[0]:
+                raise ValueError(f"task_id: one label per sample ({x.shape[0]}), got {list(task.shape)}")
+            if bool(((labels < 0) | (labels > self.config.num_classes)).any()):
+                raise ValueError(f"task_id: labels lie in [0, {self.config.num_classes}], got {labels.tolist()}")
+            return labels
+        self.config.check_label("task_id", int(task))
+        return torch.full((x.shape[0],), int(task), dtype=torch.long, device=x.device)
 
     @classmethod
     def io_layout(cls, old: PdetMixedConfig, new: PdetMixedConfig) -> dict:
@@ -185,8 +227,8 @@ class PdetMixedChannels(PdetBackbone):
             "net.final_layer.out_proj.bias": [opzoo.DimMap(0, rows)],
         }
 
-    def _embeddings(self, x: Tensor) -> list[Tensor]:
-        return self.net.embeddings(x.shape[0], None, self._labels(x), x.device)
+    def _embeddings(self, x: Tensor, task_id=None) -> list[Tensor]:
+        return self.net.embeddings(x.shape[0], None, self._labels(x, task_id), x.device)
 
     def forward_features(self, x: Tensor) -> Tensor:
         """``[B, H, W, 1, C] -> [B, H/p, W/p, D_1]``: the last decoder stage's output, channels-last."""
@@ -209,7 +251,14 @@ class PdetMixedChannels(PdetBackbone):
     def _physical(self, y: Tensor) -> Tensor:
         return (y.permute(0, 2, 3, 1) * self.std + self.mean).unsqueeze(-2)
 
-    def forward(self, x: Tensor) -> Tensor:
-        e = self._embeddings(x)
+    def mask_padded_channels(self, out: Tensor, channel_mask: Tensor) -> Tensor:
+        """Padded channels' predictions are set to zero (before being fed back), as pdetransformer's rollout does
+        (core/mixed_channels/train_supervised.py @ 850e09d, ``postprocess_output``: Fields > 0)."""
+        return out * channel_mask.to(out.dtype)
+
+    def forward(self, x: Tensor, task_id: int | Tensor | None = None) -> Tensor:
+        """``[B, H, W, 1, C] -> [B, H, W, 1, C]``; ``task_id`` (an int, or a ``[B]`` tensor of per-sample labels)
+        replaces the config's label for this call."""
+        e = self._embeddings(x, task_id)
         h = self.net.features(self._net_input(x), e, (), self.checkpointed)[0]
         return self._physical(self.net.head(h, e[1]))

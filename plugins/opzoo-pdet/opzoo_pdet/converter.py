@@ -164,7 +164,7 @@ def convert_pde_transformer(path) -> opzoo.ConvertedCheckpoint:
     if architecture == "pdet-sc":
         sd = drop_position_tables(sd, args, weights)
     preset = matching_preset(architecture, args)
-    cfg = pretrained_cfg(architecture, doc.get("sample_size"))
+    cfg = pretrained_cfg(architecture, published=preset is not None)
     cfg["source"] = f"PDE-Transformer checkpoint {path} (converted by opzoo's 'pde-transformer' converter)"
     return opzoo.ConvertedCheckpoint(architecture=architecture, model_args=args,
                                      state_dict={"net." + k[len("model."):]: v for k, v in sd.items()},

@@ -55,11 +55,16 @@ class TimestepEmbedding(nn.Module):
         self.frequencies = frequencies
         self.mlp = nn.Sequential(nn.Linear(frequencies, dim), nn.SiLU(), nn.Linear(dim, dim))
 
-    def forward(self, t: Tensor) -> Tensor:
+    def sinusoid(self, t: Tensor) -> Tensor:
+        """``[N] -> [N, frequencies]`` (cos then sin), in float32 as upstream computes it whatever the weights' dtype:
+        its rounding (exp, cos, sin of angles up to ~1000 rad) differs between CPUs' vector units."""
         half = self.frequencies // 2
         freqs = torch.exp(-math.log(10000) * torch.arange(half, dtype=torch.float32, device=t.device) / half)
-        angles = t[:, None].float() * freqs[None]  # float32, as upstream; then in the weights' dtype
-        return self.mlp(torch.cat([torch.cos(angles), torch.sin(angles)], dim=-1).to(self.mlp[0].weight.dtype))
+        angles = t[:, None].float() * freqs[None]
+        return torch.cat([torch.cos(angles), torch.sin(angles)], dim=-1)
+
+    def forward(self, t: Tensor) -> Tensor:
+        return self.mlp(self.sinusoid(t).to(self.mlp[0].weight.dtype))
 
 
 class LabelEmbedding(nn.Module):

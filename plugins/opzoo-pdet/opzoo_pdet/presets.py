@@ -9,7 +9,7 @@ from typing import Any
 import opzoo
 
 from .backbones import DEPTH, SIZES, PdetMixedConfig
-from .converter import CONFIG_FILE, TABLES, WEIGHTS_FILE, model_args, read_config
+from .converter import CONFIG_FILE, TABLES, WEIGHTS_FILE, architecture_of, model_args, read_config
 from .provenance import HUB_REPO, at, mixed_facts, reported_result, separate_facts
 from .separate_backbone import PdetSeparateConfig
 
@@ -18,15 +18,22 @@ SEPARATE = {"pdet-sc-s": ("sc-s", "PDE-S"), "pdet-sc-b": ("sc-b", "PDE-B"), "pde
 CONFIGS = {"pdet-mc": PdetMixedConfig, "pdet-sc": PdetSeparateConfig}
 CARDS = files("opzoo_pdet") / "model_cards"
 TRAIN_LR = 4e-5  # config/ape_2d/supervised/pde-{mc,sc}-*-mse.yaml trainer.base_learning_rate
-TRAIN_GRID = {"pdet-mc": 128, "pdet-sc": 256}  # their sample_size
+# Both were trained at 256x256: their APE-2D files are simulated at 2048x2048 and stored average-pooled to 256x256
+# (pdetransformer/data/simulations_apebench/simulation.py @ 850e09d, low_res; docs/datasets/ape_2d.md @ 850e09d, "For
+# training/inference we downsample the spatial resolution to 256x256"), and their data module reads them as stored
+# (config/ape_2d/data/multi_task_norm.yaml @ 850e09d: downsample_factor 1). The mixed-channel configs' sample_size 128
+# is a diffusers field that the supervised forward never reads.
+TRAIN_GRID = {"pdet-mc": 256, "pdet-sc": 256}
 
 
 def preset_args(size: str) -> dict[str, Any]:
     return {**SIZES[size], "depth": list(DEPTH), "in_channels": 2, "out_channels": 2, "periodic": True}
 
 
-def pretrained_cfg(architecture: str = "pdet-mc", sample_size: int | None = None) -> dict[str, Any]:
-    sample_size = TRAIN_GRID[architecture] if sample_size is None else sample_size
+def pretrained_cfg(architecture: str = "pdet-mc", published: bool = True) -> dict[str, Any]:
+    """The facts of a published checkpoint of ``architecture``; ``published=False`` (another checkpoint, converted):
+    its training grid is unknown and not recorded (config.json's sample_size is not it)."""
+    sample_size = TRAIN_GRID[architecture] if published else None
     mixed = architecture == "pdet-mc"
     config = f"config/ape_2d/supervised/pde-{'mc' if mixed else 'sc'}-s-mse.yaml"
     labels = ("task_id is the PDE's index in opzoo_pdet.TASKS (pdetransformer's all_pdes); None: no label" if mixed
@@ -35,7 +42,7 @@ def pretrained_cfg(architecture: str = "pdet-mc", sample_size: int | None = None
     return {
         **({"channels": 2} if mixed else {}), "in_timesteps": 1,
         **({"resolution": [sample_size, sample_size]} if isinstance(sample_size, int) else {}),
-        "datasets": ["APE-2D (PBDL): 17 PDEs, diffusion to Kolmogorov flow"],
+        "datasets": ["APE-2D (PBDL): 17 datasets of 10 PDEs, diffusion to Kolmogorov flow"],
         "normalization": "per-dataset mean/std of each field, by pdetransformer's data pipeline (mean-std)",
         "input_normalization": "fields standardized with their dataset's mean/std (normalization='zscore' with "
                                "mean/std does it inside the model; the default 'none' takes standardized fields)",
@@ -55,13 +62,24 @@ def matching_preset(architecture: str, args: dict[str, Any]) -> str | None:
     return None
 
 
-def config_agrees(subfolder: str):
-    """The load check: the subfolder's config.json builds the preset's network."""
+NETWORK = {"pdet-mc": "mixed-channel", "pdet-sc": "separate-channel"}
+
+
+def config_agrees(subfolder: str, architecture: str = "pdet-mc"):
+    """The load check: the subfolder's config.json builds the preset's network (of ``architecture``)."""
 
     def run(artifacts: opzoo.PretrainedArtifacts) -> str:
         path = artifacts.files.get(f"{subfolder}/{CONFIG_FILE}")
         if path is None:
             raise opzoo.CheckFailed(f"{subfolder}/{CONFIG_FILE} was not fetched")
+        doc = read_config(path)
+        theirs = architecture_of(doc)
+        if theirs != architecture:
+            table = MIXED if theirs == "pdet-mc" else SEPARATE
+            names = [n for n, (_, size) in table.items() if size == doc.get("type")] or list(table)
+            raise opzoo.CheckFailed(f"{path} is a {NETWORK[theirs]} PDE-Transformer checkpoint, not the "
+                                    f"{NETWORK[architecture]} network this preset builds: load it with "
+                                    f"{' or '.join(names)}")
         sd = {"model." + k[4:]: v for k, v in artifacts.state_dict.items()}
         weights = artifacts.files.get(f"{subfolder}/{WEIGHTS_FILE}")
         if weights is not None:  # the position tables the converter dropped (they say the window size)
@@ -70,7 +88,7 @@ def config_agrees(subfolder: str):
             with safe_open(str(weights), "pt") as f:
                 sd |= {k: f.get_tensor(k) for k in f.keys() if k.endswith(TABLES)}
         try:
-            args = model_args(read_config(path), sd, path)
+            args = model_args(doc, sd, path)
         except opzoo.CheckpointError as e:
             raise opzoo.CheckFailed(str(e)) from None
         c = artifacts.model_config
@@ -92,7 +110,7 @@ def register_presets(registry) -> None:
                 name, backbone=backbone, args=preset_args(size),
                 pretrained=opzoo.PretrainedSource(HUB_REPO, f"{subfolder}/{WEIGHTS_FILE}", converter="pde-transformer",
                                                   extra_files=(f"{subfolder}/{CONFIG_FILE}",),
-                                                  checks=(config_agrees(subfolder),)),
+                                                  checks=(config_agrees(subfolder, backbone),)),
                 card=CARDS / f"{name}.md", pretrained_cfg=pretrained_cfg(backbone), provenance=facts(subfolder, size),
                 results=(reported_result(subfolder),),
             )

@@ -39,63 +39,101 @@ def at(path: str, commit: str = MODEL_CODE) -> str:
     return f"{REPO} {path} @ {commit}"
 
 
+def shared_facts(subfolder: str, code: str, train_cfg: str) -> dict[str, opzoo.Fact]:
+    """The facts both networks share, each cited at the network's own files (``code``, ``train_cfg``)."""
+    Fact = opzoo.Fact
+    return {
+        "weights file": Fact("weights file", "diffusion_pytorch_model.safetensors and config.json in the subfolder "
+                             "(diffusers' ModelMixin.save_pretrained names)", at("docs/pretrained-weights.md", HEAD)
+                             + " (from_pretrained(repo, subfolder=...)); the Hub listing could not be read here",
+                             verified=False,
+                             alternatives=("diffusion_pytorch_model.bin (a pickle: refused, opzoo loads safetensors "
+                                           "only)",)),
+        "Hub revision": Fact("Hub revision", "not pinned: the Hub repo's commits could not be read here, so a load "
+                             "takes main; the load checks record the commit they read (the snapshot in the Hugging "
+                             "Face cache), and `opzoo verify` prints it", f"huggingface.co/{HUB_REPO} (not reachable "
+                             "offline)", verified=False,
+                             alternatives=("weights replaced on main since these presets were written: the config "
+                                           "and tensor checks refuse another network",)),
+        "code that trained the weights": Fact(
+            "code that trained the weights", "not public: the weights predate the repository (first commit "
+            "2025-05-27); the model code is unchanged since 3f3adee and is the PyPI wheel pdetransformer 0.1.11's",
+            at(code, HEAD) + " (git log); PyPI pdetransformer 0.1.11", verified=False,
+            alternatives=("an earlier private revision computing another function: the load checks compare "
+                          "config.json and every tensor's name and shape with this network",)),
+        "training grid": Fact("training grid", "256x256: the APE-2D files are simulated at 2048x2048 and stored "
+                              "average-pooled to 256x256, and the data module reads them as stored "
+                              "(downsample_factor 1); config.json's sample_size is a diffusers field the supervised "
+                              "forward never reads. Fine-tuning keeps the data's own grid (no resolution-bound "
+                              "embedding)", at("pdetransformer/data/simulations_apebench/simulation.py", HEAD)
+                              + " (low_res: reshape to 256x8, mean); " + at("docs/datasets/ape_2d.md", HEAD)
+                              + " (Data Format); " + at("config/ape_2d/data/multi_task_norm.yaml", HEAD)),
+        "normalization": Fact("normalization", "per-dataset mean/std of each field, applied by the data pipeline, "
+                              "not the network: inputs must be standardized as in pretraining (normalization='zscore' "
+                              "with mean/std does it inside the model)", at("config/ape_2d/data/multi_task_norm.yaml")
+                              + " (normalize_data: mean-std); " + at("pdetransformer/data/pbdl_dataloader/normalization.py")),
+        "normalization stats": Fact("normalization stats", "the pretraining datasets' mean/std live in their PBDL "
+                                    "files, not in the checkpoint; none is shipped here",
+                                    at("pdetransformer/data/pbdl_dataloader/normalization.py")
+                                    + " (norm_fields_sca_mean/std cached in the dataset files)", verified=False,
+                                    alternatives=("fields on another scale: the network sees inputs it was not "
+                                                  "trained on",)),
+        "EMA weights published": Fact("EMA weights published", "unknown whether the Hub weights are the EMA's",
+                                      at(train_cfg) + " (callbacks.ema)", verified=False,
+                                      alternatives=("the raw weights",)),
+        "code license": Fact("code license", "Apache-2.0 in LICENSE.txt; MIT in README.md and the wheel's metadata",
+                             at("LICENSE.txt", HEAD) + "; " + at("README.md", HEAD) + "; PyPI pdetransformer 0.1.11 "
+                             "METADATA", verified=False, alternatives=("MIT", "Apache-2.0")),
+        "weights license": Fact("weights license", "not stated", "the Hub repo's card could not be read here",
+                                verified=False,
+                                alternatives=("a license on the Hub card: check it before redistributing",)),
+        "reported nRMSE": Fact("reported nRMSE", "nRMSE1 {:.3f}, nRMSE10 {:.2f} on the pretraining datasets, as "
+                               "reported by the authors".format(*REPORTED_NRMSE[subfolder]), DOCS_URL),
+        "published parameters": Fact("published parameters", PUBLISHED_PARAMS[subfolder],
+                                     at("docs/pretrained-weights.md", HEAD)),
+    }
+
+
 def mixed_facts(subfolder: str, size: str) -> tuple[opzoo.Fact, ...]:
     Fact = opzoo.Fact
     train_cfg = f"config/ape_2d/supervised/pde-{subfolder}-mse.yaml"
+    code = "pdetransformer/core/mixed_channels/pde_transformer.py"
+    shared = shared_facts(subfolder, code, train_cfg)
     return (
         Fact("Hub repo", f"{HUB_REPO}, subfolder {subfolder}", at("docs/pretrained-weights.md", HEAD)),
-        Fact("weights file", "diffusion_pytorch_model.safetensors and config.json in the subfolder (diffusers' "
-             "ModelMixin.save_pretrained names)", at("docs/pretrained-weights.md", HEAD) + " (from_pretrained(repo, "
-             "subfolder=...)); the Hub listing could not be read here", verified=False,
-             alternatives=("diffusion_pytorch_model.bin (a pickle: refused, opzoo loads safetensors only)",)),
+        shared["weights file"], shared["Hub revision"],
         Fact("architecture", f"mixed channels, {size}: hidden 96/192/384 (S/B/L), heads 4/8/16, depth "
              "[2, 5, 8, 5, 2], window 8, patch 4, MLP ratio 4, 1000 class labels + 1, carrier tokens off",
-             at("pdetransformer/core/mixed_channels/pde_transformer.py") + " (PDE_S/B/L, PDEImpl); " + at(train_cfg)),
+             at(code) + " (PDE_S/B/L, PDEImpl); " + at(train_cfg)),
         Fact("size of the checkpoint", f"{subfolder} is {size} (the docs' table: mc-b Base, hidden 192; mc-l Large, "
              "hidden 384); read from the subfolder's config.json at load", at("docs/pretrained-weights.md", HEAD)
              + "; " + at("config/ape_2d/supervised/pde-mc-b-mse.yaml") + " says type PDE-L and "
              + at("config/ape_2d/supervised/pde-mc-l-mse.yaml") + " PDE-B (swapped)", verified=False,
              alternatives=("mc-b and mc-l swapped, as the training configs say: the load check refuses a "
                            "config.json of another size and says which to load",)),
-        Fact("code that trained the weights", "not public: the weights predate the repository (first commit "
-             "2025-05-27); the model code is unchanged since 3f3adee and is the PyPI wheel pdetransformer 0.1.11's",
-             at("pdetransformer/core/mixed_channels/pde_transformer.py", HEAD) + " (git log); PyPI pdetransformer "
-             "0.1.11", verified=False,
-             alternatives=("an earlier private revision computing another function: the load checks compare "
-                           "config.json and every tensor's name and shape with this network",)),
+        shared["code that trained the weights"], shared["training grid"],
         Fact("input and output", "one frame [B, 2, H, W] channels-first to the next frame; a PDE with one field has "
-             "its second channel zero-padded (max_channels 2) and its padded output channel set to zero",
-             at("pdetransformer/core/mixed_channels/train_supervised.py") + " (get_input, training_step, "
-             "postprocess_output); " + at("config/ape_2d/data/multi_task_norm.yaml")),
+             "its second channel zero-padded (max_channels 2, field id 0), and in a rollout the padded output "
+             "channel is set to zero before it is fed back; opzoo pads with 0.0 and zeroes it the same way",
+             at("pdetransformer/data/multi_module.py", HEAD) + " (pad channels: torch.zeros); "
+             + at("pdetransformer/core/mixed_channels/train_supervised.py", HEAD) + " (get_input, training_step, "
+             "predict, postprocess_output: Fields > 0); " + at("config/ape_2d/data/multi_task_norm.yaml")),
         Fact("time and task conditioning", "diffusion time 0 for a supervised step (None -> 0, scaled by 1000); the "
-             "class label is the PDE's index in all_pdes (opzoo_pdet.TASKS), dropped to the 'no label' class with "
-             "probability 0.1 in training",
-             at("pdetransformer/core/mixed_channels/pde_transformer.py") + " (PDEImpl.forward, LabelEmbedder); "
-             + at("pdetransformer/data/metadata_remapping.py") + " (all_pdes, convert_pde)"),
+             "class label is each sample's PDE, its index in all_pdes (opzoo_pdet.TASKS: task_id, an int or one per "
+             "sample), dropped to the 'no label' class with probability 0.1 in training",
+             at(code) + " (PDEImpl.forward, LabelEmbedder); "
+             + at("pdetransformer/core/mixed_channels/train_supervised.py", HEAD) + " (get_input: "
+             "physical_metadata['PDE'][:, 0], per sample); " + at("pdetransformer/data/metadata_remapping.py")
+             + " (all_pdes, convert_pde)"),
         Fact("boundary conditions", "periodic=True (shifted windows wrap around); periodic=False masks the wrap as "
-             "Swin does; a constructor flag of the network, recorded in config.json",
-             at(train_cfg) + " (periodic: True); " + at("pdetransformer/core/mixed_channels/pde_transformer.py")
+             "Swin does; a constructor flag of the network, recorded in config.json; fine-tuning follows a file "
+             "that states its boundary", at(train_cfg) + " (periodic: True); " + at(code)
              + " (PDEStage.get_attn_mask)"),
-        Fact("normalization", "per-dataset mean/std of each field, applied by the data pipeline, not the network: "
-             "inputs must be standardized as in pretraining (normalization='zscore' with mean/std does it inside "
-             "the model)", at("config/ape_2d/data/multi_task_norm.yaml") + " (normalize_data: mean-std); "
-             + at("pdetransformer/data/pbdl_dataloader/normalization.py")),
-        Fact("normalization stats", "the pretraining datasets' mean/std live in their PBDL files, not in the "
-             "checkpoint; none is shipped here", at("pdetransformer/data/pbdl_dataloader/normalization.py")
-             + " (norm_fields_sca_mean/std cached in the dataset files)", verified=False,
-             alternatives=("fields on another scale: the network sees inputs it was not trained on",)),
+        shared["normalization"], shared["normalization stats"],
         Fact("training", "100 epochs, AdamW lr 4e-5, batch 8 x 8 accumulated, bf16-mixed, EMA 0.999, MSE on the "
              "next frame", at(train_cfg)),
-        Fact("EMA weights published", "unknown whether the Hub weights are the EMA's", at(train_cfg)
-             + " (callbacks.ema)", verified=False, alternatives=("the raw weights",)),
-        Fact("reported nRMSE", "nRMSE1 {:.3f}, nRMSE10 {:.2f} on the pretraining datasets, as reported by the "
-             "authors".format(*REPORTED_NRMSE[subfolder]), DOCS_URL),
-        Fact("published parameters", PUBLISHED_PARAMS[subfolder], at("docs/pretrained-weights.md", HEAD)),
-        Fact("code license", "Apache-2.0 in LICENSE.txt; MIT in README.md and the wheel's metadata",
-             at("LICENSE.txt", HEAD) + "; " + at("README.md", HEAD) + "; PyPI pdetransformer 0.1.11 METADATA",
-             verified=False, alternatives=("MIT", "Apache-2.0")),
-        Fact("weights license", "not stated", "the Hub repo's card could not be read here", verified=False,
-             alternatives=("a license on the Hub card: check it before redistributing",)),
+        shared["EMA weights published"], shared["reported nRMSE"], shared["published parameters"],
+        shared["code license"], shared["weights license"],
     )
 
 
@@ -103,36 +141,38 @@ def separate_facts(subfolder: str, size: str) -> tuple[opzoo.Fact, ...]:
     Fact = opzoo.Fact
     train_cfg = f"config/ape_2d/supervised/pde-{subfolder}-mse.yaml"
     code = "pdetransformer/core/separate_channels/pde_transformer.py"
-    shared = {f.topic: f for f in mixed_facts("mc-s", size)}
+    supervised = "pdetransformer/core/separate_channels/train_supervised.py"
+    shared = shared_facts(subfolder, code, train_cfg)
     return (
         Fact("Hub repo", f"{HUB_REPO}, subfolder {subfolder}", at("docs/pretrained-weights.md", HEAD)),
-        shared["weights file"],
+        shared["weights file"], shared["Hub revision"],
         Fact("architecture", f"separate channels, {size}: hidden 96/192/384 (S/B/L), heads 4/8/16, depth "
              "[2, 5, 8, 5, 2], window 8, patch 4, MLP ratio 4, 2 frame slots per channel, window attention per "
              "channel then attention across channels, 1000 labels, carrier tokens off",
              at(code) + " (PDE_S/B/L, PDEImpl, HATDiTBlock); " + at(train_cfg)),
-        shared["code that trained the weights"],
+        shared["code that trained the weights"], shared["training grid"],
         Fact("input and output", "per channel two frame slots, the known frame then zeros; the network's second slot "
-             "is the prediction (supervised forward prediction, m=1, n=1, task 0); any number of channels",
-             at("pdetransformer/core/separate_channels/train_supervised.py") + " (Supervised, get_model_input, "
-             "MultiStepMSE.predict); " + at("pdetransformer/core/separate_channels/tasks.py") + " (ForwardPrediction)"
-             + "; " + at(train_cfg) + " (timesteps: 2)"),
+             "is the prediction (supervised forward prediction, m=1, n=1, task 0); any number of channels, so a "
+             "file's own count is used and nothing is padded; in a rollout a channel of field type 0 (their "
+             "padding) is fed back as zeros",
+             at(supervised) + " (Supervised, get_model_input, MultiStepMSE.predict; Supervised.predict: 'set to "
+             "zero where channel_id is zero'); " + at("pdetransformer/core/separate_channels/tasks.py")
+             + " (ForwardPrediction); " + at(train_cfg) + " (timesteps: 2)"),
         Fact("conditioning", "per channel: diffusion time 0, the field type (FIELDS index), the PDE (TASKS index), "
-             "the task (0); simulation time, time step and PDE parameters are embedded and multiplied by 0.0",
+             "the task (0), per sample as their data labels each; simulation time, time step and PDE parameters are "
+             "embedded and multiplied by 0.0",
              at(code) + " (PDEImpl.forward, SIMULATION_TIME_SCALING = 0.0 and the others); "
              + at("pdetransformer/data/metadata_remapping.py") + " (all_fields, all_pdes)"),
         Fact("field type encoding", "all_fields lacks a comma after \"unknown\": index 0 is \"unknownvelocity\", "
              "\"velocity x\" is 1, and \"unknown\" or \"velocity\" cannot be encoded (opzoo_pdet.FIELDS is the list "
              "as Python reads it)", at("pdetransformer/data/metadata_remapping.py") + " (convert_fields)"),
-        Fact("boundary conditions", "periodic=True in training (the class default is False), recorded in config.json",
+        Fact("boundary conditions", "periodic=True in training (the class default is False), recorded in "
+             "config.json; fine-tuning follows a file that states its boundary",
              at(train_cfg) + " (periodic: True); " + at(code) + " (PDETransformer.__init__)"),
         shared["normalization"], shared["normalization stats"],
         Fact("training", "100 epochs, AdamW lr 4e-5, batch 8 x 8 accumulated, bf16-mixed, EMA 0.999, 256x256, MSE on "
              "the predicted slot", at(train_cfg)),
-        shared["EMA weights published"],
-        Fact("reported nRMSE", "nRMSE1 {:.3f}, nRMSE10 {:.2f} on the pretraining datasets, as reported by the "
-             "authors".format(*REPORTED_NRMSE[subfolder]), DOCS_URL),
-        Fact("published parameters", PUBLISHED_PARAMS[subfolder], at("docs/pretrained-weights.md", HEAD)),
+        shared["EMA weights published"], shared["reported nRMSE"], shared["published parameters"],
         shared["code license"], shared["weights license"],
     )
 

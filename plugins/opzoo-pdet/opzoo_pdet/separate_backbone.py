@@ -15,7 +15,7 @@ network (``core/separate_channels/train_supervised.py``: ``Supervised`` with ``t
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -30,6 +30,7 @@ from .separate_net import SeparateChannelNet
 class PdetSeparateConfig(PdetConfig):
     """The separate-channel PDE-Transformer (any number of channels)."""
 
+    per_channel_fields = ("channel_types",)
     num_timesteps: int = 2  # frame slots per channel: the known frame and the predicted one
     pde_type: Optional[int] = None  # the PDE's index in opzoo_pdet.TASKS; None: the "no label" class
     channel_types: Optional[list[int]] = None  # each channel's field type, an index into opzoo_pdet.FIELDS
@@ -55,6 +56,7 @@ class PdetSeparateChannels(PdetBackbone):
     """``[B, H, W, 1, C] -> [B, H, W, 1, C]`` around :class:`SeparateChannelNet`, for any ``C``."""
 
     config_class = PdetSeparateConfig
+    takes_any_channel_count = True  # no tensor depends on the number of channels
 
     def build_net(self, c: PdetSeparateConfig) -> SeparateChannelNet:
         return SeparateChannelNet(c.num_timesteps, c.hidden_size, c.depth, c.num_heads, c.window_size, c.patch_size,
@@ -72,6 +74,9 @@ class PdetSeparateChannels(PdetBackbone):
         c = self.config
         return self.net.size_multiple * (1 if c.periodic else c.window_size)
 
+    def grid_ok(self, size: int) -> bool:
+        return size % self.size_multiple == 0
+
     def _slots(self, x: Tensor) -> Tensor:
         """``[B, H, W, 1, C]`` physical -> the network's ``[B, C, 2, H, W]``: the standardized frame, then zeros."""
         c = self.config
@@ -84,15 +89,39 @@ class PdetSeparateChannels(PdetBackbone):
                              + ("" if c.periodic else f", whole {c.window_size}x{c.window_size} windows") + ")")
         return torch.stack([frame, torch.zeros_like(frame)], dim=2)
 
-    def _embeddings(self, batch: int, device) -> list[Tensor]:
+    def _embeddings(self, batch: int, device, pde_type=None, channel_types=None) -> list[Tensor]:
+        """Per level ``e_i``; ``pde_type`` (an int or ``[B]``) and ``channel_types`` (``[C]`` or ``[B, C]``) replace
+        the config's labels for this call, per sample as their data labels each sample."""
         c = self.config
         shape = (batch, c.in_channels)
         none = c.num_classes  # the "no label" class
-        types = torch.tensor(c.channel_types if c.channel_types is not None else [none] * c.in_channels,
-                             device=device).expand(shape)
-        pde = torch.full(shape, none if c.pde_type is None else c.pde_type, dtype=torch.long, device=device)
+        given = pde_type is not None or channel_types is not None  # the config's were checked when it was built
+        types = c.channel_types if channel_types is None else channel_types
+        types = torch.as_tensor(types if types is not None else [none] * c.in_channels, dtype=torch.long,
+                                device=device)
+        pde = c.pde_type if pde_type is None else pde_type
+        pde = torch.as_tensor(none if pde is None else pde, dtype=torch.long, device=device)
+        pde = pde.reshape(-1, 1) if pde.ndim == 1 else pde
+        try:
+            types, pde = types.expand(shape), pde.expand(shape)
+        except RuntimeError:
+            raise ValueError(f"labels: channel_types {list(types.shape)} and pde_type {list(pde.shape)} must fit "
+                             f"[B={batch}, C={c.in_channels}] (channel_types [C] or [B, C]; pde_type one or [B])") from None
+        for key, value in (("channel_types", types), ("pde_type", pde)) if given else ():
+            if bool(((value < 0) | (value > none)).any()):
+                raise ValueError(f"{key}: labels lie in [0, {none}], got {value.tolist()}")
         zeros = torch.zeros(shape, dtype=torch.long, device=device)
         return self.net.embeddings(torch.zeros(shape, device=device), types, pde, zeros)
+
+    def feedback(self, out: Tensor, channel_types: Sequence[int] | Tensor | None = None, **_) -> Tensor:
+        """A channel of field type 0 (their padding: its field id is 0) is fed back as zeros, as pdetransformer's
+        rollout does (core/separate_channels/train_supervised.py @ 850e09d, ``Supervised.predict``: "set to zero
+        where channel_id is zero"); its prediction itself is kept in the output, as theirs is."""
+        types = self.config.channel_types if channel_types is None else channel_types
+        if types is None:
+            return out
+        keep = (torch.as_tensor(types, device=out.device) != 0).to(out.dtype)  # [C] or [B, C]
+        return out * (keep if keep.ndim == 1 else keep[:, None, None, None, :])
 
     def _physical(self, y: Tensor) -> Tensor:
         """The network's ``[B, C, 2, H, W]`` -> the predicted frame ``[B, H, W, 1, C]`` in physical units."""
@@ -116,6 +145,9 @@ class PdetSeparateChannels(PdetBackbone):
         kept = [k.permute(0, 1, 3, 4, 2) for k in kept]
         return kept if intermediates_only else (h.permute(0, 1, 3, 4, 2), kept)
 
-    def forward(self, x: Tensor) -> Tensor:
-        e = self._embeddings(x.shape[0], x.device)
+    def forward(self, x: Tensor, pde_type: int | Tensor | None = None,
+                channel_types: Sequence[int] | Tensor | None = None) -> Tensor:
+        """``[B, H, W, 1, C] -> [B, H, W, 1, C]``; ``pde_type`` (int or ``[B]``) and ``channel_types`` (``[C]`` or
+        ``[B, C]``) replace the config's labels for this call."""
+        e = self._embeddings(x.shape[0], x.device, pde_type, channel_types)
         return self._physical(self.net.head(self.net.features(self._slots(x), e, (), self.checkpointed)[0], e[1]))

@@ -69,9 +69,18 @@ def config_agrees(artifacts: PretrainedArtifacts) -> str:
         raise CheckFailed(f"{path} disagrees with {artifacts.preset}: " + "; ".join(
             wrong + [f"{k}: missing from config.json" for k in missing])
             + ". The preset's facts are wrong for these weights; convert the repo with its own config instead: "
-              "`opzoo convert the-well DIR OUT --dataset NAME`")
+              f"`opzoo convert the-well DIR OUT --dataset {_dataset_of(artifacts.preset)}"
+            + (f" --option fourier_blocks={artifacts.model_config.fourier_blocks}`"
+               if hasattr(artifacts.model_config, "fourier_blocks") else "`"))
     return f"{len([k for k in expected if k in found])} init arguments agree (" + ", ".join(
         f"{k}={found[k]}" for k in ("dim_in", "dim_out", "spatial_resolution") if k in found) + ")"
+
+
+def _dataset_of(preset: str) -> str:
+    """The dataset of a ``well-<arch>-<dataset>`` preset (NAME when the preset is not one)."""
+    from .datasets import DATASETS
+
+    return next((d for d in sorted(DATASETS, key=len, reverse=True) if preset.endswith("-" + d)), "NAME")
 
 
 @dataclasses.dataclass
@@ -110,7 +119,13 @@ def _block_draws(sd: dict[str, torch.Tensor], cfg) -> list[Draw]:
     draws = []
     for i in range(cfg.n_layers):
         p = f"net.spectral.{i}."
-        if p + "weight" in sd:
+        needed = [p + ("weight" if cfg.factorization == "dense" else "core"), p + "bias", f"net.skips.{i}.weight"]
+        missing = [k for k in needed if k not in sd]
+        if missing:
+            raise CheckFailed(f"the checkpoint lacks {', '.join(missing)} (Fourier block {i} of the "
+                              f"{cfg.factorization} {'FNO' if cfg.factorization == 'dense' else 'TFNO'} the preset "
+                              f"builds): not the network this preset assumes")
+        if cfg.factorization == "dense":
             draws.append(_measure(p + "weight", sd[p + "weight"], dense_std / math.sqrt(2), 3.0))
         else:
             core = sd[p + "core"]
@@ -155,8 +170,9 @@ def blocks_untrained(artifacts: PretrainedArtifacts) -> str:
             f"them with the blocks' output dropped (fourier_blocks='dropped'), which leaves them an init draw. If "
             f"these weights were trained with the blocks applied (the_well from {FNO_FIX[:7]}, {PR_64}), load them "
             f"with opzoo.load(NAME, pretrained=True, fourier_blocks='applied')")
-    return (f"{len(draws)} block tensors are neuraloperator 0.3.0's init draw (median std {shrink:.3f}x the "
-            f"init's; kurtosis and mean as drawn): the blocks were never trained, as fourier_blocks='dropped' assumes")
+    return (f"{len(draws)} block tensors are indistinguishable from neuraloperator 0.3.0's init draw (median std "
+            f"{shrink:.3f}x the init's; kurtosis and mean as drawn, within {Z:g} standard errors): no training that "
+            f"moved them can be seen, as fourier_blocks='dropped' assumes (a few optimizer steps would not show)")
 
 
 CONFIG_CHECK = PretrainedCheck("config.json agrees with the preset", config_agrees)

@@ -23,7 +23,9 @@ import yaml
 import opzoo
 
 STATS_DIR = files("opzoo_well") / "stats"
-STATS_SOURCE = "PolymathicAI/the_well datasets/{name}/stats.yaml @ 75c6b4948fda27d78fee7ac418fbb00711791784"
+# a commit of refs/pull/44/head (not on main, whose a86893c holds the same values rounded to 5 significant digits)
+STATS_SOURCE = ("PolymathicAI/the_well datasets/{name}/stats.yaml @ 75c6b4948fda27d78fee7ac418fbb00711791784 "
+                "(refs/pull/44/head; main's a86893c rounds them to 5 digits)")
 MIN_DENOM = 1e-4  # The Well's ZScoreNormalization(min_denom=1e-4): stds are clipped below at this
 
 

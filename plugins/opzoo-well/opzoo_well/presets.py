@@ -25,7 +25,7 @@ from .datasets import DATASETS, STATS_SOURCE, dataset, normalization_args
 from .provenance import preset_facts, reported_result
 
 CARDS = files("opzoo_well") / "model_cards"
-N_STEPS_INPUT = 4  # the model READMEs: "In the time dimension, the context length was set to 4."
+N_STEPS_INPUT = 4  # scripts/huggingface/MODEL_CARD_TEMPLATE.md @ 671f66c: "the context length was set to 4"
 
 
 @dataclasses.dataclass(frozen=True)

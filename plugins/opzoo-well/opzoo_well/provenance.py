@@ -23,7 +23,10 @@ BLOCKS_DROPPED = "2d8d7eaf9eb46b96f215abf39c94b6be4bf9ea5c"  # 2024-06-03 "Added
 FNO_FIX = "21e51f6313ccd520e1f0af78e7f74ec649e8b80a"  # 2025-11-17 "actually use the FNO blocks"
 TFNO_FIX = "e4301602e57f2dddeaa87856dda49bbba47c663b"  # 2025-11-17 "actually use the TFNO blocks"
 SHEAR_FLOW_REGENERATED = "06ac146ccd56a63777fe0befe4b1993865c807b1"  # 2024-12-01 "New shear_flow data informations (#200)"
-STATS_SHIPPED = "75c6b4948fda27d78fee7ac418fbb00711791784"  # 2025-04-07 "Add missing statistics"
+# 2025-04-07 "Add missing statistics": a commit of refs/pull/44/head only, not of main; main took the same values
+# rounded to 5 significant digits (a86893c "Fix missing statistics (#44)", 2025-04-11, unchanged since)
+STATS_SHIPPED = "75c6b4948fda27d78fee7ac418fbb00711791784"
+STATS_ON_MAIN = "a86893c"
 ISSUE_49 = "https://github.com/PolymathicAI/the_well/issues/49"
 PR_64 = "https://github.com/PolymathicAI/the_well/pull/64"
 
@@ -70,7 +73,8 @@ def dataset_facts(name: str) -> list[Fact]:
                           "viscoelastic_instability_v2 (2026-06-15), with its own stats: the checkpoints predate it",
                           at("datasets/viscoelastic_instability_v2/", "4a4d2490b6e8caf24b778be1f07125532a95c309")
                           + " ('Add fixed viscoelastic_instability data as v2')"))
-    stats = f"stats.yaml @ {STATS_SHIPPED[:7]} (shipped in opzoo_well/stats/)"
+    stats = (f"stats.yaml @ {STATS_SHIPPED[:7]} (refs/pull/44/head, shipped in opzoo_well/stats/; main's "
+             f"{STATS_ON_MAIN} has the same values rounded to 5 significant digits)")
     if name in STATS_ALTERNATIVES:
         facts.append(Fact("normalization stats", stats, at(f"datasets/{name}/stats.yaml", STATS_SHIPPED)
                           + "; history: git log -- that path", verified=False, alternatives=STATS_ALTERNATIVES[name]))
@@ -93,7 +97,8 @@ def checkpoint_facts(arch: str, name: str) -> list[Fact]:
         Fact("architecture", f"The Well's {a.well_class}, " + ", ".join(f"{k}={v}" for k, v in a.args.items())
              + ", other arguments at the class defaults",
              at(f"the_well/benchmark/configs/model/{MODEL_DIR[arch]}.yaml", UPLOAD_SCRIPT)),
-        Fact("input steps", f"{N_STEPS_INPUT} -> 1", at(readme, UPLOAD_SCRIPT) + ' ("the context length was set to 4"); '
+        Fact("input steps", f"{N_STEPS_INPUT} -> 1", at("scripts/huggingface/MODEL_CARD_TEMPLATE.md", UPLOAD_SCRIPT)
+             + ' ("the context length was set to 4", the Hub cards\' template); '
              + at("the_well/benchmark/configs/model_upload.yaml", UPLOAD_SCRIPT) + " n_steps_input: 4"),
         Fact("normalization", "z-score of inputs and target with stats.yaml, full next step as target",
              at(f"the_well/benchmark/configs/data/{name}.yaml", V1_1_0) + " use_normalization: True; "

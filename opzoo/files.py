@@ -1,0 +1,98 @@
+"""Writing opzoo's own files: whole or not at all, never through a planted link, and cleaning up after dead writers.
+
+Every temporary name is ``.<target>.opzoo-tmp-<what>-<pid>@<host>-<random>`` in the target's directory: the name says
+which process owns it, so :func:`clean_dead_temporaries` removes only what a process on this host that no longer runs
+left behind. A temporary file is opened with ``O_CREAT | O_EXCL | O_NOFOLLOW`` (a link or file planted at its name is
+refused, never followed) and mode 0o666 less the umask, as any new file; it replaces the target with ``os.replace``,
+which replaces a link at the target itself rather than writing through it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import socket
+from pathlib import Path
+from typing import IO, Iterator
+
+TMP_MARK = ".opzoo-tmp-"
+
+
+def temporary_name(target: str | os.PathLike, what: str = "new") -> Path:
+    """A fresh sibling name for ``target`` owned by this process (``what`` says what it holds: new, old, ...)."""
+    target = Path(target)
+    owner = f"{os.getpid()}@{socket.gethostname()}"
+    return target.parent / f".{target.name}{TMP_MARK}{what}-{owner}-{secrets.token_hex(4)}"
+
+
+def _open_new(path: Path, binary: bool) -> IO:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags, 0o666)  # the umask applies, as to any new file
+    return os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"}))
+
+
+@contextlib.contextmanager
+def atomic_writer(target: str | os.PathLike, binary: bool = False, durable: bool = False) -> Iterator[IO]:
+    """``with atomic_writer(path) as f: f.write(...)``: ``path`` holds what was written when the block ends, or is
+    unchanged when it raises. ``durable`` fsyncs before the rename (checkpoints, records a resume trusts)."""
+    target = Path(target)
+    tmp = temporary_name(target)
+    f = _open_new(tmp, binary)
+    try:
+        with f:
+            yield f
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def atomic_write(target: str | os.PathLike, data: str | bytes, durable: bool = False) -> Path:
+    """Write ``data`` (text as UTF-8) to ``target`` whole, or leave it unchanged; returns ``target``."""
+    with atomic_writer(target, binary=isinstance(data, bytes), durable=durable) as f:
+        f.write(data)
+    return Path(target)
+
+
+def _owner(name: str) -> tuple[int, str] | None:
+    """``(pid, host)`` of a temporary name, or None when the name is not one of ours."""
+    _, mark, rest = name.partition(TMP_MARK)
+    if not mark:
+        return None
+    parts = rest.split("-")  # what..., pid@host (a host name may hold dashes), random
+    for i in range(len(parts) - 1, 0, -1):
+        pid, at, host_head = parts[i].partition("@")
+        if at and pid.isdigit():
+            return int(pid), "-".join([host_head, *parts[i + 1:-1]])
+    return None
+
+
+def clean_dead_temporaries(directory: str | os.PathLike, target: str | None = None) -> list[Path]:
+    """Remove the temporaries in ``directory`` (of ``target`` only, when given) whose writer, a process on this host,
+    is gone; a live writer's, or another host's, are left alone. Returns what was removed."""
+    from .processes import process_alive
+
+    directory, host, removed = Path(directory), socket.gethostname(), []
+    pattern = f".{target}{TMP_MARK}*" if target else f".*{TMP_MARK}*"
+    try:
+        candidates = list(directory.glob(pattern))
+    except OSError:
+        return removed
+    for path in candidates:
+        owner = _owner(path.name)
+        if owner is None or owner[1] != host or process_alive(owner[0]):
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        removed.append(path)
+    return removed
+
+
+__all__ = ["TMP_MARK", "temporary_name", "atomic_writer", "atomic_write", "clean_dead_temporaries"]
