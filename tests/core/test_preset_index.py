@@ -46,16 +46,29 @@ def test_an_index_of_other_code_is_never_read(tmp_path, monkeypatch):
 
 
 # ---- issue 43: an index that cannot lie; issue 49: an index read as untrusted data ---------------------------------
-INFO = "import sys; from opzoo.cli import main; sys.exit(main(sys.argv[1:]))"
+INFO = ("import sys, json; from opzoo.cli import main\n"
+        "for argv in json.loads(sys.argv[1]):\n"
+        "    assert main(argv) == 0, argv\n")
 
 
-def _opzoo(argv, env):
+def _opzoo(commands, env):
+    """Run opzoo commands (each an argv list) one after the other in one fresh interpreter."""
     import subprocess
     import sys
 
     full = {**os.environ, **env}  # run outside the checkout: `-c` puts the working directory first on the path
-    return subprocess.run([sys.executable, "-c", INFO, *argv], env=full, capture_output=True, text=True, timeout=300,
-                          cwd=env.get("OPZOO_CACHE_DIR", "/").rsplit("/", 1)[0] or "/")
+    return subprocess.run([sys.executable, "-c", INFO, json.dumps(commands)], env=full, capture_output=True,
+                          text=True, timeout=300, cwd=env.get("OPZOO_CACHE_DIR", "/").rsplit("/", 1)[0] or "/")
+
+
+def _widths(done) -> list[int]:
+    assert done.returncode == 0, done.stderr
+    decoder, text, out = json.JSONDecoder(), done.stdout, []
+    while text.strip():
+        doc, end = decoder.raw_decode(text.lstrip())
+        out.append(doc["config"]["width"])
+        text = text.lstrip()[end:]
+    return out
 
 
 def test_info_follows_an_edit_of_the_core_anywhere_in_the_package_and_of_a_plugin(tmp_path):
@@ -70,20 +83,17 @@ def test_info_follows_an_edit_of_the_core_anywhere_in_the_package_and_of_a_plugi
     write_dist(site, "opzoo-extra", "1.0", "opzoo_extra_preset", PRESET_PLUGIN.format(width=8))
     env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
            "OPZOO_CACHE_DIR": str(tmp_path / "cache"), "OPZOO_PLUGINS": "opzoo-extra"}
-    first = _opzoo(["info", "simple-op", "--json"], env)
-    assert first.returncode == 0, first.stderr
+    both = [["info", "simple-op", "--json"], ["info", "extra-op", "--json"]]
+    first = _opzoo(both, env)
     assert "indexing the installed presets once" in first.stderr  # said while it builds
-    assert json.loads(first.stdout)["config"]["width"] == 32
-    assert json.loads(_opzoo(["info", "extra-op", "--json"], env).stdout)["config"]["width"] == 8
+    assert _widths(first) == [32, 8]
     builtins = site / "opzoo" / "host" / "builtins.py"
     builtins.write_text(builtins.read_text().replace("args=dict(width=32,", "args=dict(width=128,"))  # another size: Python's pyc check is by size and whole seconds
-    plugin = site / "opzoo_extra_preset.py"
-    plugin.write_text(PRESET_PLUGIN.format(width=16))
-    again = _opzoo(["info", "simple-op", "--json"], env)
-    assert json.loads(again.stdout)["config"]["width"] == 128, again.stderr
-    assert json.loads(_opzoo(["info", "extra-op", "--json"], env).stdout)["config"]["width"] == 16
-    unchanged = _opzoo(["info", "simple-op", "--json"], env)  # answered from the new index
-    assert "indexing" not in unchanged.stderr and json.loads(unchanged.stdout)["config"]["width"] == 128
+    (site / "opzoo_extra_preset.py").write_text(PRESET_PLUGIN.format(width=16))
+    again = _opzoo(both, env)
+    assert "indexing the installed presets once" in again.stderr and _widths(again) == [128, 16]
+    unchanged = _opzoo(both[:1], env)  # answered from the new index
+    assert "indexing" not in unchanged.stderr and _widths(unchanged) == [128]
 
 
 PRESET_PLUGIN = '''
@@ -116,7 +126,7 @@ def test_a_preset_registered_at_run_time_never_reaches_the_disk(tmp_path, monkey
         assert main(["info", "run-time-op", "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["name"] == "run-time-op"
         assert not list((tmp_path / "cache").glob("preset-index-*"))
-        later = _opzoo(["list", "run-time-*"], {"OPZOO_CACHE_DIR": str(tmp_path / "cache")})
+        later = _opzoo([["list", "run-time-*"]], {"OPZOO_CACHE_DIR": str(tmp_path / "cache")})
         assert later.returncode == 0 and "run-time-op" not in later.stdout
         assert list((tmp_path / "cache").glob("preset-index-*"))
     finally:

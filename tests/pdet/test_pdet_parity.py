@@ -84,13 +84,31 @@ def test_converter_reads_the_checkpoint_config(reference, tmp_path):
 
 @pytest.mark.slow
 def test_recorded_reference_is_what_pdetransformer_computes(live_reference, reference):
-    """tests/pdet/data, against a run of pdetransformer 0.1.11 now: the same checkpoints, the same outputs."""
+    """tests/pdet/data, against a run of pdetransformer 0.1.11 now, on whatever CPU and thread count this is: the same
+    checkpoints and outputs, each within the rounding that may differ between two runs (the recording may have been
+    made on another CPU). Weights and float64 outputs differ only through float32 steps inside them (seeded normal
+    draws, the timestep sinusoid); a float32 output by its own rounding; a rollout's steps diverge as a random network
+    amplifies rounding, so only its first step is compared here (the default suite compares opzoo's rollout with the
+    recording step by step, within its own rounding growth)."""
     for name in [*CASES, *SEPARATE_CASES]:
-        for file in ("diffusion_pytorch_model.safetensors", "reference.safetensors"):
-            live, recorded = load_file(str(live_reference / name / file)), load_file(str(reference / name / file))
-            assert live.keys() == recorded.keys()
-            for key in live:
-                torch.testing.assert_close(live[key], recorded[key], rtol=1e-5, atol=1e-6)  # another CPU's rounding
+        live_w = load_file(str(live_reference / name / "diffusion_pytorch_model.safetensors"))
+        rec_w = load_file(str(reference / name / "diffusion_pytorch_model.safetensors"))
+        assert live_w.keys() == rec_w.keys()
+        for key in live_w:  # a normal draw's last bits differ between CPUs' vector units
+            assert (live_w[key] - rec_w[key]).abs().max().item() <= 1e-5 * rec_w[key].abs().max().item(), (name, key)
+        live, rec = (load_file(str(root / name / "reference.safetensors")) for root in (live_reference, reference))
+        assert live.keys() == rec.keys()
+        for key, bound in (("y64", 1e-5), ("y32", 1e-4)):
+            scale = rec[key].abs().max().item()
+            assert (live[key].double() - rec[key].double()).abs().max().item() <= bound * scale, (name, key)
+        first = 1 if name in CASES else 0  # the mixed pipeline's rollout begins with the input frame
+        scale = rec["rollout"].abs().max().item()
+        diff = (live["rollout"][:, first].double() - rec["rollout"][:, first].double()).abs().max().item()
+        assert diff <= 1e-4 * scale, (name, diff)
+        if "t_sinusoid" in rec:
+            inputs = load_file(str(reference / "inputs.safetensors"))
+            bound = float32_sinusoid_bound(inputs["xs_t"])
+            assert ((live["t_sinusoid"].double() - rec["t_sinusoid"].double()).abs() <= 2 * bound).all()
         assert (live_reference / name / "config.json").read_text() == (reference / name / "config.json").read_text()
 
 
