@@ -75,6 +75,7 @@ def inspect_file(path: str | os.PathLike, layout: str | None = None, max_samples
             f"file:     {source.path} ({os.path.getsize(source.path) / 2**20:.1f} MiB)",
             f"layout:   {info.layout}",
             f"shape:    [{', '.join(axes)}] = {describe_shape(info.shape)}",
+            *([f"axes:     stored as [{', '.join(source.axes)}], {info.axis_note}"] if info.axis_note else []),
             f"fields:   {', '.join(info.fields)}",
             f"time:     T = {info.n_steps} frames"
             + (f", dt = {info.dt:g}" if info.dt is not None else "")

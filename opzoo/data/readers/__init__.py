@@ -76,10 +76,13 @@ def open_source(path: str | os.PathLike, layout: str | None = None, **options) -
         layout = detect_layout(path)
     if layout.partition(":")[0] == ArraySource.layout:
         return ArraySource(path, order=layout, **options)
-    if layout not in LAYOUTS:
+    name, _, order = layout.partition(":")
+    if name not in LAYOUTS or (order and not getattr(LAYOUTS[name], "takes_order", False)):
+        ordered = [n for n, cls in LAYOUTS.items() if getattr(cls, "takes_order", False) and n != ArraySource.layout]
         raise UnknownLayoutError(f"unknown layout {layout!r}; known layouts: {', '.join(LAYOUTS)} (array also as "
-                                 f"'array:<axes>', e.g. 'array:NTXYC')")
-    return LAYOUTS[layout](path, **options)
+                                 f"'array:<axes>', e.g. 'array:NTXYC'; an axis order also for "
+                                 f"{', '.join(ordered)}, e.g. '{ordered[0]}:NXYT')")
+    return LAYOUTS[name](path, order=order, **options) if order else LAYOUTS[name](path, **options)
 
 
 def describe_ambiguous(path: str, f: h5py.File, name: str, doubt: str) -> str:

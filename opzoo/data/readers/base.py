@@ -39,6 +39,7 @@ class SourceInfo:
     coords: dict[str, np.ndarray] = field(default_factory=dict)
     attrs: dict[str, Any] = field(default_factory=dict)
     boundary: str | None = None  # the boundary conditions as the file states them (None: it does not say)
+    axis_note: str = ""  # how the stored axes' order was decided (readers.axes), for `opzoo data inspect`
 
     @property
     def periodic(self) -> bool | None:

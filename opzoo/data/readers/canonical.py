@@ -12,6 +12,7 @@ import numpy as np
 
 from opzoo.data.canonical import DATA_KEY
 from opzoo.data.readers.arrays import check_axes
+from opzoo.data.readers.axes import candidate_orders, verify_order
 from opzoo.data.readers.base import SourceInfo, TrajectorySource, decode_str, decode_str_list, dt_from_times
 
 LAYOUT_SHAPE = "[N, *S, T, C] with 1-3 spatial dims"
@@ -30,8 +31,19 @@ class CanonicalSource(TrajectorySource):
 
     def _validate(self, f: h5py.File) -> SourceInfo:
         ds = self._require(f, DATA_KEY, (3, 4, 5, 6), LAYOUT_SHAPE)
-        self.axes = check_axes(decode_str(ds.attrs["axes"]), f"{self.path}: key '{DATA_KEY}' attribute 'axes'") \
-            if "axes" in ds.attrs else "N" + "XYZ"[: max(ds.ndim - 3, 0)] + "TC"
+        note = ""
+        if "axes" in ds.attrs:
+            self.axes = check_axes(decode_str(ds.attrs["axes"]), f"{self.path}: key '{DATA_KEY}' attribute 'axes'")
+            note = "as its attribute 'axes' says"
+        else:  # the layout's order, checked against the file's time and coordinate attributes
+            self.axes = "N" + "XYZ"[: max(ds.ndim - 3, 0)] + "TC"
+            if ds.ndim >= 4:
+                attrs = f.attrs
+                coords = {d.upper(): int(np.size(attrs[f"coord_{d}"])) for d in "xyz" if f"coord_{d}" in attrs}
+                order = verify_order(self.path, DATA_KEY, tuple(ds.shape), self.axes,
+                                     candidate_orders(ds.ndim, "N", channels=True), coords,
+                                     int(np.size(attrs["time"])) if "time" in attrs else None, self.layout)
+                self.axes, note = order.axes, order.note + " (another order: the dataset's attribute 'axes')"
         if len(self.axes) != ds.ndim or ds.ndim < 4 and "C" in self.axes:
             raise self._fail(f"key '{DATA_KEY}' has shape {list(ds.shape)}, which is not {self.axes} "
                              f"({'its attribute axes' if 'axes' in ds.attrs else LAYOUT_SHAPE})")
@@ -68,6 +80,7 @@ class CanonicalSource(TrajectorySource):
             params=params,
             coords=coords,
             attrs={k: v for k, v in attrs.items() if not k.startswith("coord_")},
+            axis_note=note,
             boundary=str(params["boundary"]) if isinstance(params, dict) and params.get("boundary") else None,
         )
 

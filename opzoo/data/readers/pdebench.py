@@ -13,6 +13,7 @@ from __future__ import annotations
 import h5py
 import numpy as np
 
+from opzoo.data.readers.axes import SPATIAL, candidate_orders, check_stated_axes, verify_order
 from opzoo.data.readers.base import SourceInfo, TrajectorySource, dt_from_times
 
 CFD_SCALARS = ("density", "pressure")
@@ -80,10 +81,20 @@ class PDEBenchCFDSource(TrajectorySource):
 
 
 class PDEBenchTensorSource(TrajectorySource):
-    """PDEBench single-field files: ``tensor`` ``[N, T, *S]`` (one channel ``u``)."""
+    """PDEBench single-field files: ``tensor`` ``[N, T, *S]`` (one channel ``u``).
+
+    The key ``tensor`` says nothing about the order of its axes, so the order is read from the file's coordinates
+    (:mod:`opzoo.data.readers.axes`): PDEBench's own ``[N, T, *S]`` when its ``t-coordinate`` and ``x-coordinate``...
+    confirm it, the one other order they fit (a user's ``[N, X, Y, T]``), or ``pdebench-tensor:<axes>`` as named; a
+    file without coordinates is refused with each reading."""
 
     layout = "pdebench-tensor"
-    expects = "dataset 'tensor' [N, T, *S] with 'x-coordinate', 't-coordinate'"
+    expects = "dataset 'tensor' [N, T, *S] with 'x-coordinate', 't-coordinate' (another order: 'pdebench-tensor:NXYT')"
+    takes_order = True
+
+    def __init__(self, path, check_finite: bool = True, order: str = ""):
+        self.order_spec = order
+        super().__init__(path, check_finite=check_finite)
 
     @classmethod
     def detect(cls, f: h5py.File) -> bool:
@@ -91,25 +102,39 @@ class PDEBenchTensorSource(TrajectorySource):
 
     def _validate(self, f: h5py.File) -> SourceInfo:
         ds = self._require(f, "tensor", (3, 4, 5), "[N, T, *S] with 1-3 spatial dims")
-        n, steps, *spatial = ds.shape
-        times = _times(f.get("t-coordinate"), steps)
+        rank = ds.ndim
+        coords = {a.upper(): int(np.size(f[f"{a}-coordinate"])) for a in AXES if f"{a}-coordinate" in f}
+        t = f.get("t-coordinate")
+        stated = check_stated_axes(self.order_spec, rank, f"layout '{self.layout}:{self.order_spec}'", channels=False) \
+            if self.order_spec else ""
+        order = verify_order(self.path, "tensor", tuple(ds.shape), "NT" + SPATIAL[:rank - 2],
+                             candidate_orders(rank, "N", channels=False), coords,
+                             None if t is None else int(np.size(t)), self.layout, stated, refuse_unchecked=True)
+        self.axes = order.axes
+        size = dict(zip(self.axes, ds.shape))
+        spatial = [size[a] for a in SPATIAL if a in size]
+        times = _times(t, size["T"])
         return SourceInfo(
             layout=self.layout,
-            n_samples=n,
+            n_samples=size["N"],
             spatial_shape=tuple(spatial),
-            n_steps=steps,
+            n_steps=size["T"],
             fields=["u"],
             dt=dt_from_times(times),
             times=times,
             coords=_coords(f, len(spatial)),
             attrs=dict(f.attrs),
+            axis_note=order.note,
         )
 
     def _key_of(self, sample: int) -> str:
         return "tensor"
 
     def _read(self, f: h5py.File, sample: int, t_start: int, t_stop: int) -> np.ndarray:
-        return np.moveaxis(f["tensor"][sample, t_start:t_stop], 0, -1)[..., None]
+        index = tuple(sample if a == "N" else slice(t_start, t_stop) if a == "T" else slice(None) for a in self.axes)
+        rest = self.axes.replace("N", "")
+        one = f["tensor"][index]
+        return np.transpose(one, [rest.index(a) for a in [*(s for s in SPATIAL if s in rest), "T"]])[..., None]
 
 
 class PDEBenchGroupsSource(TrajectorySource):
