@@ -40,6 +40,14 @@ def resize(frames: torch.Tensor, size: Sequence[int]) -> torch.Tensor:
     return y[0].movedim(0, -1).reshape(*size, steps, channels)
 
 
+def resize_batch(frames: torch.Tensor, size: Sequence[int]) -> torch.Tensor:
+    """``[B, *S, T, C]`` -> ``[B, *size, T, C]``, each sample as :func:`resize` (the identity when ``S == size``)."""
+    size = tuple(size)
+    if tuple(frames.shape[1:-2]) == size:
+        return frames
+    return torch.stack([resize(f, size) for f in frames]).to(frames.dtype)
+
+
 def pad_channels(frames: torch.Tensor, n_channels: int, value: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """``[*S, T, C]`` -> (``[*S, T, n_channels]`` padded with ``value``, mask ``[n_channels]`` bool).
 
@@ -66,6 +74,10 @@ class FrameShape:
     in_timesteps: int
     out_timesteps: int = 1
     pad_value: float = 1.0  # what fills the channels the data lacks (the model's ``channel_pad_value``)
+
+    def at(self, resolution: Sequence[int]) -> "FrameShape":
+        """The same frames at another grid (e.g. a file's own, where scores are computed)."""
+        return FrameShape(tuple(resolution), self.channels, self.in_timesteps, self.out_timesteps, self.pad_value)
 
     def frames(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``[*S, T, C]`` -> (``[*resolution, T, channels]``, mask ``[channels]`` bool)."""

@@ -58,13 +58,16 @@ class GridChoice:
     why: str
     resampled: bool  # some file is not at ``resolution``: it is interpolated
 
-    def line(self, sources: list[TrajectoryDataset]) -> str:
+    def line(self, sources: list[TrajectoryDataset], training: bool = False) -> str:
+        """What a command says before it reads data (``training``: a run, which also trains at the model's grid)."""
         grids = sorted({tuple(s.spatial) for s in sources})
         text = "x".join(map(str, self.resolution))
         if not self.resampled:
             return f"grid: {text}, the data's own ({self.why})"
         files = ", ".join("x".join(map(str, g)) for g in grids)
-        return f"grid: {text} ({self.why}); the data ({files}) is resampled to it (bilinear)"
+        trains = "training frames are resampled to it (bilinear); " if training else ""
+        return (f"grid: the model runs at {text} ({self.why}); {trains}inputs are resampled to it and predictions "
+                f"back: scores are computed at the file's own grid ({files})")
 
 
 def choose_grid(model: nn.Module, sources: list[TrajectoryDataset], resolution=None, flag: str = "--resolution") \
@@ -182,4 +185,4 @@ def build_data(cfg: RunConfig, model: nn.Module, opened: list[OpenDataset] | Non
              for k, (d, tr, _) in enumerate(splits)]
     mixture = MixtureDataset(parts, [d.weight for d, _, _ in splits], names=[d.name for d, _, _ in splits])
     return RunData(shape, mixture, [(d.name, te) for d, _, te in splits], test_frames,
-                   grid.line([src for _, tr, te in splits for src in (tr, te)]))
+                   grid.line([src for _, tr, te in splits for src in (tr, te)], training=True))

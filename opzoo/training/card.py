@@ -118,13 +118,16 @@ def run_card(*, model_name: str, from_scratch: bool, base_weights: str, datasets
              + f"`{base_model_id(model_name)}` ({_portable(base_weights, model_name)}).", "",
              "## Data", "",
              *[f"- `{Path(p).name}` — {split_text(p, test)}" for p, test in datasets],
-             f"- inputs resized to {list(resolution)}, {channels} channel(s), T_in = {in_timesteps}", "",
+             f"- the model runs at {list(resolution)}, {channels} channel(s), T_in = {in_timesteps}"
+             + ("" if all(list(test.spatial) == list(resolution) for _, test in datasets) else
+                "; a file at another grid is resampled to it for the model, and its predictions back: the scores "
+                "below are computed at each file's own grid"), "",
              "## Training", "",
              f"- steps: {steps}", f"- max lr (one-cycle): {lr:g}", f"- batch size: {batch_size}", f"- seed: {seed}", "",
              "## Evaluation on the test split", "",
              "Relative L2 over space and time (\"l2 full\"), rolled out auto-regressively from the first "
-             "T_in frames of each test trajectory, over the first 1 and 5 steps and the whole rollout; "
-             "persistence repeats the last input frame.", "",
+             "T_in frames of each test trajectory, over the first 1 and 5 steps and the whole rollout, at the file's "
+             "own grid; persistence repeats the last input frame.", "",
              f"| dataset | trajectories | rollout | {start_col} | {kind} | persistence |",
              "|---|---|---|---|---|---|"]
     notes = []

@@ -427,9 +427,13 @@ def cmd_rollout(args) -> int:
                                  f"{args.data}` lists the trajectories with NaN/Inf)")
     steps = args.steps or src.n_steps - t_in
     avail = min(steps, src.n_steps - t_in)
-    frames, mask = frame_shape.frames(src.read(args.index, 0, t_in + avail))
+    from ..data.transforms import resize_batch
+
+    frames, mask = frame_shape.at(src.spatial).frames(src.read(args.index, 0, t_in + avail))  # the file's own grid
     with torch.no_grad():
-        pred = model.rollout(frames[None, ..., :t_in, :], steps, **({} if bool(mask.all()) else {"channel_mask": mask}))[0]
+        x = resize_batch(frames[None, ..., :t_in, :], frame_shape.resolution)
+        pred = model.rollout(x, steps, **({} if bool(mask.all()) else {"channel_mask": mask}))
+        pred = resize_batch(pred, src.spatial)[0]  # back to the file's grid, where it is scored and saved
     print(f"rolled out {steps} steps from trajectory {args.index} of {args.data}")
     if avail >= 1:
         truth = frames[..., t_in:, :]
@@ -446,8 +450,14 @@ def cmd_rollout(args) -> int:
     if args.save:
         from safetensors.torch import save_file
 
-        save_file({"prediction": pred.contiguous(), "mask": mask}, args.save)
-        print(f"  prediction [*S, steps, C] saved to {args.save}")
+        grid, ran = "x".join(map(str, src.spatial)), "x".join(map(str, frame_shape.resolution))
+        metadata = {"file": str(Path(args.data).name), "trajectory": str(args.index), "grid": grid,
+                    "model_grid": ran, "model": str(args.model), "channels": ",".join(src.channel_names),
+                    "padded_channels": str(int((~mask).sum())),
+                    "axes": "[" + ", ".join([*"XYZ"[:len(src.spatial)], "T", "C"]) + "]"}
+        save_file({"prediction": pred.contiguous(), "mask": mask}, args.save, metadata=metadata)
+        print(f"  prediction [*S, steps, C] at the file's grid {grid}"
+              + ("" if grid == ran else f" (the model ran at {ran})") + f" saved to {args.save}")
     return 0
 
 

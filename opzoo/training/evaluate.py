@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 
 from .._deprecation import renamed_arguments
 from ..data import FrameShape, TrajectoryDataset
+from ..data.transforms import resize_batch
 from .logger import strict_json
 from .losses import l2_full, l2_per_step
 from .vrmse import vrmse, vrmse_summary
@@ -33,6 +34,8 @@ class DatasetResult:
     vrmse: dict[str, dict[str, float]] = field(default_factory=dict)  # field -> one_step/all/windows (The Well's metric)
     persistence: "DatasetResult | None" = None  # the same trajectories scored by the persistence baseline
     short_horizons: dict[int, float] = field(default_factory=dict)  # h -> l2 full of the first h steps
+    grid: list[int] = field(default_factory=list)  # the grid the scores were computed at: the file's own
+    model_grid: list[int] = field(default_factory=list)  # the grid the model ran at (inputs resampled to it)
 
 
 SHORT_HORIZONS = (1, 5)  # rollout lengths reported next to the full rollout
@@ -75,9 +78,10 @@ class Persistence(nn.Module):
 def with_persistence(result: DatasetResult, source: TrajectoryDataset, frame_shape: FrameShape, horizon: int | None = None,
                      batch_size: int = 8, device="cpu", max_trajectories: int | None = None,
                      exclude: Sequence[int] = ()) -> DatasetResult:
-    """``result`` with ``persistence`` set: the same trajectories and horizon scored by :class:`Persistence`."""
-    result.persistence = evaluate_dataset(Persistence(), result.name, source, frame_shape, horizon, batch_size, device,
-                                          max_trajectories, exclude=exclude)
+    """``result`` with ``persistence`` set: the same trajectories and horizon scored by :class:`Persistence`, which
+    repeats the last input frame at the file's own grid (never resampled)."""
+    result.persistence = evaluate_dataset(Persistence(), result.name, source, frame_shape.at(source.spatial), horizon,
+                                          batch_size, device, max_trajectories, exclude=exclude)
     return result
 
 
@@ -87,8 +91,10 @@ def rollout_trajectories(model: nn.Module, source: TrajectoryDataset, frame_shap
                          autocast: bool = False, exclude: Sequence[int] = ()):
     """Roll out from the first ``T_in`` frames of each trajectory (but the positions in ``exclude``).
 
-    Yields ``(truth [B, *R, H, C], pred [B, *R, H, C], mask [C])`` batches where ``H`` is ``horizon``
-    (default: every remaining frame of the trajectory).
+    Yields ``(truth [B, *S, H, C], pred [B, *S, H, C], mask [C])`` batches at the file's own grid ``S``, where ``H``
+    is ``horizon`` (default: every remaining frame of the trajectory). A model that runs at another grid
+    (``frame_shape.resolution``) gets its input resampled to it, and its prediction is resampled back: scores are
+    made on the file's grid, as PDEBench and The Well make them, never on a resized truth.
     """
     from ..errors import ConfigError
 
@@ -98,16 +104,18 @@ def rollout_trajectories(model: nn.Module, source: TrajectoryDataset, frame_shap
         raise ConfigError(f"{source.path}: trajectories of {source.n_steps} frames leave nothing to roll out after "
                           f"T_in={t_in} (need at least {t_in + 1} frames)")
     n = len(source) if max_trajectories is None else min(len(source), max_trajectories)
+    at_file = frame_shape.at(source.spatial)
     skip = set(exclude)
     order = [i for i in range(n) if i not in skip]
     for start in tqdm(range(0, len(order), batch_size), desc=f"rollout {os.path.basename(source.path)}", unit="batch",
                       disable=None, leave=False):
-        frames, mask = zip(*(frame_shape.frames(source.read(i, 0, t_in + h)) for i in order[start:start + batch_size]))
+        frames, mask = zip(*(at_file.frames(source.read(i, 0, t_in + h)) for i in order[start:start + batch_size]))
         frames, mask = torch.stack(frames).to(device), mask[0].to(device)
         padded = {} if bool(mask.all()) else {"channel_mask": mask}  # a model told which channels are padding
+        x = resize_batch(frames[..., :t_in, :], frame_shape.resolution)
         with torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16, enabled=autocast):
-            pred = model.rollout(frames[..., :t_in, :], h, **padded)
-        yield frames[..., t_in:, :].float(), pred.float(), mask
+            pred = model.rollout(x, h, **padded)
+        yield frames[..., t_in:, :].float(), resize_batch(pred.float(), source.spatial), mask
 
 
 @renamed_arguments({"adapt": "frame_shape"})
@@ -150,7 +158,8 @@ def evaluate_dataset(model: nn.Module, name: str, source: TrajectoryDataset, fra
     result = DatasetResult(name, float(full.mean()), curve.mean(0).tolist(), len(full), curve.shape[1], full.tolist(),
                            recorder.loads(), [source.indices[i] for i in sorted(exclude)],
                            vrmse_summary(per_step, list(vrmse_fields)),
-                           short_horizons={h: float(torch.cat(v).mean()) for h, v in shorts.items()})
+                           short_horizons={h: float(torch.cat(v).mean()) for h, v in shorts.items()},
+                           grid=list(source.spatial), model_grid=list(frame_shape.resolution))
     return (result, first) if keep_first else result
 
 
@@ -197,10 +206,14 @@ def evaluate_windows(model: nn.Module, sources: Sequence[TrajectoryDataset], fra
     try:
         for start in tqdm(range(0, len(windows), batch_size), desc=f"every window of {name}", unit="batch",
                           disable=None, leave=False):
-            frames, mask = zip(*(frame_shape.frames(src.read(i, t, t + t_in + 1)) for src, i, t in windows[start:start + batch_size]))
-            frames = torch.stack(frames).to(device)
+            batch = windows[start:start + batch_size]
+            frames, mask = zip(*(frame_shape.at(src.spatial).frames(src.read(i, t, t + t_in + 1)) for src, i, t in batch))
+            if len({f.shape for f in frames}) > 1:
+                raise ConfigError(f"{name}: a batch holds windows of files at different grids; score them apart")
+            frames = torch.stack(frames).to(device)  # at the files' own grid
             truth, x = frames[..., t_in:, :].float(), frames[..., :t_in, :]
-            for key, pred in (("model", model(x).float()), ("persistence", x[..., -1:, :].float())):
+            pred = resize_batch(model(resize_batch(x, frame_shape.resolution)).float(), frames.shape[1:-2])
+            for key, pred in (("model", pred), ("persistence", x[..., -1:, :].float())):
                 per = vrmse(pred, truth)[:, 0, fields].double().mean(0)  # [fields]: this batch's mean
                 sums[key][:-1] += per
                 sums[key][-1] += l2_full(pred, truth, mask[0].to(device)).double().mean().cpu()
@@ -224,6 +237,7 @@ def _result_document(r: DatasetResult) -> dict:
     """One dataset's entry of ``eval.json`` (its persistence baseline nested in the same form)."""
     return {"l2_full": r.l2_full, "per_step": r.per_step, "n_trajectories": r.n_trajectories, "horizon": r.horizon,
             "l2_full_per_trajectory": r.l2_full_per_trajectory,
+            **({"grid": r.grid, "model_grid": r.model_grid} if r.grid else {}),
             **({"expert_load": r.expert_load} if r.expert_load else {}),
             **({"skipped_trajectories": r.skipped} if r.skipped else {}),
             **({"vrmse": r.vrmse} if r.vrmse else {}),
@@ -274,7 +288,8 @@ def read_results(path: str | os.PathLike) -> list[DatasetResult]:
                              d.get("skipped_trajectories", []),
                              {f: {k: num(v) for k, v in per.items()} for f, per in d.get("vrmse", {}).items()},
                              result(name, d["persistence"]) if "persistence" in d else None,
-                             {int(h): num(v) for h, v in d.get("short_horizons", {}).items()})
+                             {int(h): num(v) for h, v in d.get("short_horizons", {}).items()},
+                             list(d.get("grid", [])), list(d.get("model_grid", [])))
 
     path = Path(path)
     try:

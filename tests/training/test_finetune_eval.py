@@ -10,6 +10,7 @@ import torch
 
 import opzoo
 from opzoo.data import FrameShape, TrajectoryDataset
+from opzoo.data.transforms import resize
 from opzoo.training import Trainer, finetune_config, parse_run_config
 from opzoo.training.evaluate import evaluate_dataset
 
@@ -132,9 +133,11 @@ def test_rollout_metrics_match_direct_loop(pretrained_dir, datasets):
     frame_shape = FrameShape((16, 16), 2, 4, 1)
     r = evaluate_dataset(model, "advection", src, frame_shape, horizon=6)
     assert r.horizon == 6 and r.n_trajectories == 2 and len(r.per_step) == 6
+    assert r.grid == [24, 24] and r.model_grid == [16, 16]  # scored at the file's grid
     fulls, curves = [], []
     for i in range(2):
-        frames, _ = frame_shape.frames(src.read(i))
+        truth = src.read(i)[..., 4:10, :].float()  # the file's own grid, untouched
+        frames, _ = frame_shape.frames(src.read(i))  # the model's grid
         window = frames[None, ..., :4, :]
         preds = []
         with torch.no_grad():
@@ -142,7 +145,7 @@ def test_rollout_metrics_match_direct_loop(pretrained_dir, datasets):
                 nxt = model(window)
                 preds.append(nxt)
                 window = torch.cat([window[..., 1:, :], nxt], dim=-2)
-        pred, truth = torch.cat(preds, dim=-2)[0], frames[..., 4:10, :]
+        pred = resize(torch.cat(preds, dim=-2)[0], (24, 24))  # the prediction brought back to the file's grid
         fulls.append(np.mean([float((pred[..., c] - truth[..., c]).norm() / truth[..., c].norm()) for c in range(2)]))
         curves.append([np.mean([float((pred[..., t, c] - truth[..., t, c]).norm() / truth[..., t, c].norm())
                                 for c in range(2)]) for t in range(6)])

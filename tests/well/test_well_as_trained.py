@@ -497,5 +497,6 @@ def test_eval_every_window_is_the_wells_test_score(tmp_path, capsys):
     assert opzoo_main(["eval", str(tmp_path / "model"), "--data", *map(str, files), "--windows", "all",
                        "--resolution", "32", "64", "--out", str(tmp_path / "resampled")]) == 0
     out = capsys.readouterr().out
-    assert "grid: 32x64 (--resolution); the data (16x32) is resampled" in out and "not The Well's test" in out
+    assert "grid: the model runs at 32x64 (--resolution)" in out and "the file's own grid (16x32)" in out
+    assert "not The Well's test" in out
     assert json.loads((tmp_path / "resampled" / "eval_windows.json").read_text())["upstream_protocol"] is None
