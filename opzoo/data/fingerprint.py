@@ -14,6 +14,8 @@ import hashlib
 import os
 from pathlib import Path
 
+import numpy as np
+
 FULL_HASH_BYTES = 64 << 20
 EDGE_BYTES = 1 << 20
 BLOCK_BYTES = 64 << 10
@@ -37,6 +39,25 @@ def content_hash(path: str | os.PathLike) -> str:
             f.seek(offset)
             h.update(f.read(EDGE_BYTES if offset in (0, size - EDGE_BYTES) else BLOCK_BYTES))
     return f"sha256-sampled:{h.hexdigest()}"
+
+
+TRAJECTORY_HASH = "t1:"  # the form of values_hash: its version, then 16 hex digits (64 bits)
+
+
+def values_hash(trajectory) -> str:
+    """``t1:<16 hex>``: SHA-256 of a trajectory's shape and its values as little-endian float32, truncated to 64 bits.
+    "The same data" is the same float32 values in the same ``[*S, T, C]`` order: a copy in another layout, gzip'd, or
+    stored in float64 (whose values cast to float32 are the same) hashes alike; values changed anywhere do not."""
+    a = np.ascontiguousarray(np.asarray(trajectory, dtype="<f4"))
+    h = hashlib.sha256(f"opzoo trajectory {list(a.shape)};".encode())
+    h.update(a.tobytes())
+    return TRAJECTORY_HASH + h.hexdigest()[:16]
+
+
+def trajectory_hashes(dataset) -> list[str]:
+    """:meth:`~opzoo.data.TrajectorySource.trajectory_hash` of every trajectory of a :class:`~opzoo.data.TrajectoryDataset`
+    (its subset, in its order)."""
+    return [dataset.source.trajectory_hash(i) for i in dataset.indices]
 
 
 def file_fingerprint(path: str | os.PathLike, source=None) -> dict:

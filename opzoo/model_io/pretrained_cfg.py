@@ -37,8 +37,10 @@ class PretrainedCfg:
     # words (with its source) and the batch size whose batch means it averages
     test_protocol: Optional[str] = None
     test_batch_size: Optional[int] = None
-    # the files a trained model saw, each {"file": name, "content_hash": ..., "trajectories": N, "train": [first,
-    # last] or "all" or None, "test": [first, last] or "all" or None}, so that `opzoo eval` scores held-out data
+    # the files a trained model and its ancestors saw, each {"file": name, "content_hash": ..., "trajectories": N,
+    # "train"/"test": [first, last], {"indices": [...]}, "all" or None, "train_hashes"/"test_hashes": one content hash
+    # per trajectory, "by": the base model that trained on it (absent: this model)}, so that `opzoo eval` scores
+    # held-out data only (opzoo.training.seen_data)
     training_data: Optional[list[dict[str, Any]]] = None
 
 

@@ -24,6 +24,15 @@ def base_model_id(name: str) -> str:
         ref = parse_model_reference(name)
     except OpzooError:
         return Path(name).name
+    if ref.kind == "dir":  # a local model (a fine-tune's output): the published model its lineage starts from
+        from ..model_io.builder import saved_pretrained_cfg
+
+        try:
+            root = saved_pretrained_cfg(str(ref.path)).get("preset")
+        except OpzooError:
+            root = None
+        if root and get_registry().has_preset(root):
+            return base_model_id(root)
     if ref.kind == "preset":
         src = get_registry().preset(ref.preset).pretrained
         if src is not None and src.repo_id is not None:

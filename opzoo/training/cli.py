@@ -256,7 +256,7 @@ def _split_of(model, src, split: str | None, test_fraction: float | None, includ
     trained on (:func:`opzoo.training.seen_data.choose_split`)."""
     from .seen_data import choose_split
 
-    indices, label, _ = choose_split(model, src.path, len(src), split, test_fraction, include_training)
+    indices, label, _ = choose_split(model, src, split, test_fraction, include_training)
     return (src if indices == list(range(len(src))) else src.subset(indices)), label
 
 
@@ -434,7 +434,11 @@ def cmd_rollout(args) -> int:
         x = resize_batch(frames[None, ..., :t_in, :], frame_shape.resolution)
         pred = model.rollout(x, steps, **({} if bool(mask.all()) else {"channel_mask": mask}))
         pred = resize_batch(pred, src.spatial)[0]  # back to the file's grid, where it is scored and saved
-    print(f"rolled out {steps} steps from trajectory {args.index} of {args.data}")
+    from .seen_data import trained_by
+
+    who = trained_by(model, src, args.index)
+    print(f"rolled out {steps} steps from trajectory {args.index} of {args.data}"
+          + (f": SEEN IN TRAINING (by {who}), so its error is no held-out score" if who else ""))
     if avail >= 1:
         truth = frames[..., t_in:, :]
         p = pred[..., :avail, :]
@@ -453,7 +457,7 @@ def cmd_rollout(args) -> int:
         grid, ran = "x".join(map(str, src.spatial)), "x".join(map(str, frame_shape.resolution))
         metadata = {"file": str(Path(args.data).name), "trajectory": str(args.index), "grid": grid,
                     "model_grid": ran, "model": str(args.model), "channels": ",".join(src.channel_names),
-                    "padded_channels": str(int((~mask).sum())),
+                    "padded_channels": str(int((~mask).sum())), "seen_in_training": who or "no",
                     "axes": "[" + ", ".join([*"XYZ"[:len(src.spatial)], "T", "C"]) + "]"}
         save_file({"prediction": pred.contiguous(), "mask": mask}, args.save, metadata=metadata)
         print(f"  prediction [*S, steps, C] at the file's grid {grid}"

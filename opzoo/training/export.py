@@ -28,14 +28,22 @@ def export_model(model: nn.Module, ema: EMA | None, cfg: RunConfig, data: RunDat
     """Save ``model`` (with ``ema``'s weights swapped in) to ``out`` with its data facts in ``pretrained_cfg`` and
     ``results`` in its card's ``model-index``."""
     from ..model_io.builder import save_pretrained
+    from .card import base_model_id
     from .seen_data import training_record
 
     shape = data.frame_shape
+    base = dict(getattr(model, "pretrained_cfg", {}) or {})
+    from ..data import TrajectoryDataset
+
+    trains = [TrajectoryDataset(part.source, indices=[int(i) for i in part.samples]) for part in data.train.datasets]
+    record = training_record(cfg.data.datasets, trains,
+                             [te for _, te in data.test], base=base if cfg.model.pretrained or base.get("training_data")
+                             else None, base_id=base_model_id(cfg.model.name))
     with ema_weights(model, ema) as model:
-        model.pretrained_cfg = {**getattr(model, "pretrained_cfg", {}), "resolution": list(shape.resolution),
+        model.pretrained_cfg = {**base, "resolution": list(shape.resolution),
                                 "channels": shape.channels, "in_timesteps": shape.in_timesteps,
                                 "datasets": data.train.names, "trained_steps": cfg.training.steps,
-                                "training_data": training_record(cfg.data.datasets, [te for _, te in data.test])}
+                                "training_data": record}
         return Path(save_pretrained(model, out, card=card, results=results))
 
 

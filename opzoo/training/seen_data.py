@@ -1,9 +1,12 @@
-"""What a trained model saw: the record a run writes into its ``pretrained_cfg["training_data"]``, and
-the split ``opzoo eval`` scores on a file, chosen from that record so that trajectories the model trained
-on are never scored (or labelled) as held-out.
+"""What a trained model saw, through its whole lineage: the record a run writes into its
+``pretrained_cfg["training_data"]``, and the trajectories ``opzoo eval`` (``rollout``, ``validate``) may call held-out.
 
-A record names each file by its name and content hash (:func:`opzoo.data.fingerprint.content_hash`), not
-its local path: the same file elsewhere is recognized, and a published card leaks no path.
+A record names each file by its name and content hash (:func:`opzoo.data.fingerprint.content_hash`), not its local
+path, and each trajectory by its own content hash (:meth:`opzoo.data.TrajectorySource.trajectory_hash`): a trajectory
+is recognised as seen in training wherever it lies (another file, another layout, a re-saved copy, a cut-out of the
+training trajectories). A fine-tune carries its base's record forward (entries marked ``"by"``: the base that trained
+on them), so a chain of fine-tunes never forgets what its ancestors saw; a fine-tune's own test split leaves out what
+its base trained on.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..data.datasets import train_test_split
-from ..data.fingerprint import content_hash
+from ..data.fingerprint import content_hash, trajectory_hashes
 from ..errors import ConfigError
 
 
@@ -25,27 +28,59 @@ def _span(indices: Sequence[int]) -> list[int] | None:
     return [idx[0], idx[-1]]
 
 
-def training_record(datasets: Sequence[Any], tests: Sequence[Any]) -> list[dict[str, Any]]:
-    """``pretrained_cfg["training_data"]`` of a run: ``datasets`` its ``DatasetSpec``s, ``tests`` the
-    matching test ``TrajectoryDataset``."""
+def _part(indices: Sequence[int], n: int):
+    """A record's ``train``/``test`` field: ``"all"``, ``None``, ``[first, last]`` (a contiguous span) or
+    ``{"indices": [...]}``."""
+    idx = sorted(indices)
+    if not idx:
+        return None
+    if idx == list(range(n)):
+        return "all"
+    return [idx[0], idx[-1]] if idx == list(range(idx[0], idx[-1] + 1)) else {"indices": idx}
+
+
+def training_record(datasets: Sequence[Any], trains: Sequence[Any], tests: Sequence[Any],
+                    base: dict | None = None, base_id: str | None = None) -> list[dict[str, Any]]:
+    """``pretrained_cfg["training_data"]`` of a run: ``datasets`` its ``DatasetSpec``s, ``trains`` and ``tests`` the
+    matching ``TrajectoryDataset`` splits, ``base`` the ``pretrained_cfg`` of the model it started from (whose record
+    is carried forward, each entry marked with ``base_id`` as the model that trained on it)."""
     out = []
-    for spec, test in zip(datasets, tests):
-        n = int(test.source.n_samples)
+    for spec, train, test in zip(datasets, trains, tests):
         if spec.test_path:
-            out.append({"file": Path(spec.path).name, "content_hash": content_hash(spec.path), "trajectories": None,
-                        "train": "all", "test": None})
+            out.append({"file": Path(spec.path).name, "content_hash": content_hash(spec.path),
+                        "trajectories": int(train.source.n_samples), "train": _part(train.indices, train.source.n_samples),
+                        "test": None, "train_hashes": trajectory_hashes(train), "test_hashes": []})
             out.append({"file": Path(spec.test_path).name, "content_hash": content_hash(spec.test_path),
-                        "trajectories": n, "train": None, "test": "all"})
+                        "trajectories": int(test.source.n_samples), "train": None,
+                        "test": _part(test.indices, test.source.n_samples), "train_hashes": [],
+                        "test_hashes": trajectory_hashes(test)})
         else:
-            test_span = _span(test.indices)
+            n = int(test.source.n_samples)
             out.append({"file": Path(spec.path).name, "content_hash": content_hash(spec.path), "trajectories": n,
-                        "train": [0, test_span[0] - 1] if test_span[0] > 0 else None, "test": test_span})
+                        "train": _part(train.indices, n), "test": _part(test.indices, n),
+                        "train_hashes": trajectory_hashes(train), "test_hashes": trajectory_hashes(test)})
+    for entry in (base or {}).get("training_data") or []:
+        out.append({**entry, "by": entry.get("by") or base_id})
+    return out
+
+
+def _records(model) -> list[dict[str, Any]]:
+    return list((getattr(model, "pretrained_cfg", None) or {}).get("training_data") or [])
+
+
+def seen_hashes(model, own: str = "this model") -> dict[str, str]:
+    """Every trajectory the model or an ancestor trained on: its hash -> who trained on it (``own`` for the model
+    itself, else the base named in the record)."""
+    out: dict[str, str] = {}
+    for r in _records(model):
+        for h in r.get("train_hashes") or []:
+            out.setdefault(h, r.get("by") or own)
     return out
 
 
 def record_for(model, path: str) -> dict[str, Any] | None:
-    """The model's training record of the file at ``path`` (matched by content), or None."""
-    records = (getattr(model, "pretrained_cfg", None) or {}).get("training_data") or []
+    """The model's own training record of the file at ``path`` (matched by content), or None."""
+    records = [r for r in _records(model) if not r.get("by")]
     if not records:
         return None
     digest = content_hash(path)
@@ -57,38 +92,77 @@ def _indices(part, n: int) -> list[int]:
         return []
     if part == "all":
         return list(range(n))
+    if isinstance(part, dict):
+        return sorted(part["indices"])
     return list(range(part[0], part[1] + 1))
 
 
 def _describe(idx: list[int]) -> str:
-    return f"trajectory {idx[0]}" if len(idx) == 1 else f"trajectories {idx[0]}-{idx[-1]}"
+    if not idx:
+        return "no trajectory"
+    if len(idx) == 1:
+        return f"trajectory {idx[0]}"
+    return f"trajectories {idx[0]}-{idx[-1]}" if idx == list(range(idx[0], idx[-1] + 1)) else \
+        f"{len(idx)} trajectories ({', '.join(map(str, idx[:6]))}{', ...' if len(idx) > 6 else ''})"
 
 
-def choose_split(model, path: str, n: int, split: str | None, test_fraction: float | None,
+def seen_in(model, source, own: str = "this model") -> dict[int, str]:
+    """Positions (in the file) of ``source``'s trajectories the model or an ancestor trained on -> who did."""
+    seen = seen_hashes(model, own)
+    if not seen:
+        return {}
+    out = {}
+    for i in range(source.source.n_samples if hasattr(source, "source") else len(source)):
+        who = seen.get((source.source if hasattr(source, "source") else source).trajectory_hash(i))
+        if who:
+            out[i] = who
+    return out
+
+
+def trained_by(model, source, index: int) -> str | None:
+    """Who trained on trajectory ``index`` of the file ``source`` (a ``TrajectoryDataset``): the model ("this model")
+    or an ancestor, by the model's record of the file or by the trajectory's content; None: nobody."""
+    record = record_for(model, source.path)
+    if record is not None and index in _indices(record.get("train"), source.source.n_samples):
+        return "this model"
+    return seen_hashes(model).get(source.source.trajectory_hash(index)) if seen_hashes(model) else None
+
+
+def _who(seen: dict[int, str], idx: Sequence[int]) -> str:
+    names = sorted({seen[i] for i in idx if i in seen})
+    return " and ".join(names)
+
+
+def choose_split(model, source, split: str | None, test_fraction: float | None,
                  include_training: bool) -> tuple[list[int], str, int]:
-    """``(indices, label, seen)``: which trajectories of a file of ``n`` to score, the label that says what
-    they are, and how many of them the model trained on.
+    """``(indices, label, seen)``: which trajectories of the file ``source`` (a ``TrajectoryDataset``) to score, the
+    label that says what they are, and how many of them the model (or an ancestor) trained on.
 
-    For a file the model records: the held-out part by default (``split`` None or ``"test"``); ``"train"``
-    and ``"all"`` score trajectories it trained on, so they need ``include_training`` and are labelled so.
-    For any other file: ``split`` as asked (default all), the test split being training's rule (the last
-    ``test_fraction``, default 0.1).
+    For a file the model records: the held-out part by default (``split`` None or ``"test"``); ``"train"`` and
+    ``"all"`` score trajectories it trained on, so they need ``include_training`` and are labelled so. For any other
+    file: ``split`` as asked (default all), the test split being training's rule (the last ``test_fraction``, default
+    0.1). Either way, a trajectory the model or an ancestor trained on (recognised by its content, wherever it lies) is
+    never scored as held-out: it is left out, or with ``include_training`` scored and labelled as seen.
     """
     if test_fraction is not None and not 0 < test_fraction < 1:
         raise ConfigError(f"--test-fraction must be in (0, 1), as finetune's; got {test_fraction:g}")
+    path, n = source.path, source.source.n_samples
+    seen = seen_in(model, source)
     record = record_for(model, path)
     if record is None:
-        split = split or "all"
-        if split == "all":
-            return list(range(n)), f"all {n} trajectories (the model records no training on this file)", 0
-        fraction = 0.1 if test_fraction is None else test_fraction
-        try:
-            train, test = train_test_split(n, fraction)  # training's rule, from its one home
-        except ValueError as e:
-            raise ConfigError(f"{path}: {e}") from None
-        idx = list(test) if split == "test" else list(train)
-        return idx, (f"{split} split: {_describe(idx)} of {n} (test = the last {fraction:g} of the file, training's "
-                     f"rule; the model records no training on this file)"), 0
+        asked, none = split or "all", "the model records no training on this file"
+        if asked == "all":
+            idx, label = list(range(n)), f"all {n} trajectories" + ("" if seen else f" ({none})")
+        else:
+            fraction = 0.1 if test_fraction is None else test_fraction
+            try:
+                train, test = train_test_split(n, fraction)  # training's rule, from its one home
+            except ValueError as e:
+                raise ConfigError(f"{path}: {e}") from None
+            idx = list(test) if asked == "test" else list(train)
+            label = (f"{asked} split: {_describe(idx)} of {n} (test = the last {fraction:g} of the file, training's "
+                     f"rule{'' if seen else '; ' + none})")
+        return _without_seen(path, idx, label, seen, include_training)
     if record.get("trajectories") not in (None, n):
         raise ConfigError(f"{path}: has {n} trajectories, but the model's record of this file ({record['file']}) says "
                           f"{record['trajectories']}")
@@ -101,16 +175,59 @@ def choose_split(model, path: str, n: int, split: str | None, test_fraction: flo
             raise ConfigError(f"{path}: the model trained on every trajectory of this file, so none is held out; "
                               f"evaluate on another file, or pass --split all --include-training to score training "
                               f"trajectories (labelled as seen in training)")
-        return held_out, (f"held-out split the model records: {_describe(held_out)} of {n} (it trained on "
-                          f"{_describe(trained) if trained else 'none'} of this file)"), 0
+        label = (f"held-out split the model records: {_describe(held_out)} of {n} (it trained on "
+                 f"{_describe(trained) if trained else 'none'} of this file)")
+        return _without_seen(path, held_out, label, seen, include_training=False)
     chosen = trained if split == "train" else list(range(n))
     if not include_training:
         raise ConfigError(f"{path}: --split {split} would score {len(trained)} trajectories the model trained on "
                           f"({_describe(trained)} of this file, by its record); the default scores the held-out "
                           f"{_describe(held_out) if held_out else 'none'}. Pass --include-training to score them anyway, "
                           f"labelled as seen in training")
-    seen = len(set(chosen) & set(trained))
-    return chosen, f"{split}: {_describe(chosen)} of {n}, {seen} of them SEEN IN TRAINING (--include-training)", seen
+    hit = set(chosen) & (set(trained) | set(seen))
+    return chosen, (f"{split}: {_describe(chosen)} of {n}, {len(hit)} of them SEEN IN TRAINING "
+                    f"(--include-training)"), len(hit)
 
 
-__all__ = ["training_record", "record_for", "choose_split"]
+def _without_seen(path: str, idx: list[int], label: str, seen: dict[int, str],
+                  include_training: bool) -> tuple[list[int], str, int]:
+    """``idx`` with the trajectories seen in training left out (or, ``include_training``, kept and labelled)."""
+    hit = [i for i in idx if i in seen]
+    if not hit:
+        return idx, label, 0
+    if include_training:
+        return idx, (f"{label}; {len(hit)} of them SEEN IN TRAINING (by {_who(seen, hit)}, recognised by their "
+                     f"content; --include-training)"), len(hit)
+    kept = [i for i in idx if i not in seen]
+    if not kept:
+        raise ConfigError(f"{path}: every trajectory to score ({_describe(idx)}) was trained on by {_who(seen, hit)} "
+                          f"(recognised by its content), so none is held out; evaluate on other data, or pass "
+                          f"--include-training to score them, labelled as seen in training")
+    return kept, (f"{label}, without {_describe(hit)} trained on by {_who(seen, hit)} (recognised by their "
+                  f"content; --include-training scores them, labelled)"), 0
+
+
+def drop_seen_from_tests(model, opened: Sequence[Any]) -> list[str]:
+    """A fine-tune's test splits without the trajectories its base (or an ancestor) trained on: they are not
+    held-out data for this run either. Returns what was said; ConfigError when a test split would be empty."""
+    import dataclasses
+
+    said = []
+    for k, o in enumerate(opened):
+        seen = seen_in(model, o.test, own="the base model")
+        hit = [i for i in o.test.indices if i in seen]
+        if not hit:
+            continue
+        kept = [i for i in o.test.indices if i not in seen]
+        if not kept:
+            raise ConfigError(f"{o.test.path}: every trajectory of its test split ({_describe(o.test.indices)}) was "
+                              f"trained on by {_who(seen, hit)} (recognised by content): nothing would be held out. "
+                              f"Hold out other trajectories (another test_fraction or test_path)")
+        opened[k] = dataclasses.replace(o, test=o.test.subset(kept))
+        said.append(f"{o.test.path}: {_describe(hit)} of the test split were trained on by {_who(seen, hit)} "
+                    f"(recognised by content): left out of the held-out scores")
+    return said
+
+
+__all__ = ["training_record", "record_for", "seen_hashes", "seen_in", "trained_by", "choose_split",
+           "drop_seen_from_tests"]

@@ -45,6 +45,7 @@ from .optim import build_optimizer, build_param_groups, set_learning_rates
 from .run_eval import RunEvaluation
 from .run_state import RunState
 from .schedule import schedule_factor
+from .seen_data import drop_seen_from_tests
 from .stop import RunStopped, StopSignals
 
 
@@ -76,6 +77,9 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.model = model if model is not None else build_run_model(cfg.model)
         opened = open_datasets(cfg)
+        for line in drop_seen_from_tests(self.model, opened):  # what the base trained on is not held out here either
+            if self.env.is_main:
+                logging.getLogger("opzoo").info(line)
         if cfg.model.adapt:
             self.model = adapt_to_data(self.model, cfg, opened)
         self.data: RunData = build_data(cfg, self.model, opened)

@@ -169,5 +169,7 @@ def test_a_card_for_a_saved_repo_names_it_as_the_base(capsys, user_file, tmp_pat
                           test_fraction=0.2, pretrained=False, overrides={"evaluation.plots": False})
     Trainer(cfg, show_progress=False).fit()
     card = (tmp_path / "run" / "model" / "README.md").read_text()
-    assert "base_model: base\n" in card and "(a saved opzoo repo)" in card and str(tmp_path) not in card
+    # the front matter names the published model the lineage starts from (a folder's name means nothing on the Hub);
+    # the text names the saved repo it was fine-tuned from
+    assert "base_model: dpot-micro\n" in card and "(a saved opzoo repo)" in card and str(tmp_path) not in card
     assert "- max lr (one-cycle): 0.001" in card  # the finetune_lr the saved config.json records

@@ -39,8 +39,10 @@ def test_the_fine_tuned_model_records_its_data_and_eval_scores_only_the_held_out
     root, data = tuned
     model = root / "run" / "model"
     record = json.loads((model / "config.json").read_text())["pretrained_cfg"]["training_data"]
+    hashes = {k: record[0].pop(k) for k in ("train_hashes", "test_hashes")}  # one content hash per trajectory
     assert record == [{"file": "heat.h5", "content_hash": record[0]["content_hash"], "trajectories": 8,
                        "train": [0, 5], "test": [6, 7]}]
+    assert [len(v) for v in hashes.values()] == [6, 2] and all(h.startswith("t1:") for v in hashes.values() for h in v)
     assert record[0]["content_hash"].startswith("sha256:") and str(root) not in (model / "README.md").read_text()
 
     code, out, _ = scored(capsys, str(model), "--data", str(data), "--out", str(tmp_path / "a"))

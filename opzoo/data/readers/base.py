@@ -219,6 +219,22 @@ class TrajectorySource(abc.ABC):
             )
         return window
 
+    def trajectory_hash(self, sample: int) -> str:
+        """The content hash of trajectory ``sample``: every channel of the file in its own order, all frames, as the
+        float32 ``[*S, T, C]`` values this reader gives (:func:`opzoo.data.fingerprint.values_hash`). The same values in
+        another file, layout, compression or stored dtype (cast to float32) hash alike. Cached per opened file."""
+        from opzoo.data.fingerprint import values_hash
+
+        cache = self.__dict__.setdefault("_hashes", {})
+        if sample not in cache:
+            channels, check = self._channels, self.check_finite
+            self._channels, self.check_finite = None, False
+            try:
+                cache[sample] = values_hash(self.read(sample))
+            finally:
+                self._channels, self.check_finite = channels, check
+        return cache[sample]
+
     def finite_frames(self, sample: int) -> np.ndarray:
         """``[T]`` bool: which frames of trajectory ``sample`` are entirely finite."""
         check, self.check_finite = self.check_finite, False
