@@ -55,13 +55,25 @@ class Parser(argparse.ArgumentParser):
 def run_parser(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the chosen command; an opzoo error is one line on stderr and exit code 2."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said by the command's own parser, which points at its own --help
+        _chosen_parser(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
     args.command_line = shlex.join([parser.prog, *argv])  # as typed, for model cards
     try:
         return int(args.func(args) or 0)
     except OpzooError as e:
         print(f"{parser.prog} {args.command}: error: {e}", file=sys.stderr)
         return 2
+
+
+def _chosen_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The (sub-)parser of the command ``args`` ran: ``opzoo finetune``'s, ``opzoo data inspect``'s..."""
+    while True:
+        sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        chosen = getattr(args, sub.dest, None) if sub is not None else None
+        if chosen not in (sub.choices if sub is not None else {}):
+            return parser
+        parser = sub.choices[chosen]
 
 
 def command_group_main(add_commands, prog: str, argv: Sequence[str] | None = None) -> int:

@@ -61,7 +61,8 @@ def run_inspect(args: argparse.Namespace) -> int:
     from .inspect import inspect_file
 
     try:
-        print(inspect_file(args.file, layout=args.layout, max_samples=args.max_samples))
+        fields = [f.strip() for f in args.fields.split(",") if f.strip()] if args.fields else None
+        print(inspect_file(args.file, layout=args.layout, max_samples=args.max_samples, fields=fields))
     except (FileNotFoundError, DataFormatError) as exc:
         print(f"opzoo data inspect: {exc}", file=sys.stderr)
         return 2
@@ -109,6 +110,7 @@ def add_data_commands(subparsers: argparse._SubParsersAction) -> argparse.Argume
                                                      f"for a .npy/.npz/.pt in another order, e.g. array:NTXYC "
                                                      f"(default: detected)")
     ins.add_argument("--max-samples", type=int, default=None, help="statistics over at most this many samples")
+    ins.add_argument("--fields", help="the names of a plain array's channels, in order, comma-separated (e.g. u,v)")
     ins.set_defaults(func=run_inspect)
     return data
 

@@ -41,9 +41,10 @@ class TrajectoryDataset(Dataset):
     """
 
     def __init__(self, source: TrajectorySource | str | os.PathLike, layout: str | None = None,
-                 indices: Sequence[int] | None = None, *, check_finite: bool = False):
+                 indices: Sequence[int] | None = None, *, check_finite: bool = False,
+                 fields: Sequence[str] | None = None):
         self.source = source if isinstance(source, TrajectorySource) else open_source(
-            source, layout=layout, check_finite=check_finite)
+            source, layout=layout, check_finite=check_finite, **({"fields": list(fields)} if fields else {}))
         self.path, self.layout = self.source.path, layout
         self.shape = tuple(self.source.shape)
         if len(self.shape) < 4:

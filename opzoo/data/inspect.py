@@ -66,9 +66,10 @@ def field_statistics(source: TrajectorySource, max_samples: int | None = None,
     return stats, len(picks)
 
 
-def inspect_file(path: str | os.PathLike, layout: str | None = None, max_samples: int | None = None) -> str:
+def inspect_file(path: str | os.PathLike, layout: str | None = None, max_samples: int | None = None,
+                 fields: list[str] | None = None) -> str:
     """The text ``opzoo data inspect`` prints: layout, shapes, fields, time steps and statistics."""
-    with open_source(path, layout=layout, check_finite=False) as source:
+    with open_source(path, layout=layout, check_finite=False, **({"fields": fields} if fields else {})) as source:
         info = source.info
         axes = ["N", *(d.upper() for d in ["x", "y", "z"][: len(info.spatial_shape)]), "T", "C"]
         lines = [

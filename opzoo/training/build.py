@@ -94,10 +94,11 @@ def frame_shape(model: nn.Module, resolution: tuple[int, ...], channels: int | N
                       float(getattr(model, "channel_pad_value", 1.0)))
 
 
-def open_trajectories(path: str, layout: str | None = None) -> TrajectoryDataset:
-    """A file's trajectories, or a ConfigError naming the file (a run's data is part of its config)."""
+def open_trajectories(path: str, layout: str | None = None, fields: list[str] | None = None) -> TrajectoryDataset:
+    """A file's trajectories (``fields``: the names of a plain array's channels), or a ConfigError naming the file (a
+    run's data is part of its config)."""
     try:
-        return TrajectoryDataset(path, layout)
+        return TrajectoryDataset(path, layout, fields=fields)
     except (DataFormatError, ValueError, OSError) as e:
         raise ConfigError(str(e) if str(e).startswith(str(path)) else f"{path}: {e}") from None
 
@@ -116,9 +117,9 @@ def open_datasets(cfg: RunConfig) -> list[OpenDataset]:
     ``test_fraction`` of the file held out (:func:`opzoo.data.split_trajectories`)."""
     opened = []
     for d in cfg.data.datasets:
-        trajectories = open_trajectories(d.path, d.layout)
+        trajectories = open_trajectories(d.path, d.layout, d.fields)
         if d.test_path is not None:
-            train, test = trajectories, open_trajectories(d.test_path, d.layout)
+            train, test = trajectories, open_trajectories(d.test_path, d.layout, d.fields)
         else:
             try:
                 train, test = split_trajectories(trajectories, d.test_fraction)

@@ -60,11 +60,15 @@ def base_license(name: str) -> str:
 
 
 def _portable(base_weights: str, model_name: str) -> str:
-    """The weights line without the base model's local path."""
+    """The weights line without a local path: the base model's folder by its name, and any other absolute path (a
+    package's weights directory) by its last three parts (``opzoo_fourier/pretrained/dpot-micro``)."""
+    import re
+
     from ..model_io.reference import LOCAL_DIR_PREFIX
 
     local = model_name.removeprefix(LOCAL_DIR_PREFIX)
-    return base_weights.replace(local, Path(local).name) if "/" in local else base_weights
+    text = base_weights.replace(local, Path(local).name) if "/" in local else base_weights
+    return re.sub(r"(?<![\w.])/[^\s,;()]+", lambda m: "/".join(Path(m.group(0)).parts[-3:]), text)
 
 
 def _fmt(x: float | None) -> str:

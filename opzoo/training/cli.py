@@ -47,9 +47,7 @@ def _one_line_errors(command):
                 print(str(e), file=sys.stderr)
             return e.exit_code
         except KeyboardInterrupt:
-            resume = "; re-run the same command to resume from the last checkpoint" \
-                if args.command in ("pretrain", "finetune") else ""
-            print(f"opzoo {args.command}: interrupted{resume}", file=sys.stderr)
+            print(f"opzoo {args.command}: interrupted{_resume_advice(args)}", file=sys.stderr)
             return 130
         except RuntimeError as e:
             if isinstance(e, OpzooError) or not _distributed_failure(e):
@@ -69,6 +67,26 @@ def _one_line_errors(command):
             shown.removeHandler(handler)
             shown.setLevel(level)
     return run
+
+
+def _resume_advice(args) -> str:
+    """What re-running an interrupted training command does: resume from its last checkpoint, if it wrote one."""
+    if args.command not in ("pretrain", "finetune"):
+        return ""
+    try:
+        if args.command == "finetune":
+            run = Path(args.out)
+        else:
+            from .config import read_document
+
+            run = Path(args.output_dir or read_document(args.config).get("output_dir", "runs/run"))
+        from .checkpoint import list_checkpoints
+
+        has = bool(list_checkpoints(run / "checkpoints"))
+    except Exception:  # the advice must not fail the interrupt: say the general rule
+        return "; re-run the same command to resume from its last checkpoint, if it wrote one"
+    return ("; re-run the same command to resume from its last checkpoint" if has else
+            "; no checkpoint was written yet, so re-running the same command starts it over")
 
 
 def _distributed_failure(e: BaseException) -> bool:
@@ -133,6 +151,9 @@ def cmd_pretrain(args) -> int:
     if args.output_dir:
         overrides["output_dir"] = args.output_dir
     cfg = load_run_config(args.config, overrides)
+    advice = thread_advice() if cfg.training.device in ("cpu", "auto") else None
+    if advice:
+        _header(advice)
     _report(Trainer(cfg).fit(new=args.new))
     return 0
 
@@ -140,6 +161,21 @@ def cmd_pretrain(args) -> int:
 def _header(line: str) -> None:
     if _is_main():
         print(line, flush=True)
+
+
+def thread_advice() -> str | None:
+    """One line when torch's intra-op threads will likely fight the machine's other work: a CPU run, OMP_NUM_THREADS
+    unset, and a load average above three quarters of the cores (measured: fine-tuning ran at 0.45 steps/s with 2 threads
+    and 8.8 with one on a loaded 2-core machine)."""
+    import os
+
+    if os.environ.get("OMP_NUM_THREADS") or not hasattr(os, "getloadavg"):
+        return None
+    cores, load = os.cpu_count() or 1, os.getloadavg()[0]
+    if cores < 2 or load <= 0.75 * cores:
+        return None
+    return (f"note: the machine is busy (load {load:.1f} on {cores} cores) and torch will use {cores} threads, which "
+            f"can spin-wait on each other; OMP_NUM_THREADS=1 is often many times faster then")
 
 
 def _say_array_order(paths: Sequence[str], layout: str | None) -> None:
@@ -152,8 +188,9 @@ def _say_array_order(paths: Sequence[str], layout: str | None) -> None:
 
             src = open_trajectories(path, layout)
             axes = ["N", *"XYZ"[:len(src.spatial)], "T", "C"]
-            _header(f"data: {path} read as [{', '.join(axes)}] = {list(src.source.shape)} "
-                    f"({'--layout ' + layout if layout else 'the canonical order; another: --layout array:<axes>'})")
+            how = src.source.info.axis_note or ("--layout " + layout if layout else "the canonical order")
+            _header(f"data: {path} read as [{', '.join(axes)}] = {list(src.source.shape)} ({how}; another: --layout "
+                    f"array:<axes>)")
 
 
 def cmd_finetune(args) -> int:
@@ -163,12 +200,16 @@ def cmd_finetune(args) -> int:
 
     pretrained, weights = resolve_weights(args.model, args.pretrained)
     _header(f"weights: {weights}")
+    advice = thread_advice()
+    if advice:
+        _header(advice)
     _say_array_order(args.data, args.layout)
     lr, why = (args.lr, "--lr") if args.lr is not None else recommended_lr(args.model, pretrained)
     _header(f"lr: {lr:g} ({why})")
     cfg = finetune_config(args.model, args.data, args.out, steps=args.steps, batch_size=args.batch_size, lr=lr,
                           resolution=args.resolution, in_timesteps=args.in_timesteps, test_fraction=args.test_fraction,
-                          pretrained=pretrained, layout=args.layout, overrides=parse_overrides(args.set))
+                          pretrained=pretrained, layout=args.layout, fields=_fields(args),
+                          overrides=parse_overrides(args.set))
     trainer = Trainer(cfg)
     trainer.command = args.command_line
     _report(trainer.fit(new=args.new), finetune=True, from_scratch=not pretrained)
@@ -184,13 +225,24 @@ def _load_model(name: str, pretrained: bool | None):
     return load(name, pretrained=pretrained).eval()
 
 
-def _frame_shape_for(model, data_paths: Sequence[str], resolution, layout: str | None = None):
+def _fields(args) -> list[str] | None:
+    """``--fields a,b``: the channels' names of a plain array."""
+    value = getattr(args, "fields", None)
+    return [f.strip() for f in value.split(",") if f.strip()] if value else None
+
+
+FIELDS_HELP = ("the names of a plain array's channels, in order, comma-separated (e.g. u,v); a .npz or .pt with one "
+               "array per field names them itself")
+
+
+def _frame_shape_for(model, data_paths: Sequence[str], resolution, layout: str | None = None,
+                     fields: list[str] | None = None):
     """``(model, frame shape, sources)``: the files opened, the grid chosen (and said), the model brought to a file's
     channel count when it takes any (the same rule as training: :func:`opzoo.training.build.choose_grid`)."""
     from .build import choose_grid, frame_shape, open_trajectories, select_model_fields
 
     _say_array_order(data_paths, layout)
-    sources = [open_trajectories(p, layout) for p in data_paths]
+    sources = [open_trajectories(p, layout, fields) for p in data_paths]
     select_model_fields(model, sources)
     grid = choose_grid(model, sources, resolution)
     res = grid.resolution
@@ -204,6 +256,23 @@ def _frame_shape_for(model, data_paths: Sequence[str], resolution, layout: str |
     model = _with_file_channels(model, sources)
     _header(grid.line(sources))
     return model, frame_shape(model, res), sources
+
+
+def _check_channel(channel: int, sources) -> None:
+    """``--channel`` names a channel of every file (checked before any work: a bad one used to fail after scoring)."""
+    for src in sources:
+        if not 0 <= channel < src.channels:
+            raise OpzooError(f"--channel {channel}: {src.path} has {src.channels} channel(s) "
+                             f"({', '.join(f'{i} {n}' for i, n in enumerate(src.channel_names))})")
+
+
+def _plot_path(plot: str, data: str, index: int) -> Path:
+    """``--plot``: a PNG path, or an existing directory (or one ending in /) to write ``<file>-<index>.png`` into."""
+    path = Path(plot)
+    if path.is_dir() or plot.endswith(("/", "\\")):
+        path.mkdir(parents=True, exist_ok=True)
+        return path / f"{Path(data).stem}-{index}.png"
+    return path
 
 
 def _with_file_channels(model, sources):
@@ -345,7 +414,8 @@ def cmd_eval(args) -> int:
 
     _claim_out_dir(Path(args.out), args.model, args.new)
     model = _load_model(args.model, args.pretrained)
-    model, frame_shape, sources = _frame_shape_for(model, args.data, args.resolution, args.layout)
+    model, frame_shape, sources = _frame_shape_for(model, args.data, args.resolution, args.layout, _fields(args))
+    _check_channel(args.channel, sources)
     split = [_split_of(model, src, args.split, args.test_fraction, args.include_training) for src in sources]
     for path, (_, which) in zip(args.data, split):
         print(f"scoring {Path(path).name}: {which}")
@@ -407,7 +477,8 @@ def cmd_rollout(args) -> int:
     if args.steps is not None and args.steps < 1:
         raise OpzooError(f"--steps must be >= 1, got {args.steps}")
     model = _load_model(args.model, args.pretrained)
-    model, frame_shape, (src,) = _frame_shape_for(model, [args.data], args.resolution, args.layout)
+    model, frame_shape, (src,) = _frame_shape_for(model, [args.data], args.resolution, args.layout, _fields(args))
+    _check_channel(args.channel, [src])
     t_in = frame_shape.in_timesteps
     if not 0 <= args.index < len(src):
         raise OpzooError(f"{args.data}: --index {args.index} out of range; the file has {len(src)} trajectories")
@@ -448,9 +519,10 @@ def cmd_rollout(args) -> int:
         if args.plot:
             from .plots import rollout_title
 
-            plot_rollout_panels(truth, p, args.plot_steps, args.plot, channel=args.channel,
+            plot = _plot_path(args.plot, args.data, args.index)
+            plot_rollout_panels(truth, p, args.plot_steps, plot, channel=args.channel,
                                 title=rollout_title(args.model, src, args.index, args.channel))
-            print(f"  plot: {args.plot}")
+            print(f"  plot: {plot}")
     if args.save:
         from safetensors.torch import save_file
 
@@ -501,6 +573,7 @@ def add_training_commands(subparsers) -> None:
     p.add_argument("--test-fraction", type=float, default=0.1, help="the last fraction of each file's trajectories "
                                                                    "held out for testing")
     p.add_argument("--layout", help=LAYOUT_HELP)
+    p.add_argument("--fields", help=FIELDS_HELP)
     p.add_argument("--pretrained", action=argparse.BooleanOptionalAction, default=None,
                    help="start from the preset's published weights; --no-pretrained: random init "
                         "(default: published weights when the preset has some)")
@@ -519,6 +592,7 @@ def add_training_commands(subparsers) -> None:
         p.add_argument("--plot-steps", type=int, nargs="+", default=[1, 5, 10], help="rollout steps in the panels")
         p.add_argument("--channel", type=int, default=0, help="channel shown in the panels")
         p.add_argument("--layout", help=LAYOUT_HELP)
+        p.add_argument("--fields", help=FIELDS_HELP)
         if name == "eval":
             p.add_argument("--data", nargs="+", required=True)
             p.add_argument("--out", default="eval_out", help="directory of the CSV/JSON results and PNG plots")

@@ -27,6 +27,7 @@ class DatasetSpec:
     test_path: Optional[str] = None  # separate test file; else the last ``test_fraction`` trajectories
     test_fraction: float = 0.1
     layout: Optional[str] = None  # force an opzoo.data layout; None: detected
+    fields: Optional[list[str]] = None  # the channels' names of a plain array (.npy/.npz/.pt), in order
     generate: Optional[dict[str, Any]] = None  # {kind, n, seed, **generator args}: made first if path is missing
 
 
@@ -212,6 +213,10 @@ def _check_values(cfg: RunConfig, base: Path | None, source: str) -> None:
                 if key == "path" and d.generate is not None:
                     setattr(d, key, str(Path(os.path.expandvars(p)).expanduser()))  # made before training
                     continue
+                if resolved.is_dir():
+                    from ..data.readers import directory_refusal
+
+                    fail(f"{where}.{key}: {directory_refusal(resolved)}")
                 fail(f"{where}.{key}: file {str(resolved)!r} does not exist"
                      + (" (add a 'generate' entry to make it)" if key == "path" else ""))
             setattr(d, key, str(resolved))
@@ -223,6 +228,12 @@ def _check_values(cfg: RunConfig, base: Path | None, source: str) -> None:
             fail(f"{where}.weight must be > 0, got {d.weight}")
         if d.test_path is None and not 0.0 < d.test_fraction < 1.0:
             fail(f"{where}.test_fraction must be in (0, 1) when there is no test_path, got {d.test_fraction}")
+        run_dir = Path(os.path.expandvars(cfg.output_dir)).expanduser().resolve()
+        for key in ("path", "test_path"):
+            file = getattr(d, key)
+            if file is not None and run_dir in Path(file).resolve().parents:
+                fail(f"{where}.{key}: the data file {file} lies inside the run directory {run_dir} (output_dir / "
+                     f"--out), which holds the run's own files and is moved aside by --new; choose another directory")
         d.name = d.name or Path(d.path).stem
         if d.name in names:
             fail(f"{where}.name: {d.name!r} is used by two datasets; give them distinct names")

@@ -43,22 +43,35 @@ SATURATED = 0.8  # a relative L2 this high for both the model and persistence: t
 
 
 def headline(r: DatasetResult) -> tuple[str, float, float | None, str]:
-    """``(what, model, persistence, note)``: the number a summary should lead with. The full rollout,
-    unless it saturates (model and persistence both at least ``SATURATED``: on chaotic data every
-    long rollout decorrelates, so the full error says little); then the longest short horizon at which
-    persistence is not saturated, with a note saying why."""
+    """``(what, model, persistence, note)``: the number a summary should lead with, and why when it is not the full
+    rollout.
+
+    - The full rollout, unless it saturates: model and persistence both at least ``SATURATED``. A field that has
+      changed that much since the last input frame (a chaotic flow decorrelating, but as well a wave or an advected
+      field moved out of phase) leaves the full-rollout error little to say; then the longest short horizon at which
+      persistence is not saturated leads, with a note saying so.
+    - A model worse than persistence at every horizon is not predicting the data at all: the full rollout leads, and
+      the note says that, not that the data are unpredictable.
+    """
     base = r.persistence
     full = (f"full rollout ({r.horizon} steps)", r.l2_full, base.l2_full if base else None, "")
-    if base is None or r.l2_full < SATURATED or base.l2_full < SATURATED:
+    if base is None:
+        return full
+    pairs = [(r.l2_full, base.l2_full)] + [(v, base.short_horizons[h]) for h, v in r.short_horizons.items()
+                                            if h in base.short_horizons]
+    if all(model > p for model, p in pairs):
+        return (*full[:3], f"the model is worse than persistence at every horizon reported (full rollout "
+                           f"{r.l2_full:.3g} against {base.l2_full:.3g}): it does not predict these data")
+    if r.l2_full < SATURATED or base.l2_full < SATURATED:
         return full
     for h in sorted(r.short_horizons, reverse=True):
         if h < r.horizon and base.short_horizons.get(h, 1.0) < SATURATED:
             note = (f"the full-rollout error is saturated (model {r.l2_full:.3g}, persistence {base.l2_full:.3g}, "
-                    f"both >= {SATURATED}: the rollout has decorrelated from the truth) and says little; "
-                    f"horizon {h} is the headline")
+                    f"both >= {SATURATED}: the field has changed as much as it can since the last input frame) and "
+                    f"says little; horizon {h} is the headline")
             return f"horizon {h}", r.short_horizons[h], base.short_horizons.get(h), note
-    return (*full[:3], f"every horizon is saturated (model and persistence >= {SATURATED}): the data are not "
-                       f"predictable at this time step")
+    return (*full[:3], f"every horizon is saturated (model and persistence >= {SATURATED}): the data change "
+                       f"beyond recognition within the shortest horizon reported")
 
 
 class Persistence(nn.Module):

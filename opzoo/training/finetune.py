@@ -60,6 +60,7 @@ def recommended_lr(model: str, pretrained: bool) -> tuple[float, str]:
 def finetune_config(model: str, data: Sequence[str], output_dir: str, *, steps: int = 500, batch_size: int = 8,
                     lr: float | None = None, resolution: Sequence[int] | None = None, in_timesteps: int | None = None,
                     test_fraction: float = 0.1, pretrained: bool = True, layout: str | None = None,
+                    fields: Sequence[str] | None = None,
                     overrides: dict[str, Any] | None = None) -> RunConfig:
     """A validated run config that fine-tunes ``model`` (preset, hf-hub:..., or a saved repo dir) on ``data``.
 
@@ -74,7 +75,8 @@ def finetune_config(model: str, data: Sequence[str], output_dir: str, *, steps: 
         "output_dir": output_dir,
         "model": {"name": model, "pretrained": pretrained, "adapt": True,
                   "args": {} if in_timesteps is None else {"in_timesteps": int(in_timesteps)}},
-        "data": {"datasets": [{"path": p, "test_fraction": test_fraction, **({"layout": layout} if layout else {})}
+        "data": {"datasets": [{"path": p, "test_fraction": test_fraction, **({"layout": layout} if layout else {}),
+                               **({"fields": list(fields)} if fields else {})}
                               for p in data],
                  "resolution": list(resolution) if resolution else None},
         "optimizer": {"lr": lr},

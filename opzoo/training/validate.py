@@ -12,22 +12,28 @@ from typing import Sequence
 
 from ..errors import OpzooError
 
-COLUMNS = ("model", "file", "status", "split", "trajectories", "horizon", "l2_full", "persistence_l2_full",
-           "l2_step1", "l2_step5", "vrmse_one_step", "reason")
+COLUMNS = ("model", "file", "status", "split", "trajectories", "horizon", "grid", "l2_full", "persistence_l2_full",
+           "l2_first1", "l2_first5", "l2_at_step1", "l2_at_step5", "vrmse_one_step", "reason")
 
 
 @dataclass
 class ValidateRow:
+    """One model on one file. ``l2_firstK``: relative L2 over the first K rollout steps (space and time together, as
+    ``l2_full`` over the whole rollout); ``l2_at_stepK``: relative L2 of step K alone."""
+
     model: str
     file: str
     status: str  # "ok" or "failed"
     split: str = ""
     trajectories: int = 0
     horizon: int = 0
+    grid: str = ""  # the grid the scores were computed at (the file's own)
     l2_full: float = math.nan
     persistence_l2_full: float = math.nan
-    l2_step1: float = math.nan
-    l2_step5: float = math.nan
+    l2_first1: float = math.nan
+    l2_first5: float = math.nan
+    l2_at_step1: float = math.nan
+    l2_at_step5: float = math.nan
     vrmse_one_step: float = math.nan  # mean over the fields of The Well's one-step VRMSE
     reason: str = ""
 
@@ -49,46 +55,90 @@ def models_matching(patterns: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def score(model, name: str, path: str, layout: str | None, horizon: int | None, split: str | None,
-          test_fraction: float | None, batch_size: int, max_trajectories: int | None) -> ValidateRow:
-    """One model on one file, as ``opzoo eval`` scores it (its split rule, l2, VRMSE, persistence)."""
-    from .cli import _frame_shape_for, _split_of, _vrmse_fields
+def score(model, name: str, path: str, layout: str | None, horizon: int | None, indices: Sequence[int], split_label: str,
+          batch_size: int, max_trajectories: int | None) -> ValidateRow:
+    """One model on the trajectories ``indices`` of one file, as ``opzoo eval`` scores them (l2, VRMSE, persistence,
+    at the file's grid)."""
+    from .cli import _frame_shape_for, _vrmse_fields
     from .evaluate import evaluate_dataset, with_persistence
 
     model, frame_shape, (src,) = _frame_shape_for(model, [path], None, layout)
-    src, which = _split_of(model, src, split, test_fraction, False)
+    src = src.subset(indices)
     r = evaluate_dataset(model, Path(path).stem, src, frame_shape, horizon, batch_size=batch_size,
                          max_trajectories=max_trajectories, vrmse_fields=_vrmse_fields(model, src))
     with_persistence(r, src, frame_shape, horizon, batch_size=batch_size, max_trajectories=max_trajectories)
     one_step = [v["one_step"] for v in r.vrmse.values() if "one_step" in v]
-    return ValidateRow(name, path, "ok", which, r.n_trajectories, r.horizon, r.l2_full, r.persistence.l2_full,
-                       r.short_horizons.get(1, math.nan), r.short_horizons.get(5, math.nan),
+    at = {k: r.per_step[k - 1] if len(r.per_step) >= k else math.nan for k in (1, 5)}
+    return ValidateRow(name, path, "ok", split_label, r.n_trajectories, r.horizon, "x".join(map(str, r.grid)),
+                       r.l2_full, r.persistence.l2_full, r.short_horizons.get(1, at[1]),
+                       r.short_horizons.get(5, math.nan), at[1], at[5],
                        sum(one_step) / len(one_step) if one_step else math.nan)
+
+
+def common_split(models: dict, path: str, layout: str | None, split: str | None,
+                 test_fraction: float | None) -> tuple[list[int], str]:
+    """The trajectories of ``path`` every model may be scored on: for each model, the part it may call held-out (its
+    record's held-out split, nothing any ancestor trained on; :func:`opzoo.training.seen_data.choose_split`), and the
+    rows share their intersection, so that every row of the table scores the same trajectories (and persistence is the
+    same number on every row)."""
+    from .build import open_trajectories
+    from .seen_data import choose_split
+
+    source = open_trajectories(path, layout)
+    chosen, reasons = None, []
+    for name, model in models.items():
+        idx, _, _ = choose_split(model, source, split, test_fraction, False)
+        if len(idx) != source.source.n_samples:
+            reasons.append(name)
+        chosen = idx if chosen is None else [i for i in chosen if i in set(idx)]
+    n = source.source.n_samples
+    if not chosen:
+        raise OpzooError(f"{path}: no trajectory is held out from every model ({', '.join(models)}): each trained on a "
+                         f"part of it; score the models on other data, or one by one with `opzoo eval`")
+    span = (f"trajectory {chosen[0]}" if len(chosen) == 1 else f"trajectories {chosen[0]}-{chosen[-1]}"
+            if chosen == list(range(chosen[0], chosen[-1] + 1)) else
+            "trajectories " + ", ".join(map(str, chosen[:6])) + (", ..." if len(chosen) > 6 else ""))
+    why = f", what none of them trained on ({', '.join(reasons)} trained on parts of it)" if reasons else ""
+    return chosen, f"{span} of {n} for every model{why}"
 
 
 def validate(patterns: Sequence[str], data: Sequence[str], out: Path, *, layout: str | None = None,
              horizon: int | None = None, split: str | None = None, test_fraction: float | None = None,
              batch_size: int = 8, max_trajectories: int | None = None) -> list[ValidateRow]:
-    """Every model of ``patterns`` on every file of ``data``; writes ``out`` (CSV) and returns the rows."""
+    """Every model of ``patterns`` on every file of ``data``, all on the same trajectories of each file
+    (:func:`common_split`); writes ``out`` (CSV) and returns the rows."""
     from ..model_io.builder import load, resolve_weights
 
     rows: list[ValidateRow] = []
-    for name in models_matching(patterns):
+    models, names = {}, models_matching(patterns)
+    for name in names:
         try:
-            model = load(name, pretrained=resolve_weights(name, None)[0]).eval()
+            models[name] = load(name, pretrained=resolve_weights(name, None)[0]).eval()
         except (OpzooError, OSError, ValueError) as e:
-            rows += [ValidateRow(name, path, "failed", reason=f"load: {' '.join(str(e).split())}") for path in data]
-            print(f"{name}: cannot load: {rows[-1].reason}", flush=True)
-            continue
-        for path in data:
+            reason = f"load: {' '.join(str(e).split())}"
+            rows += [ValidateRow(name, path, "failed", reason=reason) for path in data]
+            print(f"{name}: cannot load: {reason}", flush=True)
+    for path in data:
+        try:
+            indices, label = common_split(models, path, layout, split, test_fraction) if models else ([], "")
+            print(f"{Path(path).name}: {label}", flush=True)
+        except (OpzooError, OSError, ValueError) as e:
+            indices, failure = None, " ".join(str(e).split())
+            print(f"{Path(path).name}: FAILED: {failure}", flush=True)
+        for name, model in models.items():
+            if indices is None:
+                rows.append(ValidateRow(name, path, "failed", reason=failure))
+                continue
             try:
-                row = score(model, name, path, layout, horizon, split, test_fraction, batch_size, max_trajectories)
+                row = score(model, name, path, layout, horizon, indices, label, batch_size, max_trajectories)
                 print(f"{name} on {Path(path).name}: l2 full {row.l2_full:.4g} (persistence "
-                      f"{row.persistence_l2_full:.4g}), {row.trajectories} trajectories ({row.split})", flush=True)
+                      f"{row.persistence_l2_full:.4g}), {row.trajectories} trajectories at {row.grid}", flush=True)
             except (OpzooError, OSError, ValueError) as e:
                 row = ValidateRow(name, path, "failed", reason=" ".join(str(e).split()))
                 print(f"{name} on {Path(path).name}: FAILED: {row.reason}", flush=True)
             rows.append(row)
+    order = {n: k for k, n in enumerate(names)}
+    rows.sort(key=lambda r: (order.get(r.model, len(order)), list(data).index(r.file) if r.file in data else 0))
     write_rows(rows, out)
     return rows
 
@@ -111,7 +161,7 @@ def cmd_validate(args) -> int:
     print(f"wrote {out}: {len(rows) - len(failed)} scored, {len(failed)} failed")
     for r in failed:
         print(f"  failed: {r.model} on {r.file}: {r.reason}")
-    return 0 if len(failed) < len(rows) else 1
+    return 1 if failed else 0  # a table with a failed row is not a complete result
 
 
 def add_validate_command(subparsers) -> None:
@@ -128,7 +178,8 @@ def add_validate_command(subparsers) -> None:
     p.add_argument("--layout", help=layout_help)
     p.add_argument("--horizon", type=int, help="rollout steps (default: whole trajectories)")
     p.add_argument("--split", choices=("test", "all"), help="as eval's --split (default: the held-out part of a file "
-                                                           "a model trained on, else all)")
+                                                           "a model trained on, else all); every model is scored on "
+                                                           "the trajectories no model trained on")
     p.add_argument("--test-fraction", type=float, help="as eval's --test-fraction")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--max-trajectories", type=int, help="score only the first N trajectories of the split")

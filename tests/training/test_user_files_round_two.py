@@ -84,6 +84,16 @@ def test_a_saturated_full_rollout_is_not_the_headline():
     assert headline(r)[0] == "full rollout (30 steps)" and headline(r)[3] == ""
 
 
+def test_a_model_worse_than_persistence_is_not_called_saturated():
+    """Issue 45: a linear wave at an unseen speed: the model was wrong, worse than persistence at every horizon, and
+    the summary said the rollout "has decorrelated from the truth" and led with horizon 1."""
+    r = result(1.6, 0.40, 0.95)
+    r.persistence = result(0.9, 0.05, 0.30)
+    what, value, base, note = headline(r)
+    assert what == "full rollout (30 steps)" and "worse than persistence at every horizon" in note
+    assert "decorrelated" not in note
+
+
 def test_the_summary_and_eval_report_short_horizons_next_to_the_full_rollout(tuned, tmp_path, capsys):
     root, data = tuned
     code, out, _ = scored(capsys, str(root / "run" / "model"), "--data", str(data), "--out", str(tmp_path / "o"))

@@ -21,6 +21,7 @@ Detection never guesses: a file that only *might* be in a layout (the FNO layout
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import h5py
 
@@ -66,16 +67,34 @@ def detect_layout(path: str | os.PathLike) -> str:
         raise UnknownLayoutError(describe_unknown(path, f))
 
 
+def directory_refusal(path: str | os.PathLike) -> str:
+    """Why a directory is not read as data, naming the files in it that could be."""
+    readable = sorted(p.name for p in Path(path).iterdir() if p.is_file() and p.suffix.lower() in DATA_SUFFIXES)
+    listed = ", ".join(readable[:8]) + (f" and {len(readable) - 8} more" if len(readable) > 8 else "")
+    return (f"{os.fspath(path)} is a directory, not a data file; name the file(s) to read"
+            + (f": {listed} (several can follow one --data)" if readable else " (it holds no .h5/.hdf5/.mat/.npy/.npz/"
+               ".pt file)"))
+
+
+DATA_SUFFIXES = (".h5", ".hdf5", ".hdf", ".mat", *ARRAY_SUFFIXES)
+
+
 def open_source(path: str | os.PathLike, layout: str | None = None, **options) -> TrajectorySource:
     """Open ``path`` lazily as ``N`` trajectories ``[*S, T, C]``.
 
     ``layout`` forces one layout (a key of :data:`LAYOUTS`); by default it is detected.
     ``options`` go to the reader (``check_finite``, and ``prepend_initial`` for ``fno-mat``).
     """
+    if os.path.isdir(path):
+        raise DataFormatError(directory_refusal(path))
     if layout is None:
         layout = detect_layout(path)
+    fields = options.pop("fields", None)
     if layout.partition(":")[0] == ArraySource.layout:
-        return ArraySource(path, order=layout, **options)
+        return ArraySource(path, order=layout, fields=fields, **options)
+    if fields:
+        raise DataFormatError(f"{os.fspath(path)}: --fields names the channels of a plain array (.npy/.npz/.pt); a "
+                              f"{layout} file names its own")
     name, _, order = layout.partition(":")
     if name not in LAYOUTS or (order and not getattr(LAYOUTS[name], "takes_order", False)):
         ordered = [n for n, cls in LAYOUTS.items() if getattr(cls, "takes_order", False) and n != ArraySource.layout]

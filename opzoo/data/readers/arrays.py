@@ -80,8 +80,9 @@ class ArraySource(TrajectorySource):
     expects = ("a .npy, .npz or tensor-only .pt file holding one array [N, *S, T, C]; another axis order with "
                "layout 'array:<axes>', e.g. 'array:NTXYC'")
 
-    def __init__(self, path, check_finite: bool = True, order: str = "array"):
+    def __init__(self, path, check_finite: bool = True, order: str = "array", fields: list[str] | None = None):
         self.order_spec = order
+        self.named_fields = list(fields) if fields else None  # --fields: the channels' names, in order
         self._array = None
         super().__init__(path, check_finite=check_finite)
 
@@ -91,7 +92,7 @@ class ArraySource(TrajectorySource):
 
     def _h5(self):
         if self._array is None:
-            self._array, self.file_axes = load_array(self.path, with_axes=True)
+            self._array, self.file_axes, self.file_fields, self.file_coords = load_fields(self.path)
         return self._array
 
     def close(self) -> None:
@@ -105,9 +106,23 @@ class ArraySource(TrajectorySource):
     def _validate(self, a) -> SourceInfo:
         stated = parse_order(self.order_spec, a.ndim)
         in_file = check_axes(self.file_axes, f"{self.path}: its 'axes' entry {self.file_axes!r}") if self.file_axes else ""
+        if self.file_fields is not None:  # one array per field, stacked last: the entries name the other axes
+            stated = stated and (stated if "C" in stated else stated + "C")
+            in_file = in_file and (in_file if "C" in in_file else in_file + "C")
         if stated and in_file and stated != in_file:
             raise self._fail(f"layout {self.order_spec!r} contradicts the file's own 'axes' entry {in_file!r}")
         self.axes = stated or in_file
+        self.axis_note = ("as named (--layout " + self.order_spec + ")" if stated else
+                          "as its own 'axes' entry says" if in_file else "")
+        if not self.axes and self.file_fields is not None and self.file_coords:
+            from opzoo.data.readers.axes import candidate_orders, verify_order
+
+            order = verify_order(self.path, "fields", tuple(a.shape[:-1]), "", candidate_orders(a.ndim - 1, "N", False),
+                                 {k: v for k, v in self.file_coords.items() if k != "T"},
+                                 self.file_coords.get("T"), "array")
+            self.axes = order.axes + "C"
+            self.axis_note = (f"as its coordinate arrays ({', '.join(k.lower() for k in self.file_coords)}) say, "
+                              f"one array per field ({', '.join(self.file_fields)})")
         if not self.axes:
             raise DataFormatError(describe_readings(self.path, tuple(a.shape)))
         if len(self.axes) != a.ndim:
@@ -118,8 +133,15 @@ class ArraySource(TrajectorySource):
         spatial = tuple(size[s] for s in SPATIAL if s in size)
         if not np.issubdtype(a.dtype, np.floating) and not np.issubdtype(a.dtype, np.integer):
             raise self._fail(f"array dtype {a.dtype} is not numeric")
+        names = self.named_fields or self.file_fields or [f"c{i}" for i in range(size["C"])]
+        if len(names) != size["C"]:
+            raise self._fail(f"--fields names {len(names)} field(s) ({', '.join(names)}), but the array has "
+                             f"C = {size['C']} channel(s)")
+        if self.named_fields and self.file_fields and self.named_fields != self.file_fields:
+            raise self._fail(f"--fields {','.join(self.named_fields)} contradicts the file's own arrays "
+                             f"({', '.join(self.file_fields)})")
         return SourceInfo(layout=self.layout, n_samples=size["N"], spatial_shape=spatial, n_steps=size["T"],
-                          fields=[f"c{i}" for i in range(size["C"])])
+                          fields=list(names), axis_note=self.axis_note)
 
     def _read(self, a, sample: int, t_start: int, t_stop: int) -> np.ndarray:
         one = np.take(a, sample, axis=self.axes.index("N"))
@@ -134,22 +156,28 @@ class ArraySource(TrajectorySource):
 def load_array(path: str, with_axes: bool = False):
     """The one array in ``path`` (``.npy`` memory-mapped); DataFormatError naming the file otherwise. With
     ``with_axes``, ``(array, axes)``: the file's own ``axes`` entry (``""`` when it has none)."""
-    array, axes = _load_array(path)
+    array, axes, _, _ = _load_array(path)
     return (array, axes) if with_axes else array
 
 
-def _load_array(path: str) -> tuple[np.ndarray, str]:
+def load_fields(path: str) -> tuple[np.ndarray, str, list[str] | None, dict[str, int]]:
+    """``(array, axes entry, field names, coordinate lengths)`` of ``path``: names and coordinates where the file
+    holds one array per field (a ``.npz`` or a ``.pt`` dict), else None and ``{}``."""
+    return _load_array(path)
+
+
+def _load_array(path: str) -> tuple[np.ndarray, str, list[str] | None, dict[str, int]]:
     suffix = os.path.splitext(path)[1].lower()
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such file")
     try:
         if suffix == ".npy":
-            return np.load(path, mmap_mode="r", allow_pickle=False), ""
+            return np.load(path, mmap_mode="r", allow_pickle=False), "", None, {}
         if suffix == ".npz":
             with np.load(path, allow_pickle=False) as z:
                 arrays = {k: z[k] for k in z.files}
             axes = arrays.pop("axes", None)
-            return _one(path, arrays), _axes_entry(path, axes)
+            return (*_one(path, arrays)[:1], _axes_entry(path, axes), *_one(path, arrays)[1:])
         _refuse_hdf5(path)
         if suffix not in (".pt", ".pth"):
             raise DataFormatError(f"{path}: not a .npy, .npz or .pt array file (layout 'array' reads those)")
@@ -163,10 +191,11 @@ def _load_array(path: str) -> tuple[np.ndarray, str]:
                               f"numpy.save, or a tensor (or a dict of tensors) with torch.save") from None
     if isinstance(obj, dict):
         axes = obj.get("axes")
-        return _one(path, {k: v.numpy() for k, v in obj.items() if hasattr(v, "numpy")}), _axes_entry(path, axes)
+        array, names, coords = _one(path, {k: v.numpy() for k, v in obj.items() if hasattr(v, "numpy")})
+        return array, _axes_entry(path, axes), names, coords
     if not hasattr(obj, "numpy"):
         raise DataFormatError(f"{path}: holds a {type(obj).__name__}, not a tensor")
-    return obj.numpy(), ""
+    return obj.numpy(), "", None, {}
 
 
 def _axes_entry(path: str, axes) -> str:
@@ -190,13 +219,26 @@ def _refuse_hdf5(path: str) -> None:
                                   f"name an HDF5 layout (opzoo data inspect {path})")
 
 
-def _one(path: str, arrays: dict[str, np.ndarray]) -> np.ndarray:
+COORDINATE_NAMES = ("x", "y", "z", "t")
+
+
+def _one(path: str, arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, list[str] | None, dict[str, int]]:
+    """``(array, field names, coordinate lengths)`` of a file's arrays: ``data`` (or the only array) as it is, or one
+    array per field (every array of rank 2 or more, all of one shape) stacked as the last axis, with 1-D arrays named
+    x, y, z or t taken as coordinates (their lengths)."""
     if "data" in arrays:
-        return arrays["data"]
-    if len(arrays) != 1:
-        raise DataFormatError(f"{path}: holds {len(arrays)} arrays ({', '.join(sorted(arrays))}); keep one, or name "
-                              f"the trajectories 'data'")
-    return next(iter(arrays.values()))
+        return arrays["data"], None, {}
+    if len(arrays) == 1:
+        return next(iter(arrays.values())), None, {}
+    coords = {k.upper(): int(v.size) for k, v in arrays.items() if k.lower() in COORDINATE_NAMES and v.ndim == 1}
+    fields = {k: v for k, v in arrays.items() if not (k.lower() in COORDINATE_NAMES and v.ndim == 1)}
+    shapes = {tuple(v.shape) for v in fields.values()}
+    if len(shapes) != 1 or not fields or min(v.ndim for v in fields.values()) < 2:
+        described = ", ".join(f"{k} {describe_shape(v.shape)}" for k, v in sorted(arrays.items()))
+        raise DataFormatError(f"{path}: holds {len(arrays)} arrays ({described}); one per field must share one shape "
+                              f"(1-D x, y, z, t are read as coordinates), or name the trajectories 'data'")
+    names = list(fields)
+    return np.stack([fields[n] for n in names], axis=-1), names, coords
 
 
 __all__ = ["ArraySource", "SUFFIXES", "parse_order", "load_array"]
