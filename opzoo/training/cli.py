@@ -409,7 +409,7 @@ def _claim_out_dir(out: Path, model: str, new: bool) -> None:
 
 
 def cmd_eval(args) -> int:
-    from .evaluate import evaluate_dataset, headline, with_persistence, write_results
+    from .evaluate import evaluate_dataset, headline, metric_table, with_persistence, write_results
     from .plots import plot_error_curves, plot_rollout_panels, rollout_title
 
     _claim_out_dir(Path(args.out), args.model, args.new)
@@ -456,6 +456,8 @@ def cmd_eval(args) -> int:
         what, _, _, note = headline(r)
         if note:
             print(f"{name}: headline {what}: {note}")
+        for line in metric_table(r):
+            print(line)
     paths = write_results(results, out, stem="eval", model=_model_identity(args.model))
     plot_error_curves({r.name: r.per_step for r in results}, out / "error-vs-step.png",
                       persistence={r.name: r.persistence.per_step for r in results},

@@ -36,6 +36,10 @@ class DatasetResult:
     short_horizons: dict[int, float] = field(default_factory=dict)  # h -> l2 full of the first h steps
     grid: list[int] = field(default_factory=list)  # the grid the scores were computed at: the file's own
     model_grid: list[int] = field(default_factory=list)  # the grid the model ran at (inputs resampled to it)
+    metrics: dict[str, float] = field(default_factory=dict)  # PDEBench's set (opzoo.training.pdebench_metrics)
+    intervals: dict[str, list[float]] = field(default_factory=dict)  # metric -> 95 % bootstrap interval over trajectories
+    paired: dict[str, list[float]] = field(default_factory=dict)  # metric -> [model - persistence, its interval]
+    per_trajectory: object = field(default=None, repr=False, compare=False)  # TrajectoryMetrics, for paired comparisons
 
 
 SHORT_HORIZONS = (1, 5)  # rollout lengths reported next to the full rollout
@@ -74,6 +78,33 @@ def headline(r: DatasetResult) -> tuple[str, float, float | None, str]:
                        f"beyond recognition within the shortest horizon reported")
 
 
+def metric_table(r: DatasetResult) -> list[str]:
+    """PDEBench's metrics of ``r`` (and of its persistence baseline, and the paired difference), with their 95 %
+    bootstrap intervals over trajectories, as the lines ``opzoo eval`` prints."""
+    if not r.metrics:
+        return []
+
+    def cell(value: float, interval) -> str:
+        return f"{value:.4g}" + (f" [{interval[0]:.3g}, {interval[1]:.3g}]" if interval else "")
+
+    base = r.persistence
+    grid = "x".join(map(str, r.grid)) if r.grid else "?"
+    lines = [f"{r.name}: PDEBench's metrics at the file's grid {grid}, over {r.n_trajectories} trajectories"
+             + (" (95 % bootstrap intervals over trajectories)" if r.intervals else "") + ":",
+             f"  {'metric':<12}{'model':<32}{'persistence':<32}{'model - persistence (paired)' if r.paired else ''}"]
+    for k, v in r.metrics.items():
+        row = f"  {k:<12}{cell(v, r.intervals.get(k)):<31} "
+        if base is not None and base.metrics:
+            row += f"{cell(base.metrics[k], base.intervals.get(k)):<31} "
+        if k in r.paired:
+            d, lo, hi = r.paired[k]
+            row += f"{d:+.4g} [{lo:+.3g}, {hi:+.3g}]" + (" *" if lo > 0 or hi < 0 else "")
+        lines.append(row.rstrip())
+    if r.paired:
+        lines.append("  (* the interval of the difference excludes 0)")
+    return lines
+
+
 class Persistence(nn.Module):
     """The persistence baseline: every future frame is the last input frame.
 
@@ -95,6 +126,12 @@ def with_persistence(result: DatasetResult, source: TrajectoryDataset, frame_sha
     repeats the last input frame at the file's own grid (never resampled)."""
     result.persistence = evaluate_dataset(Persistence(), result.name, source, frame_shape.at(source.spatial), horizon,
                                           batch_size, device, max_trajectories, exclude=exclude)
+    mine, theirs = result.per_trajectory, result.persistence.per_trajectory
+    if mine is not None and theirs is not None and len(mine) == len(theirs) and len(mine) > 1:
+        from .pdebench_metrics import bootstrap
+
+        diffs = bootstrap(mine, theirs)
+        result.paired = {k: [result.metrics[k] - result.persistence.metrics[k], *diffs[k]] for k in diffs}
     return result
 
 
@@ -142,10 +179,12 @@ def evaluate_dataset(model: nn.Module, name: str, source: TrajectoryDataset, fra
     adds The Well's VRMSE of those channels (default: every valid one).
     """
     from ..contracts.routing import ExpertLoadRecorder
+    from .pdebench_metrics import TrajectoryMetrics, bootstrap
 
     was_training = model.training
     model.eval()
     fulls, curves, vrmses, first = [], [], [], None
+    per_trajectory = TrajectoryMetrics()
     shorts: dict[int, list] = {}
     try:
         with ExpertLoadRecorder(model) as recorder:  # which experts this dataset's inputs go to
@@ -157,6 +196,7 @@ def evaluate_dataset(model: nn.Module, name: str, source: TrajectoryDataset, fra
                         shorts.setdefault(h, []).append(l2_full(pred[..., :h, :], truth[..., :h, :], mask).cpu())
                 curves.append(l2_per_step(pred, truth, mask).cpu())
                 vrmses.append(vrmse(pred, truth).cpu())
+                per_trajectory.add(pred[..., mask].cpu(), truth[..., mask].cpu())  # the data's own channels
                 if keep_first and first is None:
                     first = (truth[0].cpu(), pred[0].cpu())
     finally:
@@ -172,7 +212,10 @@ def evaluate_dataset(model: nn.Module, name: str, source: TrajectoryDataset, fra
                            recorder.loads(), [source.indices[i] for i in sorted(exclude)],
                            vrmse_summary(per_step, list(vrmse_fields)),
                            short_horizons={h: float(torch.cat(v).mean()) for h, v in shorts.items()},
-                           grid=list(source.spatial), model_grid=list(frame_shape.resolution))
+                           grid=list(source.spatial), model_grid=list(frame_shape.resolution),
+                           metrics=per_trajectory.values(), per_trajectory=per_trajectory)
+    if len(per_trajectory) > 1:
+        result.intervals = {k: list(v) for k, v in bootstrap(per_trajectory).items()}
     return (result, first) if keep_first else result
 
 
@@ -251,6 +294,9 @@ def _result_document(r: DatasetResult) -> dict:
     return {"l2_full": r.l2_full, "per_step": r.per_step, "n_trajectories": r.n_trajectories, "horizon": r.horizon,
             "l2_full_per_trajectory": r.l2_full_per_trajectory,
             **({"grid": r.grid, "model_grid": r.model_grid} if r.grid else {}),
+            **({"pdebench_metrics": r.metrics} if r.metrics else {}),
+            **({"bootstrap_95": r.intervals} if r.intervals else {}),
+            **({"minus_persistence": r.paired} if r.paired else {}),
             **({"expert_load": r.expert_load} if r.expert_load else {}),
             **({"skipped_trajectories": r.skipped} if r.skipped else {}),
             **({"vrmse": r.vrmse} if r.vrmse else {}),
@@ -302,7 +348,10 @@ def read_results(path: str | os.PathLike) -> list[DatasetResult]:
                              {f: {k: num(v) for k, v in per.items()} for f, per in d.get("vrmse", {}).items()},
                              result(name, d["persistence"]) if "persistence" in d else None,
                              {int(h): num(v) for h, v in d.get("short_horizons", {}).items()},
-                             list(d.get("grid", [])), list(d.get("model_grid", [])))
+                             list(d.get("grid", [])), list(d.get("model_grid", [])),
+                             {k: num(v) for k, v in d.get("pdebench_metrics", {}).items()},
+                             {k: [num(x) for x in v] for k, v in d.get("bootstrap_95", {}).items()},
+                             {k: [num(x) for x in v] for k, v in d.get("minus_persistence", {}).items()})
 
     path = Path(path)
     try:

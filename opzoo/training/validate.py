@@ -5,6 +5,7 @@ goes on."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,8 @@ from typing import Sequence
 from ..errors import OpzooError
 
 COLUMNS = ("model", "file", "status", "split", "trajectories", "horizon", "grid", "l2_full", "persistence_l2_full",
-           "l2_first1", "l2_first5", "l2_at_step1", "l2_at_step5", "vrmse_one_step", "reason")
+           "l2_first1", "l2_first5", "l2_at_step1", "l2_at_step5", "vrmse_one_step", "nRMSE", "nRMSE_lo", "nRMSE_hi",
+           "nRMSE_minus_first", "nRMSE_minus_first_lo", "nRMSE_minus_first_hi", "reason")
 
 
 @dataclass
@@ -35,7 +37,16 @@ class ValidateRow:
     l2_at_step1: float = math.nan
     l2_at_step5: float = math.nan
     vrmse_one_step: float = math.nan  # mean over the fields of The Well's one-step VRMSE
+    # PDEBench's nRMSE with its 95 % bootstrap interval over trajectories, and its paired difference from the first
+    # model scored on the file (the same trajectories, resampled together)
+    nRMSE: float = math.nan
+    nRMSE_lo: float = math.nan
+    nRMSE_hi: float = math.nan
+    nRMSE_minus_first: float = math.nan
+    nRMSE_minus_first_lo: float = math.nan
+    nRMSE_minus_first_hi: float = math.nan
     reason: str = ""
+    per_trajectory: object = dataclasses.field(default=None, repr=False, compare=False)
 
 
 def models_matching(patterns: Sequence[str]) -> list[str]:
@@ -69,10 +80,24 @@ def score(model, name: str, path: str, layout: str | None, horizon: int | None, 
     with_persistence(r, src, frame_shape, horizon, batch_size=batch_size, max_trajectories=max_trajectories)
     one_step = [v["one_step"] for v in r.vrmse.values() if "one_step" in v]
     at = {k: r.per_step[k - 1] if len(r.per_step) >= k else math.nan for k in (1, 5)}
+    lo, hi = r.intervals.get("nRMSE", (math.nan, math.nan))
     return ValidateRow(name, path, "ok", split_label, r.n_trajectories, r.horizon, "x".join(map(str, r.grid)),
                        r.l2_full, r.persistence.l2_full, r.short_horizons.get(1, at[1]),
                        r.short_horizons.get(5, math.nan), at[1], at[5],
-                       sum(one_step) / len(one_step) if one_step else math.nan)
+                       sum(one_step) / len(one_step) if one_step else math.nan, r.metrics.get("nRMSE", math.nan), lo,
+                       hi, per_trajectory=r.per_trajectory)
+
+
+def paired_with_first(rows: Sequence[ValidateRow]) -> None:
+    """Each scored row's nRMSE minus the first scored row's on the same file, with a paired bootstrap interval."""
+    from .pdebench_metrics import bootstrap
+
+    first = next((r for r in rows if r.status == "ok" and r.per_trajectory is not None), None)
+    for row in rows:
+        if row is first or first is None or row.status != "ok" or len(row.per_trajectory) < 2:
+            continue
+        lo, hi = bootstrap(row.per_trajectory, first.per_trajectory)["nRMSE"]
+        row.nRMSE_minus_first, row.nRMSE_minus_first_lo, row.nRMSE_minus_first_hi = row.nRMSE - first.nRMSE, lo, hi
 
 
 def common_split(models: dict, path: str, layout: str | None, split: str | None,
@@ -125,6 +150,7 @@ def validate(patterns: Sequence[str], data: Sequence[str], out: Path, *, layout:
         except (OpzooError, OSError, ValueError) as e:
             indices, failure = None, " ".join(str(e).split())
             print(f"{Path(path).name}: FAILED: {failure}", flush=True)
+        file_rows = []
         for name, model in models.items():
             if indices is None:
                 rows.append(ValidateRow(name, path, "failed", reason=failure))
@@ -137,6 +163,8 @@ def validate(patterns: Sequence[str], data: Sequence[str], out: Path, *, layout:
                 row = ValidateRow(name, path, "failed", reason=" ".join(str(e).split()))
                 print(f"{name} on {Path(path).name}: FAILED: {row.reason}", flush=True)
             rows.append(row)
+            file_rows.append(row)
+        paired_with_first(file_rows)
     order = {n: k for k, n in enumerate(names)}
     rows.sort(key=lambda r: (order.get(r.model, len(order)), list(data).index(r.file) if r.file in data else 0))
     write_rows(rows, out)

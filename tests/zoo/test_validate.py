@@ -37,6 +37,10 @@ def test_validate_scores_every_model_on_every_file_and_keeps_going(files, capsys
     assert float(dpot["l2_full"]) == pytest.approx(scored["l2_full"], rel=1e-5)
     assert float(dpot["persistence_l2_full"]) == pytest.approx(scored["persistence"]["l2_full"], rel=1e-5)
     assert int(dpot["trajectories"]) == 2 and float(dpot["vrmse_one_step"]) > 0
+    # the paired comparison with the first model (aot-pot-micro) on the same two trajectories
+    diff = float(dpot["nRMSE_minus_first"])
+    assert diff == pytest.approx(float(dpot["nRMSE"]) - float(rows[0]["nRMSE"]), abs=1e-5)  # the CSV has 6 digits
+    assert float(dpot["nRMSE_minus_first_lo"]) <= diff <= float(dpot["nRMSE_minus_first_hi"])
     capsys.readouterr()
     assert main(["validate", "no-such-*", "--data", ns]) == 2
     assert "no preset with published weights matches 'no-such-*'" in capsys.readouterr().err
@@ -68,3 +72,6 @@ def test_every_row_scores_the_same_trajectories_and_names_its_metrics(files, tmp
     assert float(row["l2_first1"]) == pytest.approx(float(row["l2_at_step1"]), rel=1e-5)
     assert float(row["l2_first5"]) != pytest.approx(float(row["l2_at_step5"]), rel=1e-3)
     assert row["grid"] == "32x32"
+    # PDEBench's nRMSE with its spread, and the paired difference from the first model of the file
+    assert float(row["nRMSE_lo"]) <= float(row["nRMSE"]) <= float(row["nRMSE_hi"]) or row["trajectories"] == "1"
+    assert rows[0]["nRMSE_minus_first"] == "nan"  # the first is the reference
