@@ -68,12 +68,11 @@ def build_model(backbone: str, args: Mapping[str, Any], source: str, overrides: 
         config = config.replace(source=override_source, **overrides)
     pretrained_cfg = validate_pretrained_cfg(pretrained_cfg or {}, pretrained_cfg_source or f"{source}: pretrained_cfg",
                                              schema_of(cls))
-    from .size_check import check_size
+    from .size_check import build_within_memory
 
     where = override_source if overrides else source
-    check_size(cls, config, where, allow_oversize)
     try:
-        model = cls(config)
+        model = build_within_memory(cls, config, where, allow_oversize)
     except (ZeroDivisionError, ValueError, OverflowError, IndexError, RuntimeError) as e:
         if isinstance(e, ConfigError):
             raise

@@ -22,6 +22,7 @@ BYTES_PER_PARAMETER = 16
 MARGIN = 10.0
 ENV_ALLOW = "OPZOO_ALLOW_OVERSIZE"
 DEPTH_FIELDS = ("depth", "n_layers")
+META_SHALLOW = 64  # on meta, a model no deeper than this is built once and counted: its build is its own estimate
 
 
 def machine_memory() -> int:
@@ -50,15 +51,34 @@ def estimated_parameters(cls: type, config: Any) -> tuple[int, str | None]:
     return _count(cls, config), None
 
 
-def check_size(cls: type, config: Any, where: str, allow_oversize: bool = False) -> None:
-    """ConfigError naming the config when its estimated training memory exceeds the machine's ten times."""
+def build_within_memory(cls: type, config: Any, where: str, allow_oversize: bool = False) -> Any:
+    """``cls(config)``, refused first (ConfigError naming ``where``) when it would need far more memory than the
+    machine has. On the ``meta`` device nothing is allocated, so a config no deeper than ``META_SHALLOW`` is built
+    once and its own parameters are counted (the estimate would build it a second time)."""
+    import torch
+
+    counted = torch.get_default_device().type == "meta" and all(
+        not isinstance(getattr(config, f, None), int) or getattr(config, f) <= META_SHALLOW for f in DEPTH_FIELDS)
+    if not counted:
+        check_size(cls, config, where, allow_oversize)
+        return cls(config)
+    model = cls(config)
+    check_size(cls, config, where, allow_oversize, params=sum(p.numel() for p in model.parameters()))
+    return model
+
+
+def check_size(cls: type, config: Any, where: str, allow_oversize: bool = False, params: int | None = None) -> None:
+    """ConfigError naming the config when its estimated training memory exceeds the machine's ten times
+    (``params``: the count of a model already built on meta, else estimated)."""
     if allow_oversize or os.environ.get(ENV_ALLOW):
         return
     sizes = ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(config).items()
                       if k in ("width", "depth", "n_layers", "hidden_channels", "mlp_ratio", "img_size", "modes")
                       and v is not None)
+    along = None
     try:
-        params, along = estimated_parameters(cls, config)
+        if params is None:
+            params, along = estimated_parameters(cls, config)
     except ConfigError:
         raise
     except (OverflowError, MemoryError) as e:

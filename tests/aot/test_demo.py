@@ -39,6 +39,7 @@ def test_the_two_micro_configs_differ_only_in_the_model(tmp_path):
     assert a == b  # same data, budget and seed
 
 
+@pytest.mark.slow  # 15 s: `make demo` at small sizes (the slow tier and CI run it)
 def test_demo_quick_run_prints_the_tables_and_writes_the_plots(tmp_path, capsys):
     result = run_demo(out_dir=tmp_path, finetune_steps=2, n_test=2, n_finetune=6, batch_size=2)
     out = capsys.readouterr().out

@@ -22,10 +22,9 @@ import yaml
 from huggingface_hub import constants
 from safetensors.torch import load_file, save_file
 
+from .the_well_package import Trainer, well_models  # noqa: I001 (first: it skips the module without The Well)
+
 warnings.filterwarnings("ignore", category=FutureWarning)
-well_models = pytest.importorskip("the_well.benchmark.models", reason="The Well's package is not installed; "
-                                  "`make install` installs it with opzoo's test extra")
-from the_well.benchmark.trainer.training import Trainer  # noqa: E402
 from the_well.data import WELL_DATASETS  # noqa: E402
 from the_well.data.data_formatter import DefaultChannelsFirstFormatter  # noqa: E402
 from the_well.data.normalization import ZScoreNormalization  # noqa: E402

@@ -16,10 +16,9 @@ import pytest
 import torch
 import yaml
 
+from .the_well_package import VRMSE, Trainer, well_models  # noqa: I001 (first: it skips the module without The Well)
+
 warnings.filterwarnings("ignore", category=FutureWarning)
-well_models = pytest.importorskip("the_well.benchmark.models", reason="The Well's package (the_well, neuraloperator==0.3.0) is not installed; `make install` installs it with opzoo's test extra")
-from the_well.benchmark.metrics import VRMSE  # noqa: E402
-from the_well.benchmark.trainer.training import Trainer  # noqa: E402
 from the_well.data.data_formatter import DefaultChannelsFirstFormatter  # noqa: E402
 from the_well.data.datasets import WellDataset  # noqa: E402
 from the_well.data.normalization import ZScoreNormalization  # noqa: E402

@@ -52,6 +52,7 @@ def check_report(report: str) -> None:
     assert re.search(r"\| aot-pot-t \| 1 \| [\d.]+ \| [\d.]+ \|", report)
 
 
+@pytest.mark.slow  # 8 s: a benchmark script's whole report
 def test_quick_report_without_checks(tmp_path):
     """The whole report at tiny sizes in this process (the pytest checks are the slow test's)."""
     out = tmp_path / "report.md"
