@@ -1,4 +1,5 @@
-"""Writing opzoo's own files: whole or not at all, never through a planted link, and cleaning up after dead writers.
+"""Writing opzoo's own files: whole or not at all, never through a planted link, cleaning up after dead writers, and
+JSON without NaN (:func:`strict_json`).
 
 Every temporary name is ``.<target>.opzoo-tmp-<what>-<pid>@<host>-<random>`` in the target's directory: the name says
 which process owns it, so :func:`clean_dead_temporaries` removes only what a process on this host that no longer runs
@@ -10,12 +11,13 @@ which replaces a link at the target itself rather than writing through it.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import secrets
 import shutil
 import socket
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Any, Iterator
 
 TMP_MARK = ".opzoo-tmp-"
 
@@ -95,4 +97,37 @@ def clean_dead_temporaries(directory: str | os.PathLike, target: str | None = No
     return removed
 
 
-__all__ = ["TMP_MARK", "temporary_name", "atomic_writer", "atomic_write", "clean_dead_temporaries"]
+def move_aside(directory: str | os.PathLike, keep: tuple[str, ...] = ()) -> Path | None:
+    """Move everything in ``directory`` except the names in ``keep`` into a new sibling ``<name>.replaced-<time>``
+    (never deleting); returns it, or None when there was nothing to move."""
+    import time
+
+    directory = Path(directory)
+    names = sorted(p.name for p in directory.iterdir() if p.name not in keep) if directory.is_dir() else []
+    if not names:
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    target = directory.parent / f"{directory.name}.replaced-{stamp}"
+    n = 1
+    while target.exists():
+        n += 1
+        target = directory.parent / f"{directory.name}.replaced-{stamp}-{n}"
+    target.mkdir()
+    for name in names:
+        os.rename(directory / name, target / name)
+    return target
+
+
+def strict_json(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by None (JSON has no NaN or Infinity)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    return value
+
+
+__all__ = ["TMP_MARK", "temporary_name", "atomic_writer", "atomic_write", "clean_dead_temporaries", "move_aside",
+           "strict_json"]

@@ -315,13 +315,14 @@ CORE_COMMANDS = frozenset({"list", "info", "verify", "plugins", "export", "conve
 
 
 def _command_providers():
-    """Sub-command groups that live in their own modules (data, training), imported when needed."""
+    """Sub-command groups that live in their own modules (data, training, evaluation, benchmark), imported when
+    needed."""
+    from ..benchmark.presets import add_benchmark_command
     from ..data.cli import add_data_commands
-    from ..training.benchmark import add_benchmark_command
+    from ..evaluation.cli import add_evaluation_commands
     from ..training.cli import add_training_commands
-    from ..training.validate import add_validate_command
 
-    return (add_data_commands, add_training_commands, add_validate_command, add_benchmark_command)
+    return (add_data_commands, add_training_commands, add_evaluation_commands, add_benchmark_command)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

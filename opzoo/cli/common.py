@@ -1,5 +1,6 @@
-"""What the ``opzoo`` command line and its command groups (``opzoo.data.cli``, ``opzoo.training.cli``)
-share: ``--set key=value`` overrides and running a parser with one-line errors."""
+"""What the ``opzoo`` command line and its command groups (``opzoo.data.cli``, ``opzoo.training.cli``,
+``opzoo.evaluation.cli``, ``opzoo.benchmark.presets``) share: ``--set key=value`` overrides, running a command with
+one-line errors (the one place that rule lives), and the data options' help."""
 
 from __future__ import annotations
 
@@ -53,17 +54,82 @@ class Parser(argparse.ArgumentParser):
 
 
 def run_parser(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv`` and run the chosen command; an opzoo error is one line on stderr and exit code 2."""
+    """Parse ``argv`` and run the chosen command, every command's failures as one line (:func:`run_command`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # said by the command's own parser, which points at its own --help
         _chosen_parser(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
     args.command_line = shlex.join([parser.prog, *argv])  # as typed, for model cards
+    return run_command(args, parser.prog)
+
+
+def run_command(args: argparse.Namespace, prog: str = "opzoo") -> int:
+    """``args.func(args)`` with the one rule for a command's failures: an opzoo error, a full disk and a lost rank of a
+    distributed run are one line on stderr (exit 2); a stop by SIGTERM/SIGINT (``RunStopped``) its own line and code;
+    Ctrl-C exit 130 with ``args.interrupt_advice(args)`` when the command has one. What opzoo logs at INFO (how a model
+    was adapted to the data, ...) is shown on stdout by the main rank."""
+    import logging
+    import os
+
+    is_main = os.environ.get("RANK", "0") == "0"
+    shown = logging.getLogger("opzoo")
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    level = shown.level
+    if is_main:
+        shown.addHandler(handler)
+        shown.setLevel(logging.INFO)
     try:
         return int(args.func(args) or 0)
     except OpzooError as e:
-        print(f"{parser.prog} {args.command}: error: {e}", file=sys.stderr)
+        if is_main or not _stopped(e):
+            print(f"{prog} {args.command}: error: {e}" if not _stopped(e) else str(e), file=sys.stderr)
+        return e.exit_code if _stopped(e) else 2
+    except KeyboardInterrupt:
+        advice = getattr(args, "interrupt_advice", None)
+        print(f"{prog} {args.command}: interrupted{advice(args) if advice else ''}", file=sys.stderr)
+        return 130
+    except (RuntimeError, OSError) as e:
+        line = _one_line(e, args)
+        if line is None:
+            raise
+        print(f"{prog} {args.command}: error: {line}", file=sys.stderr)
         return 2
+    finally:
+        shown.removeHandler(handler)
+        shown.setLevel(level)
+
+
+def _stopped(e: BaseException) -> bool:
+    """A run stopped by a signal (``opzoo.training.RunStopped``): said as it is, with its own exit code."""
+    return type(e).__name__ == "RunStopped" and hasattr(e, "exit_code")
+
+
+def _one_line(e: BaseException, args: argparse.Namespace) -> str | None:
+    """The line for a full disk or a distributed failure (a timeout or a lost peer), else None (a bug: shown in full)."""
+    from ..disk_full import is_disk_full
+
+    if isinstance(e, OSError) and is_disk_full(e):
+        where = e.filename or getattr(args, "out", None) or "the run directory"
+        return (f"disk full writing {where}: free space and re-run the same command (a training run resumes from its "
+                f"last checkpoint)")
+    if isinstance(e, RuntimeError) and _distributed_failure(e):
+        first = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        return (f"distributed run failed: a rank did not answer in time (distributed.timeout_s) or left "
+                f"({type(e).__name__}: {first[:300]}); every rank stops here. Check that every rank is alive, then "
+                f"re-run the same command: the run resumes from its last checkpoint")
+    return None
+
+
+def _distributed_failure(e: BaseException) -> bool:
+    """Whether ``e`` is torch.distributed's (a timeout or a lost peer), not a bug to show in full."""
+    text = str(e)
+    if "clients joined" in text or "Connection closed by peer" in text or (
+            "gloo" in text.lower() and "timed out" in text.lower()):
+        return True
+    dist = sys.modules.get("torch.distributed")  # only a run that imported it can have failed in it
+    kinds = tuple(k for k in (getattr(dist, "DistError", None), getattr(dist, "DistBackendError", None)) if k)
+    return bool(kinds) and isinstance(e, kinds)
 
 
 def _chosen_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
@@ -83,4 +149,26 @@ def command_group_main(add_commands, prog: str, argv: Sequence[str] | None = Non
     return run_parser(parser, argv)
 
 
-__all__ = ["Parser", "DefaultsHelpFormatter", "parse_overrides", "run_parser", "command_group_main"]
+LAYOUT_HELP = ("the data files' layout when detection cannot tell (see `opzoo data inspect`): canonical, "
+               "pdebench-groups, pdebench-cfd, pdebench-tensor, fno-mat, the-well, array (.npy/.npz/.pt as "
+               "[N, *S, T, C]) or array:<axes>, e.g. array:NTXYC (default: detected)")
+FIELDS_HELP = ("the names of a plain array's channels, in order, comma-separated (e.g. u,v); a .npz or .pt with one "
+               "array per field names them itself")
+
+
+def fields_of(args: argparse.Namespace) -> list[str] | None:
+    """``--fields a,b``: the channels' names of a plain array."""
+    value = getattr(args, "fields", None)
+    return [f.strip() for f in value.split(",") if f.strip()] if value else None
+
+
+def say(line: str) -> None:
+    """A header line of a command, printed by the main rank of a distributed run only."""
+    import os
+
+    if os.environ.get("RANK", "0") == "0":
+        print(line, flush=True)
+
+
+__all__ = ["Parser", "DefaultsHelpFormatter", "parse_overrides", "run_parser", "run_command", "command_group_main",
+           "LAYOUT_HELP", "FIELDS_HELP", "fields_of", "say"]

@@ -40,7 +40,7 @@ class PretrainedCfg:
     # the files a trained model and its ancestors saw, each {"file": name, "content_hash": ..., "trajectories": N,
     # "train"/"test": [first, last], {"indices": [...]}, "all" or None, "train_hashes"/"test_hashes": one content hash
     # per trajectory, "by": the base model that trained on it (absent: this model)}, so that `opzoo eval` scores
-    # held-out data only (opzoo.training.seen_data)
+    # held-out data only (opzoo.evaluation.splits)
     training_data: Optional[list[dict[str, Any]]] = None
 
 

@@ -1,4 +1,5 @@
-"""Training: auto-regressive denoising pretraining, fine-tuning, rollout evaluation, DDP (DESIGN §8).
+"""Training: auto-regressive denoising pretraining, fine-tuning, DDP (DPOT paper, section 3); a model's scores are
+:mod:`opzoo.evaluation`'s (whose names stay importable from here).
 
     from . import load_run_config, Trainer
     Trainer(load_run_config("configs/micro-pot.yaml")).fit()
@@ -16,14 +17,15 @@ _LAZY = {
     **dict.fromkeys(["RunConfig", "load_run_config", "parse_run_config", "read_document"], ".config"),
     "StepBatchSampler": "opzoo.data.sampler",
     "EMA": ".ema",
-    **dict.fromkeys(["DatasetResult", "Persistence", "evaluate_dataset", "read_results", "write_results"], ".evaluate"),
+    **dict.fromkeys(["DatasetResult", "Persistence", "evaluate_dataset", "read_results", "write_results"],
+                    "opzoo.evaluation.rollouts"),
     "generate_dataset": ".generate",
-    **dict.fromkeys(["field2d", "pyplot", "save_figure"], ".plots"),
+    **dict.fromkeys(["field2d", "pyplot", "save_figure"], "opzoo.evaluation.plots"),
     "adapt_model": "opzoo.model_io.adapt",
     **dict.fromkeys(["adapt_to_data", "finetune_config"], ".finetune"),
     **dict.fromkeys(["OptimizerHook", "StepContext"], ".hooks"),
     "read_log": ".logger",
-    **dict.fromkeys(["l2_full", "l2_per_step", "relative_l2_loss"], ".losses"),
+    **dict.fromkeys(["l2_full", "l2_per_step", "relative_l2_loss"], "opzoo.evaluation.l2"),
     **dict.fromkeys(["add_denoising_noise", "denoising_noise"], ".noise"),
     **dict.fromkeys(["build_optimizer", "build_param_groups"], ".optim"),
     **dict.fromkeys(["one_cycle_factor", "schedule_factor"], ".schedule"),

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import OpzooError
-from .evaluate import DatasetResult, headline
+from ..evaluation.rollouts import DatasetResult, headline
 
 
 def base_model_id(name: str) -> str:

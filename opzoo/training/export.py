@@ -9,12 +9,12 @@ from typing import Sequence
 from torch import nn
 
 from ..errors import OpzooError
+from ..evaluation.rollouts import DatasetResult
 from ..host.provenance import Result
 from .build import RunData
 from .config import RunConfig
 from .distributed import DistEnv, full_state_dict
 from .ema import EMA, ema_weights
-from .evaluate import DatasetResult
 
 
 def run_results(final: Sequence[DatasetResult]) -> list[Result]:
@@ -27,9 +27,9 @@ def export_model(model: nn.Module, ema: EMA | None, cfg: RunConfig, data: RunDat
                  results: Sequence[Result] = ()) -> Path:
     """Save ``model`` (with ``ema``'s weights swapped in) to ``out`` with its data facts in ``pretrained_cfg`` and
     ``results`` in its card's ``model-index``."""
+    from ..evaluation.splits import training_record
     from ..model_io.builder import save_pretrained
     from .card import base_model_id
-    from .seen_data import training_record
 
     shape = data.frame_shape
     base = dict(getattr(model, "pretrained_cfg", {}) or {})

@@ -14,7 +14,7 @@ from torch import Tensor
 from ..data import MixtureDataset
 from ..data.errors import NonFiniteDataError
 from ..errors import OpzooError
-from .bad_data import OVERFLOW, bad_windows_message, non_finite_in
+from ..evaluation.bad_data import OVERFLOW, bad_windows_message, non_finite_in
 from .distributed import DistEnv, all_reduce_max
 from .logger import RunLogger, read_log
 

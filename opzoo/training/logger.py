@@ -10,6 +10,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..files import strict_json
+
 
 class RunLogger:
     """Appends records to ``<run>/log.jsonl``; mirrors numeric fields to TensorBoard if available.
@@ -65,17 +67,6 @@ class RunLogger:
             self._fh.close()
             if self._tb is not None:
                 self._tb.close()
-
-
-def strict_json(value: Any) -> Any:
-    """``value`` with every non-finite float replaced by None (JSON has no NaN or Infinity)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: strict_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [strict_json(v) for v in value]
-    return value
 
 
 def _step_of(line: str) -> float:

@@ -348,20 +348,9 @@ def plan_run(run_dir: str | os.PathLike, config: Mapping[str, Any], defaults: Ma
 def move_aside(run_dir: str | os.PathLike) -> Path | None:
     """Move everything in ``run_dir`` except its lock into a new sibling ``<name>.replaced-<time>``
     (never deleting); returns it, or None when there was nothing to move."""
-    run_dir = Path(run_dir)
-    names = contents(run_dir)
-    if not names:
-        return None
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    target = run_dir.parent / f"{run_dir.name}.replaced-{stamp}"
-    n = 1
-    while target.exists():
-        n += 1
-        target = run_dir.parent / f"{run_dir.name}.replaced-{stamp}-{n}"
-    target.mkdir()
-    for name in names:
-        os.rename(run_dir / name, target / name)
-    return target
+    from ..files import move_aside as move_contents
+
+    return move_contents(run_dir, keep=(LOCK_NAME,))
 
 
 # ---- the data a run trains on ----------------------------------------------------------------------

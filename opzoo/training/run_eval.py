@@ -8,9 +8,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..evaluation.rollouts import DatasetResult, Persistence, evaluate_dataset, read_results, write_results
 from .build import RunData
 from .config import RunConfig
-from .evaluate import DatasetResult, Persistence, evaluate_dataset, read_results, write_results
 from .logger import RunLogger
 
 
@@ -53,7 +53,7 @@ class RunEvaluation:
         return results
 
     def plot(self, step: int, results: list[DatasetResult], firsts: dict) -> None:
-        from .plots import plot_error_curves, plot_expert_load, plot_rollout_panels, rollout_title
+        from ..evaluation.plots import plot_error_curves, plot_expert_load, plot_rollout_panels, rollout_title
 
         out, stem = self.run_dir / "eval", f"step-{step:08d}"
         zero = {r.name: r.per_step for r in self.zero_shot} if self.zero_shot and step > 0 else {}
@@ -85,8 +85,8 @@ class RunEvaluation:
 
     def plot_losses(self) -> None:
         """``loss.png``: the training loss and each test set's error over the run (from ``log.jsonl``)."""
+        from ..evaluation.plots import plot_loss
         from .logger import read_log
-        from .plots import plot_loss
 
         records = read_log(self.run_dir / "log.jsonl", kind=None)
         train = [r for r in records if r.get("kind") == "train"]

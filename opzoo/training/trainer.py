@@ -24,14 +24,16 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from ..errors import ConfigError
+from ..evaluation.bad_data import check_test_sets
+from ..evaluation.l2 import relative_l2_loss
+from ..evaluation.rollouts import DatasetResult
+from ..evaluation.splits import drop_seen_from_tests
 from . import run_dir as rundir
-from .bad_data import check_test_sets
 from .batches import RunBatches
 from .build import RunData, build_data, build_run_model, open_datasets
 from .config import RunConfig
 from .distributed import all_reduce_mean, barrier, shutdown, start_process, unwrap, wrap_model
 from .ema import EMA, ema_weights
-from .evaluate import DatasetResult
 from .expert_load import router_monitor
 from .export import export_model, run_model_card, run_results, unsharded_copy
 from .finetune import adapt_to_data
@@ -39,13 +41,11 @@ from .forensics import DivergenceWatch, TrainingDivergedError, batch_has_bad_dat
 from .generate import generate_missing
 from .hooks import StepContext, build_hooks, combined_multipliers
 from .logger import RunLogger, progress_line
-from .losses import relative_l2_loss
 from .noise import add_denoising_noise
 from .optim import build_optimizer, build_param_groups, set_learning_rates
 from .run_eval import RunEvaluation
 from .run_state import RunState
 from .schedule import schedule_factor
-from .seen_data import drop_seen_from_tests
 from .stop import RunStopped, StopSignals
 
 

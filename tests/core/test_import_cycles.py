@@ -139,11 +139,14 @@ def test_opzoo_has_no_import_circle():
 
 
 # docs/architecture.md's layers, bottom to top, and the arrows that run up (each named there)
-LAYERS = ["root", "contracts", "registry", "layers", "models", "model_io", "data", "training", "plugin-host", "cli"]
+LAYERS = ["root", "contracts", "registry", "layers", "models", "model_io", "data", "evaluation", "training", "benchmark",
+          "plugin-host", "cli"]
 UPWARD = {
     ("opzoo.contracts.interfaces", "opzoo.model_io.builder"),  # Backbone.save_pretrained & co., inside the methods
     ("opzoo.model_io.preset_index", "opzoo.host.plugins"),  # building the index loads the plugins
     ("opzoo.data.cli", "opzoo.cli.common"),  # a package's own commands use the CLI's parser
+    ("opzoo.evaluation.cli", "opzoo.cli.common"),
+    ("opzoo.evaluation.validate", "opzoo.cli.common"),
     ("opzoo.training.cli", "opzoo.cli.common"),
 }
 
@@ -211,3 +214,31 @@ def test_the_check_finds_a_circle_through_a_package_init(tmp_path):
     graph = import_graph(tmp_path / "pkg")
     assert graph["pkg.a"] == {"pkg.b"} and graph["pkg.b"] == {"pkg"}
     assert import_cycles(graph) == [["pkg", "pkg.a", "pkg.b"]]
+
+
+def private_imports(roots: list[Path]) -> list[str]:
+    """``file:line module.name`` for every ``from module import _name`` (a name its module keeps to itself) under
+    ``roots``; a package's ``__future__`` and dunder names are not private."""
+    found = []
+    for root in roots:
+        for path in sorted(root.rglob("*.py")):
+            for node in _imports(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+                    found += [f"{path}:{node.lineno} {node.module or '.' * node.level}.{a.name}" for a in node.names
+                              if a.name.startswith("_") and not a.name.startswith("__")]
+    return found
+
+
+def test_no_module_imports_another_modules_private_names():
+    """Issue 44: validate and benchmark took the command line's private helpers (_frame_shape_for, _one_line_errors,
+    ...); what a module shares, it names publicly. The core and every first-party plugin package are read."""
+    plugins = sorted(p for p in (OPZOO_ROOT.parent / "plugins").glob("opzoo-*/opzoo_*") if p.is_dir()
+                     and not p.name.endswith(".egg-info"))
+    assert len(plugins) >= 6
+    assert not private_imports([OPZOO_ROOT, *plugins])
+
+
+def test_the_private_import_check_finds_one(tmp_path):
+    _write(tmp_path, {"pkg/__init__.py": "", "pkg/a.py": "def _helper(): pass\n",
+                      "pkg/b.py": "from __future__ import annotations\nfrom .a import _helper\n"})
+    assert private_imports([tmp_path / "pkg"]) == [f"{tmp_path / 'pkg' / 'b.py'}:2 a._helper"]

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 
-@pytest.mark.parametrize("package", ["opzoo", "opzoo.data", "opzoo.training"])
+@pytest.mark.parametrize("package", ["opzoo", "opzoo.data", "opzoo.training", "opzoo.evaluation"])
 def test_every_exported_name_resolves(package):
     module = importlib.import_module(package)
     missing = [name for name in module.__all__ if getattr(module, name, None) is None]
@@ -19,7 +19,7 @@ def test_every_exported_name_resolves(package):
 
 
 def test_importing_the_packages_and_building_the_parser_loads_no_torch():
-    code = ("import sys, opzoo, opzoo.data, opzoo.training; from opzoo.cli import build_parser; "
+    code = ("import sys, opzoo, opzoo.data, opzoo.training, opzoo.evaluation; from opzoo.cli import build_parser; "
             "build_parser(plugin_commands=False); print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

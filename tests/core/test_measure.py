@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from opzoo.training.measure import OpCosts, Roofline, interleaved_medians, median_ratio, saved_activation_bytes
+from opzoo.benchmark.measure import OpCosts, Roofline, interleaved_medians, median_ratio, saved_activation_bytes
 
 
 def test_a_complex_product_counts_four_real_multiply_adds():

@@ -36,10 +36,11 @@ def describe(obj) -> dict:
 def surface() -> dict:
     import opzoo
     import opzoo.contracts.hookspecs
+    import opzoo.evaluation
     import opzoo.training
 
     out = {}
-    for module in (opzoo, opzoo.training):
+    for module in (opzoo, opzoo.training, opzoo.evaluation):
         out[module.__name__] = {name: describe(getattr(module, name)) for name in sorted(module.__all__)
                                 if name != "__version__"}
     out["hookspecs"] = {name: str(inspect.signature(fn)) for name, fn in sorted(vars(opzoo.contracts.hookspecs).items())
@@ -80,7 +81,7 @@ def test_renamed_training_names_still_work_with_a_deprecation_warning(tmp_path):
 
     import opzoo.training
     from opzoo.data import FrameShape, TrajectoryDataset, write_canonical
-    from opzoo.training.evaluate import Persistence
+    from opzoo.evaluation.rollouts import Persistence
 
     for old, new in (("Adapt", FrameShape), ("H5Trajectories", TrajectoryDataset)):
         with pytest.warns(DeprecationWarning, match=f"opzoo.training.{old} is deprecated; use opzoo.data.{new.__name__}"):

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import opzoo
+from opzoo.cli import main as training_cli
 from opzoo.training import Trainer, parse_run_config, read_log
-from opzoo.training.cli import main as training_cli
 from opzoo.training.expert_load import ExpertCollapseWarning, ExpertLoadMonitor
 
 from ..training.conftest import micro_pot_args, run_document

@@ -100,8 +100,8 @@ def tiny_pot_args(channels: int = 2, t_in: int = 4) -> dict:
             "mixer": "fourier-attention", "mixer_args": {"n_blocks": 2, "modes": 2}}
 
 
-def run_cli(*args: str, env: dict | None = None, timeout: float = 300, module: str = "opzoo.training.cli"):
-    """Run ``python -m opzoo.training.cli ARGS`` in a subprocess; returns the CompletedProcess."""
+def run_cli(*args: str, env: dict | None = None, timeout: float = 300, module: str = "opzoo"):
+    """Run ``python -m opzoo ARGS`` in a subprocess; returns the CompletedProcess."""
     import os
     import subprocess
     import sys

@@ -64,7 +64,7 @@ def test_yaml_config_and_overrides(tmp_path, good):
 
 
 def test_cli_rejects_bad_config_before_training(tmp_path, good, capsys):
-    from opzoo.training.cli import main
+    from opzoo.cli import main
 
     good["training"]["steps"] = -1
     out = tmp_path / "out"

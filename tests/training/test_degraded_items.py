@@ -87,16 +87,16 @@ def test_a_missing_rank_is_one_line_naming_the_timeout(tmp_path, datasets, missi
     assert len(err.splitlines()) == 1 and "distributed run failed" in err and "distributed.timeout_s" in err
 
 
-def test_a_full_disk_names_where_it_was_writing():
+def test_a_full_disk_names_where_it_was_writing(capsys):
     """D15: a disk full at run start said 'writing ?'."""
     import errno
     import types
 
-    from opzoo.training.cli import _one_line_errors
+    from opzoo.cli.common import run_command
 
     def full(args):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    with pytest.raises(opzoo.OpzooError, match="disk full writing runs/x"):
-        _one_line_errors(full)(types.SimpleNamespace(command="finetune", out="runs/x"))
+    assert run_command(types.SimpleNamespace(command="finetune", out="runs/x", func=full)) == 2
+    assert "opzoo finetune: error: disk full writing runs/x" in capsys.readouterr().err
     assert np.isfinite(1.0)

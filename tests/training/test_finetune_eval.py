@@ -11,8 +11,8 @@ import torch
 import opzoo
 from opzoo.data import FrameShape, TrajectoryDataset
 from opzoo.data.transforms import resize
+from opzoo.evaluation.rollouts import evaluate_dataset
 from opzoo.training import Trainer, finetune_config, parse_run_config
-from opzoo.training.evaluate import evaluate_dataset
 
 from ..hub_cache import place_in_hf_cache
 from .conftest import advection_trajectories, heat_trajectories, run_document, tiny_pot_args, write_canonical
@@ -98,7 +98,7 @@ def test_finetune_one_field_model_on_two_field_data_at_another_resolution(tmp_pa
 
 
 def test_finetune_cli_reports_zero_shot_and_fine_tuned(tmp_path, pretrained_dir, capsys):
-    from opzoo.training.cli import main
+    from opzoo.cli import main
 
     user = write_canonical(tmp_path / "one.h5", heat_trajectories(8, 16, 10, seed=3), ["T"], "heat")
     assert main(["finetune", str(pretrained_dir), "--data", str(user), "--out", str(tmp_path / "ft"), "--steps", "4",
@@ -154,7 +154,7 @@ def test_rollout_metrics_match_direct_loop(pretrained_dir, datasets):
 
 
 def test_eval_and_rollout_commands_write_results_and_plots(tmp_path, pretrained_dir, datasets, capsys):
-    from opzoo.training.cli import main
+    from opzoo.cli import main
 
     out = tmp_path / "ev"
     code = main(["eval", str(pretrained_dir), "--data", str(datasets["heat"]), str(datasets["advection"]),
@@ -187,7 +187,7 @@ def test_finetune_preset_with_pretrained_weights_from_the_hub_cache(tmp_path, pr
     here from a Hugging Face cache in offline mode: the same code path as a download, without network."""
     from huggingface_hub import constants
 
-    from opzoo.training.cli import main
+    from opzoo.cli import main
 
     cfg = json.loads((pretrained_dir / "config.json").read_text())
     place_in_hf_cache(tmp_path / "hub", "opzoo-test/micro", {"model.safetensors": pretrained_dir / "model.safetensors"})

@@ -1,4 +1,4 @@
-"""PDEBench's metric set in opzoo (opzoo.training.pdebench_metrics) against PDEBench's own ``metric_func`` on shared
+"""PDEBench's metric set in opzoo (opzoo.evaluation.pdebench_metrics) against PDEBench's own ``metric_func`` on shared
 inputs (recorded by tests/training/pdebench_metrics_reference.py from a checkout at 9754b4c; the slow test reruns it
 when OPZOO_PDEBENCH_REPO names one), by hand on a small case, and its spread: bootstrap intervals and the paired
 comparison with persistence that `opzoo eval` prints."""
@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from opzoo.training.pdebench_metrics import NAMES, TrajectoryMetrics, bootstrap
+from opzoo.evaluation.pdebench_metrics import NAMES, TrajectoryMetrics, bootstrap
 
 from .pdebench_metrics_reference import DEFAULT_OUT, SHAPES, record
 

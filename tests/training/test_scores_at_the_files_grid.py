@@ -14,8 +14,8 @@ import opzoo
 from opzoo.cli import main
 from opzoo.data import FrameShape, TrajectoryDataset
 from opzoo.data.transforms import resize_batch
-from opzoo.training.evaluate import evaluate_dataset, with_persistence
-from opzoo.training.losses import l2_full
+from opzoo.evaluation.l2 import l2_full
+from opzoo.evaluation.rollouts import evaluate_dataset, with_persistence
 
 from .conftest import advection_trajectories, write_canonical
 

@@ -11,7 +11,7 @@ import pytest
 
 import opzoo
 from opzoo.cli import main
-from opzoo.training.evaluate import DatasetResult, headline
+from opzoo.evaluation.rollouts import DatasetResult, headline
 
 from .conftest import heat_trajectories, write_canonical
 

@@ -26,7 +26,7 @@ from the_well.data.normalization import ZScoreNormalization  # noqa: E402
 import opzoo  # noqa: E402
 from opzoo.cli import main as opzoo_main  # noqa: E402
 from opzoo.data import TrajectoryDataset  # noqa: E402
-from opzoo.training.vrmse import vrmse  # noqa: E402
+from opzoo.evaluation.vrmse import vrmse  # noqa: E402
 from opzoo_well.converter import convert_the_well  # noqa: E402
 from opzoo_well.datasets import STATS_DIR, dataset  # noqa: E402
 

@@ -11,7 +11,7 @@ from huggingface_hub import constants
 
 import opzoo
 from opzoo.cli import main as opzoo_main
-from opzoo.training.vrmse import vrmse, vrmse_summary
+from opzoo.evaluation.vrmse import vrmse, vrmse_summary
 from opzoo_well.cards import card_text
 from opzoo_well.datasets import DATASETS, dataset, normalization_args
 from opzoo_well.presets import checkpoints, hub_repo, model_args, preset_name

@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 import opzoo
 from opzoo import MICRO_SUITE
 from opzoo.data import FrameShape, TrajectoryDataset, split_trajectories
-from opzoo.training.evaluate import evaluate_dataset
+from opzoo.evaluation.rollouts import evaluate_dataset
 
 from ..core.subprocess_utils import run_python
 

@@ -16,8 +16,8 @@ from tqdm.auto import tqdm
 from .._deprecation import renamed_arguments
 from ..data import FrameShape, TrajectoryDataset
 from ..data.transforms import resize_batch
-from .logger import strict_json
-from .losses import l2_full, l2_per_step
+from ..files import strict_json
+from .l2 import l2_full, l2_per_step
 from .vrmse import vrmse, vrmse_summary
 
 
@@ -36,7 +36,7 @@ class DatasetResult:
     short_horizons: dict[int, float] = field(default_factory=dict)  # h -> l2 full of the first h steps
     grid: list[int] = field(default_factory=list)  # the grid the scores were computed at: the file's own
     model_grid: list[int] = field(default_factory=list)  # the grid the model ran at (inputs resampled to it)
-    metrics: dict[str, float] = field(default_factory=dict)  # PDEBench's set (opzoo.training.pdebench_metrics)
+    metrics: dict[str, float] = field(default_factory=dict)  # PDEBench's set (opzoo.evaluation.pdebench_metrics)
     intervals: dict[str, list[float]] = field(default_factory=dict)  # metric -> 95 % bootstrap interval over trajectories
     paired: dict[str, list[float]] = field(default_factory=dict)  # metric -> [model - persistence, its interval]
     per_trajectory: object = field(default=None, repr=False, compare=False)  # TrajectoryMetrics, for paired comparisons
@@ -174,7 +174,7 @@ def evaluate_dataset(model: nn.Module, name: str, source: TrajectoryDataset, fra
                      keep_first: bool = False, exclude: Sequence[int] = (), vrmse_fields: dict[str, int] | None = None):
     """``DatasetResult`` of one dataset; with ``keep_first`` also ``(truth, pred)`` of its first trajectory.
 
-    ``exclude``: positions in ``source`` left out (see :func:`opzoo.training.bad_data.scan_trajectories`);
+    ``exclude``: positions in ``source`` left out (see :func:`opzoo.evaluation.bad_data.scan_trajectories`);
     recorded by their index in the file in ``DatasetResult.skipped``. ``vrmse_fields`` (name -> channel)
     adds The Well's VRMSE of those channels (default: every valid one).
     """

@@ -229,5 +229,12 @@ def drop_seen_from_tests(model, opened: Sequence[Any]) -> list[str]:
     return said
 
 
-__all__ = ["training_record", "record_for", "seen_hashes", "seen_in", "trained_by", "choose_split",
+def split_to_score(model, src, split: str | None, test_fraction: float | None, include_training: bool):
+    """``(subset, label)``: the trajectories of ``src`` to score, chosen from what the model records it
+    trained on (:func:`choose_split`)."""
+    indices, label, _ = choose_split(model, src, split, test_fraction, include_training)
+    return (src if indices == list(range(len(src))) else src.subset(indices)), label
+
+
+__all__ = ["training_record", "record_for", "seen_hashes", "seen_in", "trained_by", "choose_split", "split_to_score",
            "drop_seen_from_tests"]

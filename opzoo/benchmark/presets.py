@@ -289,8 +289,6 @@ def cmd_benchmark(args) -> int:
 
 def add_benchmark_command(subparsers) -> None:
     """Add ``benchmark`` to an argparse sub-parser group (the ``opzoo`` command's)."""
-    from .cli import _one_line_errors as one_line_errors
-
     p = subparsers.add_parser("benchmark", help="parameters, FLOPs, activation memory, CPU time per step (beside the "
                                                 "upstream code where installed), H100 estimates: CSV + Markdown")
     p.add_argument("models", nargs="+", help="glob patterns of presets (e.g. '*-micro', 'well-fno-*')")
@@ -304,4 +302,4 @@ def add_benchmark_command(subparsers) -> None:
                    help="time only presets whose training step is at most this many GFLOP (all are counted)")
     p.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
     p.add_argument("--no-upstream", action="store_true", help="do not time upstream implementations")
-    p.set_defaults(func=one_line_errors(cmd_benchmark))
+    p.set_defaults(func=cmd_benchmark)

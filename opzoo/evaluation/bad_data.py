@@ -98,3 +98,24 @@ def bad_windows_message(windows: Sequence[tuple[TrajectoryDataset | object, int]
     return (f"non-finite training data: {source.path}: trajectory {sample} holds {what} "
             f"(first in frame {first}){more}, in the batch of step {step}; stopping before the update. Repair or "
             f"rescale it (`opzoo data inspect {source.path}` lists every such trajectory)")
+
+
+def bad_trajectories_of(sources, frame_shape, horizon, limit, skip: bool, every_window: bool = False) -> list[list]:
+    """Per source, the trajectories with NaN/Inf in the frames a rollout reads; refused unless ``skip`` (with
+    ``every_window``, The Well's protocol, skipping is no choice: the message says to repair the file)."""
+    from .shape_check import check_frames
+
+    found = []
+    for src in sources:
+        frames = check_frames(src, frame_shape.in_timesteps, frame_shape.out_timesteps, horizon, "--horizon")
+        bad = scan_trajectories(src, limit, frames)
+        if bad and not skip:
+            more = f" (and {len(bad) - 1} more trajectory(ies) in that file)" if len(bad) > 1 else ""
+            advice = ("repair the file (--windows all scores every window, as The Well's test does)" if every_window
+                      else "pass --skip-bad-trajectories to evaluate without them, or repair the file")
+            raise NonFiniteDataError(f"non-finite data: {bad[0].describe()}{more}; {advice}")
+        n = len(src) if limit is None else min(limit, len(src))
+        if skip and len(bad) == n:
+            raise NonFiniteDataError(f"{src.path}: every one of the {n} trajectories evaluated holds NaN/Inf values")
+        found.append(bad)
+    return found

@@ -1,4 +1,5 @@
-"""The training loss and the evaluation metrics: masked per-channel relative L2 (DESIGN §8)."""
+"""Masked per-channel relative L2: the metric rollouts are scored by (``l2_full``, ``l2_per_step``) and, of one
+predicted step, the training loss (``relative_l2_loss``; DPOT paper, section 3)."""
 
 from __future__ import annotations
 

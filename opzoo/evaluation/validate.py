@@ -70,13 +70,14 @@ def score(model, name: str, path: str, layout: str | None, horizon: int | None, 
           batch_size: int, max_trajectories: int | None) -> ValidateRow:
     """One model on the trajectories ``indices`` of one file, as ``opzoo eval`` scores them (l2, VRMSE, persistence,
     at the file's grid)."""
-    from .cli import _frame_shape_for, _vrmse_fields
-    from .evaluate import evaluate_dataset, with_persistence
+    from .fit import fit_files
+    from .rollouts import evaluate_dataset, with_persistence
+    from .vrmse import vrmse_fields
 
-    model, frame_shape, (src,) = _frame_shape_for(model, [path], None, layout)
+    model, frame_shape, (src,) = fit_files(model, [path], None, layout)
     src = src.subset(indices)
     r = evaluate_dataset(model, Path(path).stem, src, frame_shape, horizon, batch_size=batch_size,
-                         max_trajectories=max_trajectories, vrmse_fields=_vrmse_fields(model, src))
+                         max_trajectories=max_trajectories, vrmse_fields=vrmse_fields(model, src))
     with_persistence(r, src, frame_shape, horizon, batch_size=batch_size, max_trajectories=max_trajectories)
     one_step = [v["one_step"] for v in r.vrmse.values() if "one_step" in v]
     at = {k: r.per_step[k - 1] if len(r.per_step) >= k else math.nan for k in (1, 5)}
@@ -103,11 +104,11 @@ def paired_with_first(rows: Sequence[ValidateRow]) -> None:
 def common_split(models: dict, path: str, layout: str | None, split: str | None,
                  test_fraction: float | None) -> tuple[list[int], str]:
     """The trajectories of ``path`` every model may be scored on: for each model, the part it may call held-out (its
-    record's held-out split, nothing any ancestor trained on; :func:`opzoo.training.seen_data.choose_split`), and the
+    record's held-out split, nothing any ancestor trained on; :func:`opzoo.evaluation.splits.choose_split`), and the
     rows share their intersection, so that every row of the table scores the same trajectories (and persistence is the
     same number on every row)."""
-    from .build import open_trajectories
-    from .seen_data import choose_split
+    from .fit import open_trajectories
+    from .splits import choose_split
 
     source = open_trajectories(path, layout)
     chosen, reasons = None, []
@@ -194,8 +195,7 @@ def cmd_validate(args) -> int:
 
 def add_validate_command(subparsers) -> None:
     """Add ``validate`` to an argparse sub-parser group (the ``opzoo`` command's)."""
-    from .cli import LAYOUT_HELP as layout_help
-    from .cli import _one_line_errors as one_line_errors
+    from ..cli.common import LAYOUT_HELP as layout_help
 
     p = subparsers.add_parser("validate", help="score many models on the same files (same split and metrics): one "
                                                "CSV row per model and file, persistence alongside")
@@ -211,4 +211,4 @@ def add_validate_command(subparsers) -> None:
     p.add_argument("--test-fraction", type=float, help="as eval's --test-fraction")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--max-trajectories", type=int, help="score only the first N trajectories of the split")
-    p.set_defaults(func=one_line_errors(cmd_validate))
+    p.set_defaults(func=cmd_validate)
