@@ -103,7 +103,7 @@ def test_finetune_writes_its_own_card_and_reports_progress(capsys, user_file, tm
 def test_finetune_from_scratch_is_labelled_so(capsys, user_file, tmp_path):
     out = tmp_path / "scratch"
     assert main(["finetune", "dpot-micro", "--no-pretrained", "--data", str(user_file), "--out", str(out),
-                 "--steps", "2", "--batch-size", "2", "--test-fraction", "0.2"]) == 0
+                 "--steps", "2", "--batch-size", "2", "--test-fraction", "0.2", "--set", "evaluation.plots=false"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "weights: dpot-micro random init (--no-pretrained)"
     assert lines[1] == "lr: 0.001 (the pretraining recipe's max lr (random init))"

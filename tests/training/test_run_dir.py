@@ -389,7 +389,7 @@ def test_data_inspect_lists_trajectories_with_non_finite_values(tmp_path, datase
 def test_finetune_out_follows_the_same_rules(tmp_path, datasets, capsys):
     out = str(tmp_path / "ft")
     args = ["finetune", "simple-op", "--no-pretrained", "--data", str(datasets["heat"]), "--out", out,
-            "--steps", "2", "--batch-size", "2"]
+            "--steps", "2", "--batch-size", "2", "--set", "evaluation.plots=false"]  # the rules, not the plots
     code, first, err = _cli(capsys, *args, "--lr", "1e-3")
     assert code == 0, err
     assert "test l2 heat (random init -> trained; persistence)" in first and "zero-shot" not in first  # --no-pretrained (issue 27)
