@@ -83,6 +83,25 @@ def _saved_model_info(name: str, overrides: dict) -> tuple[dict, object]:
     }, model
 
 
+def _card_results(name: str) -> list[str]:
+    """The scores a saved model's card records (its ``model-index``), a line each; none for a Hub repo not on disk."""
+    from huggingface_hub import ModelCard
+
+    from ..model_io.reference import parse_model_reference
+
+    ref = parse_model_reference(name, backbones=False)
+    path = ref.path / "README.md" if ref.kind == "dir" and ref.path is not None else None
+    if path is None or not path.is_file():
+        return []
+
+    try:
+        results = ModelCard.load(path).data.eval_results or []
+    except Exception:  # a card that does not parse has no scores to show; `opzoo info` still answers
+        return []
+    return ["  scores:"] + [f"    {r.dataset_name}: {r.metric_name or r.metric_type} {r.metric_value:.4g} "
+                            f"({r.dataset_split or 'split not stated'})" for r in results] if results else []
+
+
 def preset_document(name: str, overrides: dict) -> dict:
     """What ``opzoo info NAME --json`` prints for a preset (built on the meta device)."""
     info, model = _preset_info(name, overrides)
@@ -133,6 +152,13 @@ def cmd_info(args) -> int:
         print("  provenance:")
         for row in info["provenance"]:
             print(f"    {Fact(**{**row, 'alternatives': tuple(row['alternatives'])}).line()}")
+    if src is not None and "source" in src:  # a saved model: what trained it, on what, and its scores
+        from ..evaluation.splits import lineage_lines
+
+        for line in lineage_lines(info["pretrained_cfg"]):
+            print(line)
+        for line in _card_results(args.name):
+            print(line)
     print("  config:")
     for k, v in info["config"].items():
         print(f"    {k}: {json.dumps(v)}")

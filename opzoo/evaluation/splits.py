@@ -236,5 +236,30 @@ def split_to_score(model, src, split: str | None, test_fraction: float | None, i
     return (src if indices == list(range(len(src))) else src.subset(indices)), label
 
 
-__all__ = ["training_record", "record_for", "seen_hashes", "seen_in", "trained_by", "choose_split", "split_to_score",
+def lineage_lines(pretrained_cfg: dict, own: str = "this model") -> list[str]:
+    """What ``opzoo info`` says of a trained model's lineage: the chain of models that trained it (the base first) and,
+    per file, who trained on which trajectories and which were held out (from ``pretrained_cfg["training_data"]``)."""
+    records = list((pretrained_cfg or {}).get("training_data") or [])
+    if not records:
+        return []
+    chain = list(dict.fromkeys(r.get("by") for r in reversed(records) if r.get("by")))
+    lines = ["  lineage:    " + " -> ".join([*chain, own]) if chain else f"  lineage:    {own} (no base trained it)"]
+
+    def span(part) -> str:
+        if part is None:
+            return "none"
+        if part == "all":
+            return "all"
+        if isinstance(part, dict):
+            return f"{len(part.get('indices', []))} listed"
+        return f"{part[0]}-{part[1]}"
+
+    for r in records:
+        lines.append(f"    {r.get('file')} ({r.get('trajectories')} trajectories): trained on {span(r.get('train'))} by "
+                     f"{r.get('by') or own} ({len(r.get('train_hashes') or [])} hashed), held out "
+                     f"{span(r.get('test'))} ({len(r.get('test_hashes') or [])} hashed)")
+    return lines
+
+
+__all__ = ["training_record", "record_for", "seen_hashes", "seen_in", "trained_by", "choose_split", "split_to_score", "lineage_lines",
            "drop_seen_from_tests"]

@@ -100,3 +100,16 @@ def test_a_fine_tune_on_its_bases_file_holds_out_only_what_the_base_did_not_trai
     record = json.loads((again / "config.json").read_text())["pretrained_cfg"]["training_data"]
     assert record[0]["test"] == [6, 7] and record[0]["train"] == [0, 3]
     assert opzoo.load(str(again)).pretrained_cfg["training_data"][1]["by"] is not None
+
+
+def test_info_of_a_trained_model_shows_its_lineage_data_splits_and_scores(chain, capsys):
+    """Issue 45: `opzoo info RUN/model` shows the base chain, the data, the splits and the errors."""
+    from opzoo.cli import main
+
+    root, f, g, first, second = chain
+    assert main(["info", str(second)]) == 0
+    out = capsys.readouterr().out
+    assert "  lineage:    dpot-micro -> this model" in out
+    assert "    G.h5 (" in out and "by this model" in out
+    assert "    F.h5 (8 trajectories): trained on 0-5 by dpot-micro (6 hashed), held out 6-7 (2 hashed)" in out
+    assert "  scores:" in out and "relative L2 over the whole rollout" in out
