@@ -98,8 +98,9 @@ def _card_results(name: str) -> list[str]:
         results = ModelCard.load(path).data.eval_results or []
     except Exception:  # a card that does not parse has no scores to show; `opzoo info` still answers
         return []
-    return ["  scores:"] + [f"    {r.dataset_name}: {r.metric_name or r.metric_type} {r.metric_value:.4g} "
-                            f"({r.dataset_split or 'split not stated'})" for r in results] if results else []
+    rows = [f"    {r.dataset_name}: {r.metric_name or r.metric_type} {r.metric_value:.4g} "
+            f"({r.dataset_split or 'split not stated'})" for r in results if isinstance(r.metric_value, (int, float))]
+    return ["  scores:", *rows] if rows else []
 
 
 def preset_document(name: str, overrides: dict) -> dict:

@@ -26,12 +26,11 @@ def find_records(run_dir: str | os.PathLike) -> list[Path]:
 def plot_record(path: str | os.PathLike, out: str | os.PathLike, actual: bool = True) -> Path:
     """Plot one record file; ``actual`` multiplies the lr = 1 values by the lr the measured update used
     (base lr x the tensor's lr scale x FLeRM's multiplier in effect for it)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from opzoo.training import pyplot, save_figure
 
     from .record import FslrRecord
+
+    plt = pyplot()
 
     rec = FslrRecord.load(path)
     doc = rec.extra
@@ -72,12 +71,7 @@ def plot_record(path: str | os.PathLike, out: str | os.PathLike, actual: bool = 
         ax2.set_ylabel("FLeRM lr multiplier (base / current)")
         ax2.set_title("matched per-tensor lr multipliers")
         ax2.grid(True, which="both", alpha=0.3)
-    fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=90)
-    plt.close(fig)
-    return out
+    return save_figure(plt, fig, out)
 
 
 def plot_command(args) -> int:
