@@ -19,6 +19,7 @@ from .errors import (
     UpstreamUnavailable,
     WeightsError,
 )
+from .host.family import CheckpointFamily, Variant
 from .host.provenance import CheckFailed, Fact, PretrainedArtifacts, PretrainedCheck, Result
 from .host.registry import PretrainedSource, Registry
 from .host.registry import set_registry_source as _set_registry_source
@@ -72,5 +73,5 @@ __all__ = [
     "OpzooError", "UnknownNameError", "RegistryConflictError", "ConfigError", "WeightsError", "HubError",
     "CheckpointError", "OptimizerHook", "StepContext", "SpectralLayer", "SpectralWeight", "find_spectral_weights",
     "PretrainedCfg", "Fact", "PretrainedCheck", "PretrainedArtifacts", "CheckFailed", "Result",
-    "Upstream", "UpstreamUnavailable",
+    "Upstream", "UpstreamUnavailable", "CheckpointFamily", "Variant",
 ]

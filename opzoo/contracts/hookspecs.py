@@ -29,7 +29,9 @@ def opzoo_register_components(registry):
 
 @hookspec
 def opzoo_register_models(registry):
-    """Register presets with ``registry.register_model(name, backbone=..., args=..., ...)``."""
+    """Register presets: a checkpoint family, declared as one table, with ``registry.register_family(family)``
+    (:class:`opzoo.CheckpointFamily`: one preset per row), or one preset with ``registry.register_model(name,
+    backbone=..., args=..., ...)``."""
 
 
 @hookspec

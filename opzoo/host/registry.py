@@ -18,9 +18,11 @@ import dataclasses
 import fnmatch
 from importlib.resources.abc import Traversable
 from pathlib import Path
+from string import Template
 from typing import Any, Callable, Iterator, Mapping
 
 from ..errors import RegistryConflictError, UnknownNameError
+from .family import CheckpointFamily
 from .provenance import Fact, PretrainedCheck, Result
 
 HF_HUB_PREFIX = "hf-hub:"  # a model reference to the Hub (parsed in opzoo.model_io.reference)
@@ -97,6 +99,15 @@ class Preset:
     owner: str = "?"
     provenance: tuple[Fact, ...] = ()  # where each fact about the preset and its weights comes from
     results: tuple[Result, ...] = ()  # measured numbers, for the card's model-index
+    family: str | None = None  # the CheckpointFamily whose row it is
+    card_fields: Mapping[str, str] = dataclasses.field(default_factory=dict)  # its family's card filled for the row
+
+    def card_template(self) -> str | None:
+        """The text of its card template (its family's template filled for its row), or None without a card."""
+        if self.card is None:
+            return None
+        text = self.card.read_text(encoding="utf-8")
+        return Template(text).safe_substitute(self.card_fields) if self.card_fields else text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +130,7 @@ class Registry:
         self._components: dict[str, dict[str, Entry]] = {k: {} for k in COMPONENT_KINDS}
         self._presets: dict[str, Preset] = {}
         self._aliases: dict[str, str] = {}
+        self._families: dict[str, tuple[CheckpointFamily, str]] = {}
         self._owner = "opzoo"
 
     @contextlib.contextmanager
@@ -215,6 +227,8 @@ class Registry:
         aliases: tuple[str, ...] | list[str] = (),
         provenance: tuple[Fact, ...] | list[Fact] = (),
         results: tuple[Result, ...] | list[Result] = (),
+        family: str | None = None,
+        card_fields: Mapping[str, str] | None = None,
     ) -> Preset:
         """Register preset ``name``: ``backbone`` built with ``args``; ``card`` is its model card;
         ``provenance`` the :class:`opzoo.Fact` rows saying where each fact about it comes from; ``results`` the
@@ -240,11 +254,63 @@ class Registry:
             owner=self._owner,
             provenance=tuple(provenance),
             results=tuple(results),
+            family=family,
+            card_fields=dict(card_fields or {}),
         )
         self._presets[name] = preset
         for alias in aliases:
             self._aliases[alias] = name
         return preset
+
+    def register_family(self, family: CheckpointFamily) -> list[Preset]:
+        """Register one preset per row of ``family`` (:class:`opzoo.CheckpointFamily`), each derived from the row by
+        the family's rules; all or none: a row that fails leaves no preset of the family behind."""
+        if not isinstance(family, CheckpointFamily):
+            raise TypeError(f"register_family: expected opzoo.CheckpointFamily, got {type(family).__name__}")
+        if family.name in self._families:
+            self._conflict(f"checkpoint family {family.name!r}", self._families[family.name][1])
+        registered: list[Preset] = []
+        try:
+            for v in family.variants:
+                repo_id = v.repo_id or family.repo_id
+                pretrained = None if repo_id is None else PretrainedSource(
+                    repo_id, v.weights, revision=v.revision or family.revision, converter=family.converter,
+                    converter_options={**family.converter_options, **v.converter_options},
+                    extra_files=(*family.rule("extra_files", v), *v.extra_files),
+                    checks=tuple(family.rule("checks", v)))
+                registered.append(self.register_model(
+                    v.name, backbone=family.backbone, args=family.model_args(v), pretrained=pretrained,
+                    card=family.card, pretrained_cfg=family.rule("pretrained_cfg", v), aliases=v.aliases,
+                    provenance=tuple(family.rule("provenance", v)), results=tuple(family.rule("results", v)),
+                    family=family.name, card_fields=family.card_fields_of(v)))
+        except BaseException:
+            for preset in registered:
+                self._presets.pop(preset.name, None)
+                for alias in preset.aliases:
+                    self._aliases.pop(alias, None)
+            raise
+        self._families[family.name] = (family, self._owner)
+        return registered
+
+    def family(self, name: str) -> CheckpointFamily:
+        """The registered :class:`opzoo.CheckpointFamily` ``name``."""
+        if name not in self._families:
+            raise UnknownNameError("checkpoint family", name, self._families)
+        return self._families[name][0]
+
+    def families(self) -> list[str]:
+        return sorted(self._families)
+
+    def matching_preset(self, backbone: str, args: Mapping[str, Any]) -> Preset | None:
+        """The preset of ``backbone`` whose config equals the one ``args`` build (a converted checkpoint's args), if
+        any: the first by name."""
+        config_class = self.get("backbone", backbone).config_class
+        want = config_class.from_dict(dict(args), source="converted checkpoint")
+        for name in sorted(self._presets):
+            preset = self._presets[name]
+            if preset.backbone == backbone and config_class.from_dict(dict(preset.args), source=name) == want:
+                return preset
+        return None
 
     def preset(self, name: str) -> Preset:
         name = self._aliases.get(name, name)
@@ -271,6 +337,7 @@ class Registry:
                 del table[name]
         for name in [n for n, p in self._presets.items() if p.owner == owner]:
             del self._presets[name]
+        self._families = {n: (f, o) for n, (f, o) in self._families.items() if o != owner}
         self._aliases = {a: n for a, n in self._aliases.items() if n in self._presets}
 
     def _conflict(self, what: str, first_owner: str) -> None:

@@ -291,8 +291,8 @@ def model_card(model: "nn.Module", card: str | None = None, results: Sequence[Re
     registry = get_registry()
     architecture = registry.backbone_name(type(model))
     name = getattr(model, "preset_name", None)
-    if card is None and name and registry.has_preset(name) and registry.preset(name).card is not None:
-        card = registry.preset(name).card.read_text(encoding="utf-8")
+    if card is None and name and registry.has_preset(name):
+        card = registry.preset(name).card_template()
     return render_card(model, architecture, card, results)
 
 

@@ -50,10 +50,9 @@ def base_license(name: str) -> str:
         ref = parse_model_reference(name)
     except OpzooError:
         return "unknown"
-    card = get_registry().preset(ref.preset).card if ref.kind == "preset" else None
-    if card is None:
+    text = get_registry().preset(ref.preset).card_template() if ref.kind == "preset" else None
+    if text is None:
         return "unknown"
-    text = card.read_text(encoding="utf-8")
     front = text.split("---", 2)[1] if text.startswith("---") else ""
     found = [line.split(":", 1)[1].strip() for line in front.splitlines() if line.startswith("license:")]
     return found[0] if found and found[0] else "unknown"

@@ -130,6 +130,14 @@ def describe(graph: dict[str, set[str]], component: list[str]) -> str:
         path.append(nxt)
 
 
+def plugin_packages() -> list[Path]:
+    """Every first-party plugin's package directory (``plugins/opzoo-*/opzoo_*``)."""
+    found = sorted(p for p in (OPZOO_ROOT.parent / "plugins").glob("opzoo-*/opzoo_*") if p.is_dir()
+                   and not p.name.endswith(".egg-info"))
+    assert len(found) >= 6
+    return found
+
+
 def test_opzoo_has_no_import_circle():
     graph = import_graph(OPZOO_ROOT)
     assert "opzoo.host.plugins" in graph and "opzoo.model_io.builder" in graph  # the walk found the core
@@ -149,6 +157,73 @@ UPWARD = {
     ("opzoo.evaluation.validate", "opzoo.cli.common"),
     ("opzoo.training.cli", "opzoo.cli.common"),
 }
+
+
+def test_no_first_party_plugin_has_an_import_circle():
+    """Issue 44: opzoo_pdet.converter <-> presets and opzoo_well.checks -> provenance -> presets -> checks were circles;
+    a family's table now sits above what it derives from, and a converter reads a row from the registry."""
+    found = []
+    for package in plugin_packages():
+        graph = import_graph(package)
+        found += [f"  {describe(graph, c)}" for c in import_cycles(graph)]
+    assert not found, "import circles in plugins/ (module or function level):\n" + "\n".join(found)
+
+
+PUBLIC_MODULES = ("opzoo", "opzoo.training", "opzoo.evaluation", "opzoo.data")
+# the modules a plugin's table may be imported by: its entry point, its package and the generator of its docs
+ABOVE_THE_TABLE = ("plugin", "__init__", "provenance_doc")
+
+
+def test_first_party_plugins_import_public_names_and_their_tables_sit_on_top():
+    """The plugins' layers: a first-party plugin imports only opzoo's public names (``__all__`` of opzoo,
+    opzoo.training, opzoo.evaluation, opzoo.data); inside a plugin nothing imports its entry point (``plugin``), and
+    its checkpoint tables (``families``) are imported only from above (the entry point, the package, a docs
+    generator), never by the converter or the checks the tables use."""
+    wrong = plugin_layer_violations(plugin_packages())
+    assert not wrong, "plugin imports that break the plugins' layers:\n" + "\n".join(wrong)
+
+
+def plugin_layer_violations(packages: list[Path]) -> list[str]:
+    import importlib
+
+    exported = {m: set(importlib.import_module(m).__all__) for m in PUBLIC_MODULES}
+    wrong = []
+    for package in packages:
+        for path in sorted(package.rglob("*.py")):
+            for node in _imports(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Import):
+                    wrong += [f"{path}:{node.lineno} import {a.name}" for a in node.names
+                              if a.name.startswith("opzoo.")]
+                elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "opzoo":
+                    if node.module not in exported:
+                        wrong.append(f"{path}:{node.lineno} from {node.module}")
+                    else:
+                        wrong += [f"{path}:{node.lineno} {node.module}.{a.name}" for a in node.names
+                                  if a.name not in exported[node.module]]
+        graph = import_graph(package)
+        for module, targets in graph.items():
+            short = module.rpartition(".")[2] if module != package.name else "__init__"
+            for target in targets:
+                last = target.rpartition(".")[2]
+                if last == "plugin" or last == "families" and short not in ABOVE_THE_TABLE:
+                    wrong.append(f"{module} imports {target}")
+    return wrong
+
+
+def test_the_plugin_layer_check_finds_each_kind(tmp_path):
+    _write(tmp_path, {
+        "opzoo_bad/__init__.py": "from .families import TABLE\n",
+        "opzoo_bad/families.py": "from .checks import check\nTABLE = ()\n",
+        "opzoo_bad/checks.py": "def check():\n    from .families import TABLE\n",
+        "opzoo_bad/converter.py": "from opzoo.host.registry import Registry\nfrom opzoo import _LAZY, Fact\nimport opzoo.model_io\n",
+        "opzoo_bad/plugin.py": "from .families import TABLE\n",
+        "opzoo_bad/helpers.py": "from . import plugin\n",
+    })
+    assert sorted(plugin_layer_violations([tmp_path / "opzoo_bad"])) == sorted([
+        f"{tmp_path / 'opzoo_bad' / 'converter.py'}:1 from opzoo.host.registry",
+        f"{tmp_path / 'opzoo_bad' / 'converter.py'}:2 opzoo._LAZY",
+        f"{tmp_path / 'opzoo_bad' / 'converter.py'}:3 import opzoo.model_io",
+        "opzoo_bad.checks imports opzoo_bad.families", "opzoo_bad.helpers imports opzoo_bad.plugin"])
 
 
 def layer_of(module: str) -> str:
@@ -232,10 +307,7 @@ def private_imports(roots: list[Path]) -> list[str]:
 def test_no_module_imports_another_modules_private_names():
     """Issue 44: validate and benchmark took the command line's private helpers (_frame_shape_for, _one_line_errors,
     ...); what a module shares, it names publicly. The core and every first-party plugin package are read."""
-    plugins = sorted(p for p in (OPZOO_ROOT.parent / "plugins").glob("opzoo-*/opzoo_*") if p.is_dir()
-                     and not p.name.endswith(".egg-info"))
-    assert len(plugins) >= 6
-    assert not private_imports([OPZOO_ROOT, *plugins])
+    assert not private_imports([OPZOO_ROOT, *plugin_packages()])
 
 
 def test_the_private_import_check_finds_one(tmp_path):

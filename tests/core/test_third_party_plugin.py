@@ -52,3 +52,65 @@ def test_installed_plugin_is_listed_by_the_cli(installed_plugin):
 def test_without_the_install_the_preset_is_unknown():
     result = run_python("import opzoo; print(opzoo.get_registry().has_preset('example-shift-op'))")
     assert result.stdout.strip() == "False"
+
+
+FAMILY_REPORT = """
+import json, os, opzoo, opzoo.cli
+registry = opzoo.get_registry()
+out = {"names": opzoo.list_models("example-shift-[a-z]"), "families": registry.families()}
+for name in out["names"]:
+    p = registry.preset(name)
+    out[name] = {"family": p.family, "width": p.args["width"], "depth": p.args["depth"], "repo": p.pretrained.repo_id,
+                 "file": p.pretrained.filename, "checks": [c.name for c in p.pretrained.checks],
+                 "facts": [f.value for f in p.provenance], "results": [r.value for r in p.results],
+                 "cfg": p.pretrained_cfg, "params": sum(t.numel() for t in opzoo.load(name).parameters())}
+assert opzoo.cli.main(["cards", "example-shift-[a-z]", "--out", os.environ["CARDS_OUT"]]) == 0
+print(json.dumps(out))
+"""
+
+
+def test_adding_a_variant_to_a_family_touches_its_table_and_nothing_else(installed_plugin, tmp_path):
+    """Issue 44: a third-party plugin's checkpoint family is one table (opzoo.CheckpointFamily). A new size is one
+    more row: every other line of the plugin is unchanged, and the new preset gets its config, weights source, load
+    check, provenance, reported result, pretrained_cfg and card from the family's rules."""
+    import difflib
+    import json
+
+    source = tmp_path / "src"
+    shutil.copytree(PLUGIN_SOURCE, source)
+    table = source / "opzoo_example_plugin" / "family.py"
+    before = table.read_text()
+    row = ('        opzoo.Variant("example-shift-l", args={"width": 64}, weights="l/model.safetensors",\n'
+           '                      data={"params": "66k", "nrmse": 0.10}),\n')
+    end_of_rows = "    ),\n    checks="
+    assert before.count(end_of_rows) == 1
+    table.write_text(before.replace(end_of_rows, row + end_of_rows))
+    changed = [line for line in difflib.unified_diff(before.splitlines(), table.read_text().splitlines(),
+                                                     lineterm="", n=0) if line[:1] in "+-" and line[:3] not in "+++---"]
+    assert changed == ["+" + line for line in row.rstrip("\n").splitlines()]  # the row, and nothing else
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--target", str(target), str(source)], check=True, capture_output=True, text=True)
+
+    reports = {}
+    for label, site in (("two rows", installed_plugin), ("three rows", target)):
+        cards = tmp_path / label
+        result = run_python(FAMILY_REPORT, env={"PYTHONPATH": str(site), "CARDS_OUT": str(cards),
+                                                **env_enabling("opzoo-example-plugin")})
+        assert result.returncode == 0, result.stderr
+        reports[label] = json.loads(result.stdout.strip().splitlines()[-1])
+    assert reports["two rows"]["names"] == ["example-shift-b", "example-shift-s"]
+    new = reports["three rows"]
+    assert new["names"] == ["example-shift-b", "example-shift-l", "example-shift-s"]
+    assert "example-shift" in new["families"]
+    for name in ("example-shift-b", "example-shift-s"):  # the old rows are as they were
+        assert new[name] == reports["two rows"][name]
+    large = new["example-shift-l"]
+    assert large == {"family": "example-shift", "width": 64, "depth": 1, "repo": "example-org/example-shift",
+                     "file": "l/model.safetensors", "checks": ["example-shift-l weights present"],
+                     "facts": ["66k", "64"], "results": [0.1], "cfg": {"in_timesteps": 3},
+                     "params": large["params"]}
+    assert large["params"] > new["example-shift-b"]["params"]
+    card = (tmp_path / "three rows" / "example-shift-l.md").read_text()
+    assert f"at width 64: 66k parameters as published (opzoo counts {large['params']:,})" in card
+    assert "# example-shift-l" in card and "$" not in card

@@ -358,7 +358,7 @@ def test_a_well_file_with_its_fields_in_another_order_gives_the_same_prediction(
     group's fields reversed scores and trains exactly as the canonical one; a missing field is refused."""
     import h5py
 
-    from opzoo_well.presets import model_args
+    from opzoo_well.architectures import model_args
 
     name, spatial = "acoustic_scattering_maze", (16, 32)
     torch.manual_seed(0)

@@ -157,8 +157,9 @@ def test_meta_parameter_counts_and_names_match_the_published_models():
     """Every well-* preset on ``meta`` has the parameter count of The Well's model at the published
     config, and The Well's state dict names map onto it (shapes included)."""
     from opzoo.model_io.hub import check_state_dict
+    from opzoo_well.architectures import ARCHITECTURES, N_STEPS_INPUT, preset_name
     from opzoo_well.converter import map_state_dict
-    from opzoo_well.presets import ARCHITECTURES, N_STEPS_INPUT, checkpoints, preset_name
+    from opzoo_well.families import checkpoints
 
     assert len(checkpoints()) == 58
     for arch, ds in checkpoints():

@@ -12,9 +12,10 @@ from huggingface_hub import constants
 import opzoo
 from opzoo.cli import main as opzoo_main
 from opzoo.evaluation.vrmse import vrmse, vrmse_summary
+from opzoo_well.architectures import hub_repo, model_args, preset_name
 from opzoo_well.cards import card_text
 from opzoo_well.datasets import DATASETS, dataset, normalization_args
-from opzoo_well.presets import checkpoints, hub_repo, model_args, preset_name
+from opzoo_well.families import checkpoints
 
 from .well_files import write_well_file
 
@@ -111,18 +112,24 @@ def test_offline_uncached_preset_says_which_file_to_fetch(tmp_path, monkeypatch)
     assert "hf download polymathic-ai/FNO-shear_flow" in message
 
 
-def test_cards_are_rendered_from_the_template():
+def test_cards_are_rendered_from_the_one_template():
+    """Issue 44: one card template for The Well's 58 checkpoints, filled per row of their families' tables; nothing
+    generated is committed in the plugin (the root model_cards/ is the one rendered copy)."""
     from importlib.resources import files
 
-    cards = files("opzoo_well") / "model_cards"
+    assert sorted(p.name for p in (files("opzoo_well") / "model_cards").iterdir()) == ["well.md"]
+    registry = opzoo.get_registry()
     for arch, ds in checkpoints():
-        text = (cards / f"{preset_name(arch, ds)}.md").read_text()
-        assert text == card_text(arch, ds), f"stale card {preset_name(arch, ds)}: run python -m opzoo_well.cards"
-    text = card_text("tfno", "shear_flow")
+        preset = registry.preset(preset_name(arch, ds))
+        assert preset.family == f"well-{arch}" and "$" not in preset.card_template().replace("${name}", "").replace(
+            "${architecture}", "").replace("${parameters}", "")
+    reported = registry.family("well-tfno").variant("well-tfno-shear_flow")
+    text = card_text("tfno", "shear_flow", reported=(reported["lr"], reported["epochs"], reported["vrmse"]))
+    assert text == registry.preset("well-tfno-shear_flow").card_template()
     assert "**0.3626**" in text and "polymathic-ai/TFNO-shear_flow" in text and "license: unknown" in text
     assert "states no license" in text and "ohana2024well" in text and "Reported by The Well" in text
     assert "A pointwise map, not an FNO" in text and "pull/64" in text and "e430160" in text
-    assert "issues/49" in card_text("unet-classic", "shear_flow") and "issues/49" not in text
+    assert "issues/49" in card_text("unet-classic", "shear_flow", reported=("5E-4", 29, "0.836")) and "issues/49" not in text
     assert "**unverified**" in text and "06ac146" in text  # shear_flow's stats revisions disagree
 
 
@@ -197,7 +204,7 @@ def test_pretrained_cfg_is_typed_by_the_well_schema(tmp_path):
     that are not fields are refused, naming the file and key; a core backbone knows none of them."""
     from opzoo.model_io.pretrained_cfg import schema_of, validate_pretrained_cfg
     from opzoo_well import WellFNO, WellPretrainedCfg, WellUNetConvNext
-    from opzoo_well.presets import pretrained_cfg
+    from opzoo_well.architectures import pretrained_cfg
 
     assert issubclass(WellPretrainedCfg, opzoo.PretrainedCfg)
     assert schema_of(WellFNO) is WellPretrainedCfg and schema_of(WellUNetConvNext) is WellPretrainedCfg
@@ -228,14 +235,15 @@ def test_pretrained_cfg_is_typed_by_the_well_schema(tmp_path):
 
 
 def test_the_provenance_table_in_the_docs_is_current_and_every_row_has_a_source():
-    """docs/the-well-provenance.md is rendered from opzoo_well.provenance (python -m opzoo_well.provenance); every
+    """docs/the-well-provenance.md is rendered from the families' tables (python -m opzoo_well.provenance_doc); every
     preset's rows are on it and in `opzoo info`, unverified facts list alternatives."""
     from pathlib import Path
 
-    from opzoo_well.provenance import STATS_ALTERNATIVES, markdown_table
+    from opzoo_well.provenance import STATS_ALTERNATIVES
+    from opzoo_well.provenance_doc import markdown_table
 
     doc = Path(__file__).resolve().parents[2] / "docs" / "the-well-provenance.md"
-    assert doc.read_text() == markdown_table(), "stale: python -m opzoo_well.provenance docs/the-well-provenance.md"
+    assert doc.read_text() == markdown_table(), "stale: python -m opzoo_well.provenance_doc docs/the-well-provenance.md"
     registry = opzoo.get_registry()
     for name in opzoo.list_models("well-*"):
         facts = registry.preset(name).provenance

@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 import opzoo
 
 from .backbones import DEPTH, SIZES
+from .provenance import pretrained_cfg
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "diffusion_pytorch_model.safetensors"
 MIXED_CLASS = "PDETransformer"
@@ -158,12 +159,11 @@ def convert_pde_transformer(path) -> opzoo.ConvertedCheckpoint:
     foreign = sorted(k for k in sd if not k.startswith("model."))
     if foreign:
         raise opzoo.CheckpointError(f"{weights}: tensors outside PDETransformer.model: {', '.join(foreign[:5])}")
-    from .presets import matching_preset, pretrained_cfg
-
     architecture = architecture_of(doc)
     if architecture == "pdet-sc":
         sd = drop_position_tables(sd, args, weights)
-    preset = matching_preset(architecture, args)
+    match = opzoo.get_registry().matching_preset(architecture, args)
+    preset = match.name if match is not None else None
     cfg = pretrained_cfg(architecture, published=preset is not None)
     cfg["source"] = f"PDE-Transformer checkpoint {path} (converted by opzoo's 'pde-transformer' converter)"
     return opzoo.ConvertedCheckpoint(architecture=architecture, model_args=args,

@@ -4,7 +4,7 @@ import opzoo
 
 from .backbones import PdetMixedChannels
 from .converter import convert_pde_transformer
-from .presets import register_presets
+from .families import FAMILIES
 from .separate_backbone import PdetSeparateChannels
 from .upstream import build_pdetransformer, build_pdetransformer_separate
 
@@ -20,4 +20,5 @@ def opzoo_register_components(registry):
 
 @opzoo.hookimpl
 def opzoo_register_models(registry):
-    register_presets(registry)
+    for family in FAMILIES:
+        registry.register_family(family)

@@ -1,7 +1,12 @@
 """Where each fact about the pdet-* presets comes from: tum-pbs/pde-transformer at a commit (fetched with its history)
-and the ``pdetransformer`` 0.1.11 wheel on PyPI (its model code is the repo's, CRLF line ends aside)."""
+and the ``pdetransformer`` 0.1.11 wheel on PyPI (its model code is the repo's, CRLF line ends aside).
+
+The rules here are functions of a row of a family's table (:class:`opzoo.Variant`, in ``families.py``): its
+``subfolder``, ``size``, ``nrmse`` and ``published_params``."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import opzoo
 
@@ -10,10 +15,6 @@ HEAD = "850e09d"  # 2026-04-11, the newest commit; the model code last changed i
 MODEL_CODE = "3f3adee"
 HUB_REPO = "thuerey-group/pde-transformer"
 DOCS_URL = f"https://github.com/{REPO}/blob/{HEAD}/docs/pretrained-weights.md"
-# docs/pretrained-weights.md @ 850e09d: nRMSE after 1 and 10 autoregressive steps on the pretraining datasets
-REPORTED_NRMSE = {"mc-s": (0.044, 0.36), "mc-b": (0.038, 0.31), "mc-l": (0.034, 0.27),
-                  "sc-s": (0.043, 0.34), "sc-b": (0.037, 0.29), "sc-l": (0.034, 0.26)}
-PUBLISHED_PARAMS = {"mc-s": "~33M", "mc-b": "~130M", "mc-l": "~518M", "sc-s": "~46M", "sc-b": "~178M", "sc-l": "~701M"}
 # pdetransformer/data/metadata_remapping.py @ 3f3adee all_pdes: the class label is the PDE's index here
 TASKS = ("unknown", "advection", "diffusion", "advection-diffusion", "dispersion", "hyper-diffusion", "burgers",
          "korteweg-de-vries", "kuramoto-sivashinsky", "fisher-kpp", "gray scott", "swift-hohenberg",
@@ -39,7 +40,7 @@ def at(path: str, commit: str = MODEL_CODE) -> str:
     return f"{REPO} {path} @ {commit}"
 
 
-def shared_facts(subfolder: str, code: str, train_cfg: str) -> dict[str, opzoo.Fact]:
+def shared_facts(variant: opzoo.Variant, code: str, train_cfg: str) -> dict[str, opzoo.Fact]:
     """The facts both networks share, each cited at the network's own files (``code``, ``train_cfg``)."""
     Fact = opzoo.Fact
     return {
@@ -88,17 +89,18 @@ def shared_facts(subfolder: str, code: str, train_cfg: str) -> dict[str, opzoo.F
                                 verified=False,
                                 alternatives=("a license on the Hub card: check it before redistributing",)),
         "reported nRMSE": Fact("reported nRMSE", "nRMSE1 {:.3f}, nRMSE10 {:.2f} on the pretraining datasets, as "
-                               "reported by the authors".format(*REPORTED_NRMSE[subfolder]), DOCS_URL),
-        "published parameters": Fact("published parameters", PUBLISHED_PARAMS[subfolder],
+                               "reported by the authors".format(*variant["nrmse"]), DOCS_URL),
+        "published parameters": Fact("published parameters", variant["published_params"],
                                      at("docs/pretrained-weights.md", HEAD)),
     }
 
 
-def mixed_facts(subfolder: str, size: str) -> tuple[opzoo.Fact, ...]:
+def mixed_facts(variant: opzoo.Variant) -> tuple[opzoo.Fact, ...]:
     Fact = opzoo.Fact
+    subfolder, size = variant["subfolder"], variant["size"]
     train_cfg = f"config/ape_2d/supervised/pde-{subfolder}-mse.yaml"
     code = "pdetransformer/core/mixed_channels/pde_transformer.py"
-    shared = shared_facts(subfolder, code, train_cfg)
+    shared = shared_facts(variant, code, train_cfg)
     return (
         Fact("Hub repo", f"{HUB_REPO}, subfolder {subfolder}", at("docs/pretrained-weights.md", HEAD)),
         shared["weights file"], shared["Hub revision"],
@@ -137,12 +139,13 @@ def mixed_facts(subfolder: str, size: str) -> tuple[opzoo.Fact, ...]:
     )
 
 
-def separate_facts(subfolder: str, size: str) -> tuple[opzoo.Fact, ...]:
+def separate_facts(variant: opzoo.Variant) -> tuple[opzoo.Fact, ...]:
     Fact = opzoo.Fact
+    subfolder, size = variant["subfolder"], variant["size"]
     train_cfg = f"config/ape_2d/supervised/pde-{subfolder}-mse.yaml"
     code = "pdetransformer/core/separate_channels/pde_transformer.py"
     supervised = "pdetransformer/core/separate_channels/train_supervised.py"
-    shared = shared_facts(subfolder, code, train_cfg)
+    shared = shared_facts(variant, code, train_cfg)
     return (
         Fact("Hub repo", f"{HUB_REPO}, subfolder {subfolder}", at("docs/pretrained-weights.md", HEAD)),
         shared["weights file"], shared["Hub revision"],
@@ -177,7 +180,46 @@ def separate_facts(subfolder: str, size: str) -> tuple[opzoo.Fact, ...]:
     )
 
 
-def reported_result(subfolder: str) -> opzoo.Result:
-    return opzoo.Result("APE-2D pretraining datasets", "nRMSE1", REPORTED_NRMSE[subfolder][0], "PDE-Transformer's authors",
-                        source=DOCS_URL, split="test",
-                        metric_name="normalized RMSE after one autoregressive step (as reported by the authors)")
+def reported_result(variant: opzoo.Variant) -> tuple[opzoo.Result, ...]:
+    return (opzoo.Result("APE-2D pretraining datasets", "nRMSE1", variant["nrmse"][0], "PDE-Transformer's authors",
+                         source=DOCS_URL, split="test",
+                         metric_name="normalized RMSE after one autoregressive step (as reported by the authors)"),)
+
+
+TRAIN_LR = 4e-5  # config/ape_2d/supervised/pde-{mc,sc}-*-mse.yaml trainer.base_learning_rate
+# Both were trained at 256x256: their APE-2D files are simulated at 2048x2048 and stored average-pooled to 256x256
+# (pdetransformer/data/simulations_apebench/simulation.py @ 850e09d, low_res; docs/datasets/ape_2d.md @ 850e09d, "For
+# training/inference we downsample the spatial resolution to 256x256"), and their data module reads them as stored
+# (config/ape_2d/data/multi_task_norm.yaml @ 850e09d: downsample_factor 1). The mixed-channel configs' sample_size 128
+# is a diffusers field that the supervised forward never reads.
+TRAIN_GRID = {"pdet-mc": 256, "pdet-sc": 256}
+
+
+def pretrained_cfg(architecture: str = "pdet-mc", published: bool = True) -> dict[str, Any]:
+    """The facts of a published checkpoint of ``architecture``; ``published=False`` (another checkpoint, converted):
+    its training grid is unknown and not recorded (config.json's sample_size is not it)."""
+    sample_size = TRAIN_GRID[architecture] if published else None
+    mixed = architecture == "pdet-mc"
+    config = f"config/ape_2d/supervised/pde-{'mc' if mixed else 'sc'}-s-mse.yaml"
+    labels = ("task_id is the PDE's index in opzoo_pdet.TASKS (pdetransformer's all_pdes); None: no label" if mixed
+              else "pde_type is the PDE's index in opzoo_pdet.TASKS and channel_types each channel's index in "
+                   "opzoo_pdet.FIELDS (pdetransformer's all_pdes, all_fields); None: no label")
+    return {
+        **({"channels": 2} if mixed else {}), "in_timesteps": 1,
+        **({"resolution": [sample_size, sample_size]} if isinstance(sample_size, int) else {}),
+        "datasets": ["APE-2D (PBDL): 17 datasets of 10 PDEs, diffusion to Kolmogorov flow"],
+        "normalization": "per-dataset mean/std of each field, by pdetransformer's data pipeline (mean-std)",
+        "input_normalization": "fields standardized with their dataset's mean/std (normalization='zscore' with "
+                               "mean/std does it inside the model; the default 'none' takes standardized fields)",
+        "tasks": labels,
+        "finetune_lr": TRAIN_LR,
+        "finetune_lr_source": "the pretraining lr (" + at(config) + ")",
+    }
+
+
+def card_fields(variant: opzoo.Variant) -> dict[str, Any]:
+    """What a row fills into its family's card template (``model_cards/pdet-mc.md``, ``pdet-sc.md``)."""
+    nrmse1, nrmse10 = variant["nrmse"]
+    return {"size_word": variant["size_word"], "subfolder": variant["subfolder"],
+            "published_params": variant["published_params"], "hidden": variant.args["hidden_size"],
+            "heads": variant.args["num_heads"], "nrmse1": f"{nrmse1:.3f}", "nrmse10": f"{nrmse10:.2f}"}

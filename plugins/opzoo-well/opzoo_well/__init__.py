@@ -2,6 +2,7 @@
 backbones that speak physical units, presets ``well-<model>-<dataset>`` for every published
 checkpoint, and the ``the-well`` checkpoint converter (DESIGN §6.8)."""
 
+from .architectures import hub_repo, preset_name
 from .backbones import (
     WellBackbone,
     WellConfig,
@@ -14,7 +15,7 @@ from .backbones import (
 )
 from .converter import convert_the_well
 from .datasets import DATASETS, normalization_args
-from .presets import checkpoints, hub_repo, preset_name
+from .families import checkpoints
 
 __all__ = ["WellBackbone", "WellConfig", "WellFNO", "WellFnoConfig", "WellPretrainedCfg", "WellTFNO", "WellUNetClassic",
            "WellUNetConvNext", "convert_the_well", "DATASETS", "normalization_args", "checkpoints", "hub_repo",

@@ -1,16 +1,20 @@
-"""Model cards of the ``well-*`` presets, from one template (``python -m opzoo_well.cards`` writes them).
-
-A card is an opzoo card template (``${name}``, ``${parameters}``, ... are filled on save).
-"""
+"""The model card of The Well's checkpoints: one template (``model_cards/well.md``) for every ``well-*`` preset and
+for a converted checkpoint, filled with a checkpoint's fields here; ``${name}``, ``${parameters}``, ... are left for
+the card's rendering on save."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+from importlib.resources import files
+from string import Template
+from typing import Any
 
+import opzoo
+
+from .architectures import ARCHITECTURES, AS_TRAINED, N_STEPS_INPUT, hub_repo, preset_name
 from .datasets import STATS_SOURCE, dataset
-from .presets import ARCHITECTURES, AS_TRAINED, N_STEPS_INPUT, REPORTED, checkpoints, hub_repo, preset_name
 from .provenance import BLOCKS_DROPPED, FNO_FIX, ISSUE_49, PR_64, STATS_ALTERNATIVES, STATS_SHIPPED, TFNO_FIX
+
+TEMPLATE = files("opzoo_well") / "model_cards" / "well.md"
 
 CITATION = """@article{ohana2024well,
   title={The well: a large-scale collection of diverse physics simulations for machine learning},
@@ -32,18 +36,20 @@ LICENSE_STATUS = (
 README_DIR = {"fno": "fno", "tfno": "tfno", "unet-classic": "unet_classic", "unet-convnext": "unet_convnext"}
 
 
-def card_text(arch: str, dataset_name: str, published: bool = True, source: str | None = None,
-              steps: int = N_STEPS_INPUT, fourier_blocks: str | None = None,
-              resolution: list[int] | None = None) -> str:
-    """The card template of ``arch`` on ``dataset_name``; ``published=False`` for a checkpoint converted from
-    a directory, whose weights need not be the published ones (no reported VRMSE then). ``fourier_blocks``
-    (FNO/TFNO) defaults to the published weights' ``"dropped"``; ``resolution`` to the dataset's grid."""
+def card_fields(arch: str, dataset_name: str, reported: tuple[str, int, str] | None = None, source: str | None = None,
+                steps: int = N_STEPS_INPUT, fourier_blocks: str | None = None,
+                resolution: list[int] | None = None) -> dict[str, Any]:
+    """The fields of the card of ``arch`` on ``dataset_name``: ``reported`` is a published checkpoint's ``(lr, epochs,
+    test VRMSE)`` from The Well's README; None for a checkpoint converted from a directory, whose weights need not be
+    the published ones (no reported VRMSE then). ``fourier_blocks`` (FNO/TFNO) defaults to the published weights'
+    ``"dropped"``; ``resolution`` to the dataset's grid."""
+    published = reported is not None
     a, d = ARCHITECTURES[arch], dataset(dataset_name)
     repo = hub_repo(arch, dataset_name)
     fields = ", ".join(f"`{c}`" for c in d.channels)
     constants = ", ".join(f"`{c}`" for c in d.constant_channels) or "none"
     res = " x ".join(map(str, resolution or d.resolution))
-    lr, epochs, vrmse = REPORTED[arch].get(dataset_name, ("?", "?", "?"))
+    lr, epochs, vrmse = reported or ("?", "?", "?")
     if arch in ("fno", "tfno") and fourier_blocks is None:
         fourier_blocks = AS_TRAINED[arch]["fourier_blocks"]
     if published:
@@ -80,79 +86,20 @@ def card_text(arch: str, dataset_name: str, published: bool = True, source: str 
             f"FNO as neuraloperator defines it, for training.")
     elif fourier_blocks == "applied":
         config_line += "\n\nThe Fourier blocks are applied (`fourier_blocks=\"applied\"`, The Well from commit 21e51f6)."
-    return f"""---
-library_name: opzoo
-license: unknown
-tags: [opzoo, neural-operator, pde, the-well, {arch}]
-datasets: [polymathic-ai/{dataset_name}]
-metrics: [vrmse, relative-l2]
----
-# ${{name}}
-
-## Description
-The Well's {a.well_class} baseline trained on `{dataset_name}`, converted to opzoo. Source:
-{source} (The Well, PolymathicAI/the_well). The model takes and returns physical fields: The Well's
-normalization and input formatting are inside it.
-
-## Architecture
-`${{architecture}}`: The Well's `{a.well_class}` ({a.paper}), implemented in opzoo and computing the
-same function (tested against The Well's own pipeline at small dims). {config_line}
-Input `[B, {", ".join("XYZ"[:d.n_spatial_dims])}, T_in={steps}, C]` -> output `[B, {", ".join("XYZ"[:d.n_spatial_dims])}, 1, C]`,
-channels = the time-varying fields then the constant fields (copied through unchanged).
-Inside: z-score with the dataset's `stats.yaml` ({STATS_SOURCE.format(name=dataset_name)}), time
-folded into channels (The Well's `DefaultChannelsFirstFormatter`), the network, the inverse z-score.
-
-## Parameters
-${{parameters}} parameters.
-
-## Training data
-The Well, `{dataset_name}`: {d.n_spatial_dims}D, resolution {res}; time-varying fields {fields};
-constant fields {constants}. Trained by The Well's code with {steps} input steps to predict the next one.
-
-## Evaluation
-{evaluation}
-
-## License
-{LICENSE_STATUS.format(readme=README_DIR[arch])}
-
-## Intended use and limits
-A baseline, not a state-of-the-art model (The Well's words). Inputs must be on the dataset's grid
-and in its units; other resolutions work for the FNOs, and for the U-Nets when every size is divisible by 16.
-The normalization stats shipped with opzoo are `stats.yaml` at commit {STATS_SHIPPED[:7]} of The Well's repo; The
-Well does not record in the checkpoint which revision of them it trained with.{stats_caveat}
-Files are read by field name: a Well file whose `field_names` come in another order is reordered, and one
-missing a field is refused.
-
-## Citation
-```bibtex
-{CITATION}
-```
-
-## Usage
-```python
-import opzoo
-model = opzoo.load("{preset_name(arch, dataset_name)}", pretrained=True)  # fetches {repo}, checks it, eval mode
-y = model(x)                       # x: [B, *S, {N_STEPS_INPUT}, C] physical fields -> [B, *S, 1, C]
-traj = model.rollout(x, steps=20)  # autoregressive
-```
-Offline: `hf download {repo}` on a machine with network first (same cache). `opzoo verify
-{preset_name(arch, dataset_name)}` runs the load checks and prints what they measured; `opzoo info
-{preset_name(arch, dataset_name)}` lists where every fact on this card comes from.
-"""
+    return {"arch": arch, "dataset": dataset_name, "well_class": a.well_class, "source": source, "paper": a.paper,
+            "config_line": config_line, "axes": ", ".join("XYZ"[:d.n_spatial_dims]), "steps": steps,
+            "stats_source": STATS_SOURCE.format(name=dataset_name), "spatial_dims": d.n_spatial_dims,
+            "resolution": res, "fields": fields, "constants": constants, "evaluation": evaluation,
+            "license": LICENSE_STATUS.format(readme=README_DIR[arch]), "stats_shipped": STATS_SHIPPED[:7],
+            "stats_caveat": stats_caveat, "citation": CITATION, "preset": preset_name(arch, dataset_name),
+            "repo": repo, "n_steps_input": N_STEPS_INPUT}
 
 
-def write_cards(directory: Path) -> list[Path]:
-    directory.mkdir(parents=True, exist_ok=True)
-    written = []
-    for stale in directory.glob("well-*.md"):
-        stale.unlink()
-    for arch, ds in checkpoints():
-        path = directory / f"{preset_name(arch, ds)}.md"
-        path.write_text(card_text(arch, ds))
-        written.append(path)
-    return written
+def variant_card_fields(variant: opzoo.Variant) -> dict[str, Any]:
+    """The card fields of a published checkpoint (a row of ``families.py``)."""
+    return card_fields(variant["arch"], variant["dataset"], (variant["lr"], variant["epochs"], variant["vrmse"]))
 
 
-if __name__ == "__main__":
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent / "model_cards"
-    print(f"wrote {len(write_cards(out))} cards in {out}")
+def card_text(arch: str, dataset_name: str, **kwargs: Any) -> str:
+    """The card template filled for ``arch`` on ``dataset_name`` (:func:`card_fields`' arguments)."""
+    return Template(TEMPLATE.read_text(encoding="utf-8")).safe_substitute(card_fields(arch, dataset_name, **kwargs))

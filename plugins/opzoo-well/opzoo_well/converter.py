@@ -27,9 +27,9 @@ from safetensors.torch import load_file
 
 import opzoo
 
+from .architectures import ARCHITECTURES, backbone_name, model_args, preset_name, pretrained_cfg
 from .cards import card_text
 from .datasets import DATASETS, dataset
-from .presets import ARCHITECTURES, backbone_name, model_args, preset_name, pretrained_cfg
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 SPECTRAL = re.compile(r"^model\.fno_blocks\.convs\.weight\.(\d+)\.(tensor|core|factors\.factor_(\d+))$")
@@ -225,11 +225,13 @@ def convert_the_well(path, dataset: str | None = None, fourier_blocks: str | Non
     same = registry.has_preset(name) and (config_class.from_dict(registry.preset(name).args, source=name)
                                           == config_class.from_dict(args, source=str(path)))
     preset = name if same else None
-    cfg = pretrained_cfg(arch, dataset, steps, resolution)
+    # the lr The Well trained the published checkpoint with, from its family's table
+    trained_lr = registry.family(backbone_name(arch)).variant(name)["lr"] if registry.has_preset(name) else None
+    cfg = pretrained_cfg(arch, dataset, steps, resolution, trained_lr)
     cfg["source"] = f"The Well checkpoint {path} (converted by opzoo's 'the-well' converter)"
     # the weights of a directory need not be the published ones (a retrained or untrained model has the same
     # config), so its card claims no published result
-    card = card_text(arch, dataset, published=False, steps=steps, fourier_blocks=blocks.get("fourier_blocks"),
+    card = card_text(arch, dataset, steps=steps, fourier_blocks=blocks.get("fourier_blocks"),
                      resolution=resolution, source=f"`{path}` (a checkpoint of The Well's code, converted by opzoo)")
     return opzoo.ConvertedCheckpoint(architecture=backbone_name(arch), model_args=args,
                                      state_dict=map_state_dict(sd, arch, weights), pretrained_cfg=cfg, preset=preset,

@@ -150,3 +150,13 @@ def normalization_args(name: str) -> dict[str, Any]:
         "constant_mean": _flat(stats, "mean", d.constant_fields, name),
         "constant_std": _flat(stats, "std", d.constant_fields, name),
     }
+
+
+# The Well's test batch size per dataset (the_well/benchmark/configs/data/<dataset>.yaml @ v1.1.0, d5ea89f):
+# its test score is a mean of batch means, so `opzoo eval --windows all` uses it to score the same way
+TEST_BATCH_SIZE = {
+    "acoustic_scattering_maze": 64, "active_matter": 64, "convective_envelope_rsg": 1, "gray_scott_reaction_diffusion": 256,
+    "helmholtz_staircase": 24, "MHD_64": 2, "planetswe": 32, "post_neutron_star_merger": 1, "rayleigh_benard": 64,
+    "rayleigh_taylor_instability": 2, "shear_flow": 32, "supernova_explosion_64": 2, "turbulence_gravity_cooling": 2,
+    "turbulent_radiative_layer_2D": 64, "viscoelastic_instability": 32,
+}

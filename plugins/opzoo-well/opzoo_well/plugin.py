@@ -4,7 +4,7 @@ import opzoo
 
 from .backbones import BACKBONES
 from .converter import convert_the_well
-from .presets import register_presets
+from .families import FAMILIES
 from .upstream import build_the_wells_model
 
 
@@ -19,4 +19,5 @@ def opzoo_register_components(registry):
 
 @opzoo.hookimpl
 def opzoo_register_models(registry):
-    register_presets(registry)
+    for family in FAMILIES:
+        registry.register_family(family)

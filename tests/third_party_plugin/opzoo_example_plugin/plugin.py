@@ -3,6 +3,8 @@ from torch import nn
 
 import opzoo
 
+from .family import FAMILY
+
 
 class ShiftMixer(opzoo.Mixer):
     """Mixes each token with its neighbour along the first spatial axis: ``[B, *S, D] -> [B, *S, D]``."""
@@ -29,3 +31,4 @@ def opzoo_register_models(registry):
         args=dict(width=16, depth=1, in_channels=2, out_channels=2, in_timesteps=3,
                   mixer="example-shift", mixer_args={"shift": 2}),
     )
+    registry.register_family(FAMILY)

@@ -1,0 +1,54 @@
+"""PDE-Transformer's published checkpoints, one table per family (mixed and separate channels): each row is a preset,
+and its weights source, load check, provenance, ``pretrained_cfg``, reported result and card are derived from it by
+the rules in ``provenance.py`` and ``checks.py``. Adding a checkpoint is adding a row.
+
+Rows: tum-pbs/pde-transformer ``docs/pretrained-weights.md`` @ 850e09d (the Hub subfolders, the authors' parameter
+counts and nRMSE after 1 and 10 autoregressive steps on the pretraining datasets); sizes are pdetransformer's
+``PDE_S/B/L`` (``backbones.SIZES``)."""
+
+from __future__ import annotations
+
+from importlib.resources import files
+
+import opzoo
+
+from .backbones import DEPTH, SIZES
+from .checks import config_agrees
+from .converter import CONFIG_FILE, WEIGHTS_FILE
+from .provenance import HUB_REPO, card_fields, mixed_facts, pretrained_cfg, reported_result, separate_facts
+
+CARDS = files("opzoo_pdet") / "model_cards"
+SHARED_ARGS = {"depth": list(DEPTH), "in_channels": 2, "out_channels": 2, "periodic": True}
+
+
+def row(name: str, subfolder: str, size: str, size_word: str, nrmse: tuple[float, float], params: str) -> opzoo.Variant:
+    return opzoo.Variant(name, args=SIZES[size], weights=f"{subfolder}/{WEIGHTS_FILE}",
+                         extra_files=(f"{subfolder}/{CONFIG_FILE}",),
+                         data={"subfolder": subfolder, "size": size, "size_word": size_word, "nrmse": nrmse,
+                               "published_params": params})
+
+
+MIXED = opzoo.CheckpointFamily(
+    "pdet-mc", backbone="pdet-mc", args=SHARED_ARGS, repo_id=HUB_REPO, converter="pde-transformer",
+    variants=(
+        #   preset       subfolder  size     size       nRMSE1, nRMSE10  authors' params
+        row("pdet-mc-s", "mc-s", "PDE-S", "Small", (0.044, 0.36), "~33M"),
+        row("pdet-mc-b", "mc-b", "PDE-B", "Base", (0.038, 0.31), "~130M"),
+        row("pdet-mc-l", "mc-l", "PDE-L", "Large", (0.034, 0.27), "~518M"),
+    ),
+    checks=lambda v: (config_agrees(v["subfolder"], "pdet-mc"),), provenance=mixed_facts, results=reported_result,
+    pretrained_cfg=pretrained_cfg("pdet-mc"), card=CARDS / "pdet-mc.md", card_fields=card_fields,
+)
+
+SEPARATE = opzoo.CheckpointFamily(
+    "pdet-sc", backbone="pdet-sc", args=SHARED_ARGS, repo_id=HUB_REPO, converter="pde-transformer",
+    variants=(
+        row("pdet-sc-s", "sc-s", "PDE-S", "Small", (0.043, 0.34), "~46M"),
+        row("pdet-sc-b", "sc-b", "PDE-B", "Base", (0.037, 0.29), "~178M"),
+        row("pdet-sc-l", "sc-l", "PDE-L", "Large", (0.034, 0.26), "~701M"),
+    ),
+    checks=lambda v: (config_agrees(v["subfolder"], "pdet-sc"),), provenance=separate_facts, results=reported_result,
+    pretrained_cfg=pretrained_cfg("pdet-sc"), card=CARDS / "pdet-sc.md", card_fields=card_fields,
+)
+
+FAMILIES = (MIXED, SEPARATE)
