@@ -17,14 +17,15 @@ from importlib.resources import as_file
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
-from ..config import config_document, read_config
-from ..errors import ConfigError, HubError, UnknownNameError, WeightsError
+from ..config import CONFIG_NAME, config_document, read_config
+from ..errors import ConfigError, HubError, WeightsError
 from ..host.provenance import PretrainedArtifacts, Result, refuse_failed, run_checks, snapshot_revision
 from ..host.registry import Preset, PretrainedSource, get_registry
 from .adapt import SHAPE_FIELDS, adapt_model
 from .converters import ConvertedCheckpoint
 from .hub import (
     WEIGHTS_NAME,
+    check_repo_dir,
     hub_download,
     hub_repo_files,
     load_state_dict_strict,
@@ -32,13 +33,12 @@ from .hub import (
     open_repo,
     read_repo_retrying,
     read_state_dict,
-    repo_files,
     upload_folder,
     write_repo,
 )
 from .model_card import render_card
 from .pretrained_cfg import schema_of, validate_pretrained_cfg
-from .reference import HF_HUB_PREFIX, LOCAL_DIR_PREFIX, ModelReference, parse_model_reference
+from .reference import ModelReference, model_reference, parse_model_reference
 
 if TYPE_CHECKING:
     import torch
@@ -93,18 +93,20 @@ def list_models(pattern: str = "*", pretrained: bool = False, include_aliases: b
     return names
 
 
-def create_model(name: str, pretrained: bool = False, **args: Any) -> "nn.Module":
-    """timm's name for :func:`load`: a preset, ``hf-hub:``/``local-dir:`` reference or saved directory
-    (``args`` are config overrides); or a registered *backbone* name built from config fields ``args``
-    with random weights, e.g. ``create_model("pot", width=64, ...)``."""
-    ref = parse_model_reference(name)
-    if ref.kind != "backbone":
-        return load(ref, pretrained=pretrained, **args)
+def create_model(name: "str | ModelReference", pretrained: bool = False, **args: Any) -> "nn.Module":
+    """timm's name for :func:`load` (the same grammar, the same model): a preset, ``hf-hub:``/``local-dir:``
+    reference or saved directory (``args`` are config overrides), or a registered *backbone* name built from config
+    fields ``args`` with random weights, e.g. ``create_model("pot", width=64, ...)``."""
+    return load(name, pretrained=pretrained, **args)
+
+
+def build_backbone(ref: ModelReference, pretrained: bool, args: dict[str, Any]) -> "nn.Module":
+    """A registered backbone ``ref`` built from config fields ``args``, random weights (it has no published ones)."""
     if pretrained:
-        raise HubError(f"{name!r} is a bare backbone and has no weights; name a preset "
+        raise HubError(f"{ref.given!r} is a bare backbone and has no weights; name a preset "
                        f"(opzoo.list_models(pretrained=True)) or a saved repo")
     oversize = {"allow_oversize": args.pop("allow_oversize")} if "allow_oversize" in args else {}
-    return build_model(name, args, f"{name} config", oversize or None)
+    return build_model(ref.given, args, f"{ref.given} config", oversize or None)
 
 
 def build_preset(preset: Preset, overrides: Mapping[str, Any] | None = None) -> "nn.Module":
@@ -318,17 +320,35 @@ def push_to_hub(
 
 
 def from_pretrained(
-    repo_or_dir: str | os.PathLike, revision: str | None = None, *, device: "str | torch.device | None" = None,
-    **overrides: Any,
+    repo_or_dir: "str | os.PathLike | ModelReference", revision: str | None = None, *,
+    device: "str | torch.device | None" = None, **overrides: Any,
 ) -> "nn.Module":
-    """Load an opzoo repo from a local directory or the Hub (``revision``: branch, tag or commit).
+    """Load a saved opzoo repo from a local directory or the Hub (``revision``: branch, tag or commit), in eval mode.
 
-    ``overrides`` replace config fields (the weights must still fit). Extra keyword arguments of
-    ``hf_hub_download`` (``cache_dir``, ``token``, ``force_download``) may be given as overrides
-    named ``hub_<arg>``.
+    The grammar is :func:`load`'s (``hf-hub:org/name[@rev]``, ``local-dir:PATH``, a directory, a preset), with one
+    documented difference, huggingface_hub's convention: a bare ``org/name`` that is neither a preset nor a directory
+    is a Hub repo (``load`` asks for ``hf-hub:`` there). A preset name loads its published weights, as
+    ``load(name, pretrained=True)``. ``overrides`` replace config fields (the weights must still fit). Extra keyword
+    arguments of ``hf_hub_download`` (``cache_dir``, ``token``, ``force_download``) may be given as overrides named
+    ``hub_<arg>``.
     """
-    hub_kwargs = {k[4:]: overrides.pop(k) for k in list(overrides) if k.startswith("hub_")}
-    config_path, weights_path = repo_files(repo_or_dir, revision, **hub_kwargs)
+    ref = repo_or_dir if isinstance(repo_or_dir, ModelReference) else parse_model_reference(
+        Path(repo_or_dir) if isinstance(repo_or_dir, Path) else repo_or_dir, backbones=False, bare_repo_ids=True)
+    if ref.kind == "preset":
+        if revision is not None:
+            raise ConfigError(f"from_pretrained({ref.given!r}, revision={revision!r}): revision applies to Hub repos; "
+                              f"for a preset's weights pass pretrained_cfg_overlay={{'revision': ...}} to opzoo.load")
+        model = load(ref, pretrained=True, **overrides)
+        return model.to(device) if device is not None else model
+    if ref.kind == "hub":
+        if revision is not None and ref.revision is not None and revision != ref.revision:
+            raise ConfigError(f"{ref.given!r} names revision {ref.revision!r} and revision={revision!r} another; "
+                              "give one")
+        hub_kwargs = {k[4:]: overrides.pop(k) for k in list(overrides) if k.startswith("hub_")}
+        config_path, weights_path = hub_repo_files(ref.repo_id, revision or ref.revision, **hub_kwargs)
+    else:
+        check_repo_dir(ref.path)
+        config_path, weights_path = ref.path / CONFIG_NAME, ref.path / WEIGHTS_NAME
     return _from_files(config_path, weights_path, device, overrides)
 
 
@@ -349,17 +369,9 @@ def _from_files(config_path: Path, weights_path: Path, device, overrides: Mappin
 
 
 # ---- by name -------------------------------------------------------------------------------------
-def is_saved_model_reference(name: str | os.PathLike) -> bool:
-    """Whether :func:`load` reads ``name`` as a saved model (``hf-hub:``, ``local-dir:`` or an existing
-    directory that is not also a preset name) rather than a registered preset."""
-    try:
-        return parse_model_reference(name, backbones=False).saved
-    except (HubError, UnknownNameError):
-        return str(name).startswith((HF_HUB_PREFIX, LOCAL_DIR_PREFIX))
-
-
-def load(name: str | os.PathLike, pretrained: bool = False, **overrides: Any) -> "nn.Module":
-    """A model by preset name, ``hf-hub:org/repo[@rev]``, ``local-dir:PATH`` or existing directory.
+def load(name: "str | os.PathLike | ModelReference", pretrained: bool = False, **overrides: Any) -> "nn.Module":
+    """A model by preset name, ``hf-hub:org/repo[@rev]``, ``local-dir:PATH``, existing directory, or registered
+    backbone name (random weights from config fields ``overrides``; :func:`create_model` is the same function).
 
     ``pretrained=True`` loads a preset's published weights (converted on load when they are in a
     foreign format, after the preset's load checks pass on them) and returns the model in eval mode,
@@ -383,7 +395,9 @@ def load(name: str | os.PathLike, pretrained: bool = False, **overrides: Any) ->
     """
     overlay = overrides.pop("pretrained_cfg_overlay", None)
     checkpoint_path = overrides.pop("checkpoint_path", None)
-    ref = name if isinstance(name, ModelReference) else parse_model_reference(name, backbones=False)
+    ref = model_reference(name)
+    if ref.kind == "backbone" and overlay is None and checkpoint_path is None:
+        return build_backbone(ref, pretrained, overrides)
     if (overlay is not None or checkpoint_path is not None) and ref.kind != "preset":
         raise ConfigError(f"{name}: pretrained_cfg_overlay= and checkpoint_path= apply to presets; a saved model "
                           f"brings its own weights and pretrained_cfg")
@@ -392,7 +406,7 @@ def load(name: str | os.PathLike, pretrained: bool = False, **overrides: Any) ->
         config_path, weights_path = hub_repo_files(ref.repo_id, ref.revision, **hub_kwargs)
         return _from_files(config_path, weights_path, overrides.pop("device", None), overrides)
     if ref.kind == "dir":
-        return from_pretrained(ref.path, **overrides)
+        return from_pretrained(ref, **overrides)
     preset = get_registry().preset(ref.preset)
     if overlay is not None:
         preset, file = overlaid(preset, overlay)
@@ -470,11 +484,9 @@ def _distribution_version(distribution: str) -> str | None:
         return None
 
 
-def saved_pretrained_cfg(name: str) -> dict:
+def saved_pretrained_cfg(name: "str | ModelReference") -> dict:
     """The ``pretrained_cfg`` in a saved model's ``config.json`` (only that file is read or fetched)."""
-    from ..config import CONFIG_NAME
-
-    ref = parse_model_reference(name, backbones=False)
+    ref = model_reference(name, backbones=False)
     if ref.kind == "hub":
         return read_config(hub_download(ref.repo_id, CONFIG_NAME, ref.revision))["pretrained_cfg"]
     if ref.kind != "dir":
@@ -482,23 +494,21 @@ def saved_pretrained_cfg(name: str) -> dict:
     return read_config(ref.path / CONFIG_NAME)["pretrained_cfg"]
 
 
-def preset_named(name: str) -> Preset:
+def preset_named(name: "str | ModelReference") -> Preset:
     """The registered preset ``name`` (:func:`opzoo.model_io.reference.parse_model_reference`'s errors otherwise)."""
-    ref = parse_model_reference(name, backbones=False)
+    ref = model_reference(name, backbones=False)
     if ref.kind != "preset":
         raise HubError(f"{name} is a saved model, not a preset")
     return get_registry().preset(ref.preset)
 
 
-def resolve_weights(name: str, pretrained: bool | None) -> tuple[bool, str]:
+def resolve_weights(name: "str | ModelReference", pretrained: bool | None) -> tuple[bool, str]:
     """``(pretrained, description)`` for model ``name``: ``pretrained=None`` (the default of ``eval``,
     ``rollout``, ``finetune``) means a preset's published weights when it has some, else random init;
     ``description`` says which weights run (e.g. ``NAME pretrained, from hf-hub:...``; the CLI prints it
     after ``weights:``, a card names the base model with it)."""
-    from .hub import check_repo_dir
-
-    name = str(name)
-    ref = parse_model_reference(name, backbones=False)
+    ref = model_reference(name, backbones=False)
+    name = ref.given
     if ref.saved:
         if pretrained is False:
             raise ConfigError(f"--no-pretrained applies to presets; {name} is a saved model and always loads its weights")
@@ -521,6 +531,5 @@ __all__ = [
     "source_description", "resolve_weights", "saved_pretrained_cfg", "adapt_loaded",
     "build_model", "create_model", "build_preset", "list_models", "load", "from_pretrained", "save_pretrained",
     "push_to_hub", "convert_file", "convert_to_repo", "load_preset_weights", "pretrained_file", "pretrained_files",
-    "fetch_pretrained",
-    "is_saved_model_reference",
+    "fetch_pretrained", "build_backbone",
 ]

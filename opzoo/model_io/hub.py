@@ -427,19 +427,6 @@ def hub_download(repo_id: str, filename: str, revision: str | None = None, *, co
         raise HubError(f"{repo_id!r} is not a valid Hub repo id ({e})") from None
 
 
-def repo_files(repo_or_dir: str | os.PathLike, revision: str | None = None, **kwargs: Any) -> tuple[Path, Path]:
-    """Local paths of ``(config.json, model.safetensors)`` of a repo directory or Hub repo ``org/name``
-    (downloaded into the Hugging Face cache; ``kwargs`` go to ``hf_hub_download``)."""
-    path = Path(repo_or_dir)
-    if path.is_dir() or wait_for_save(path):
-        check_repo_dir(path)
-        return path / CONFIG_NAME, path / WEIGHTS_NAME
-    repo_id = str(repo_or_dir)
-    if not _REPO_ID.match(repo_id):
-        raise HubError(f"{repo_id!r} is neither a local directory nor a Hub repo id of the form 'org/name'")
-    return hub_repo_files(repo_id, revision, **kwargs)
-
-
 def check_repo_id(repo_id: str) -> None:
     """HubError unless ``repo_id`` is a Hub repo id ``org/name`` (ASCII letters, digits, ``-_.``; no ``..``)."""
     if not _REPO_ID.match(repo_id) or ".." in repo_id or not repo_id.isascii():
@@ -520,7 +507,7 @@ def push_folder_to_hub(folder: str | os.PathLike, repo_id: str, **kwargs: Any):
 
 
 __all__ = [
-    "write_repo", "repo_files", "wait_for_save", "hub_repo_files", "check_repo_id", "read_state_dict", "open_repo", "read_repo_retrying", "RepoChanged", "clean_dead_saves", "push_folder_to_hub", "upload_folder", "load_weights",
+    "write_repo", "wait_for_save", "hub_repo_files", "check_repo_id", "read_state_dict", "open_repo", "read_repo_retrying", "RepoChanged", "clean_dead_saves", "push_folder_to_hub", "upload_folder", "load_weights",
     "load_state_dict_strict", "check_state_dict", "hub_download", "hub_unreachable", "hub_wait", "WEIGHTS_NAME",
     "CARD_NAME",
 ]

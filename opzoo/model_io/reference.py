@@ -4,9 +4,13 @@
     local-dir:PATH               a saved repo directory
     PATH                         an existing directory (a preset of the same name wins)
     NAME                         a registered preset or alias, or a registered backbone
+    org/name                     with ``bare_repo_ids=True`` only (``opzoo.from_pretrained``, as huggingface_hub's
+                                 ``from_pretrained``): a Hub repo when it is neither a preset nor a directory
 
-Every caller (``opzoo.load``, ``create_model``, the command line, the trainer, the model card) asks
-:func:`parse_model_reference`; no other module spells the prefixes.
+A reference is parsed once, where it enters (``opzoo.load``, ``create_model``, the command line, a run config), and
+carried from there as a :class:`ModelReference` value: every function that takes a model name also takes the parsed
+value (:func:`model_reference` passes it through), and a run config carries it (``RunConfig.model.reference``). No
+other module spells the prefixes.
 """
 
 from __future__ import annotations
@@ -63,8 +67,10 @@ def parse_hub(name: str) -> tuple[str, str | None]:
     return repo, revision or None
 
 
-def parse_model_reference(name: str | os.PathLike, backbones: bool = True) -> ModelReference:
-    """What ``name`` refers to (see the module doc); ``backbones=False`` leaves bare backbone names out.
+def parse_model_reference(name: str | os.PathLike, backbones: bool = True, bare_repo_ids: bool = False
+                          ) -> ModelReference:
+    """What ``name`` refers to (see the module doc); ``backbones=False`` leaves bare backbone names out;
+    ``bare_repo_ids=True`` reads ``org/name`` that is neither a preset nor a directory as a Hub repo.
     A HubError for a malformed Hub id, a missing ``local-dir:`` or a path that names nothing; an
     UnknownNameError (with the registered names) otherwise."""
     name = str(name)
@@ -88,6 +94,8 @@ def parse_model_reference(name: str | os.PathLike, backbones: bool = True) -> Mo
         return ModelReference("dir", name, path=path)
     if backbones and name in registry.names("backbone"):
         return ModelReference("backbone", name)
+    if bare_repo_ids and not name.startswith((".", "~", "/")) and name.count("/") == 1:
+        return parse_model_reference(HF_HUB_PREFIX + name)
     if looks_like_path(name):
         raise HubError(f"{name}: no such directory (a saved model is a directory holding config.json and "
                        f"model.safetensors; a Hub repo is named hf-hub:{name.lstrip('./~')}; a preset has no '/')")
@@ -95,4 +103,15 @@ def parse_model_reference(name: str | os.PathLike, backbones: bool = True) -> Mo
     raise UnknownNameError("model or backbone" if backbones else "model", name, known)
 
 
-__all__ = ["ModelReference", "parse_model_reference", "parse_hub", "HF_HUB_PREFIX", "LOCAL_DIR_PREFIX"]
+def model_reference(name: "str | os.PathLike | ModelReference", backbones: bool = True) -> ModelReference:
+    """``name`` parsed (:func:`parse_model_reference`), or ``name`` itself when it is already a parsed reference (with
+    ``backbones=False``, a bare backbone is refused as the parser refuses it)."""
+    if not isinstance(name, ModelReference):
+        return parse_model_reference(name, backbones)
+    if name.kind == "backbone" and not backbones:
+        registry = get_registry()
+        raise UnknownNameError("model", name.given, registry.list_models(include_aliases=True))
+    return name
+
+
+__all__ = ["ModelReference", "parse_model_reference", "model_reference", "parse_hub", "HF_HUB_PREFIX", "LOCAL_DIR_PREFIX"]

@@ -16,22 +16,20 @@ from ..errors import ConfigError
 from ..evaluation.fit import fit_data, open_trajectories
 from ..evaluation.shape_check import check_frames, check_resolution
 from ..model_io.adapt import BOUNDARY_FIELDS, SHAPE_FIELDS
-from ..model_io.builder import create_model, load
+from ..model_io.builder import load
 from .config import DatasetSpec, RunConfig
 
 
 def build_run_model(section) -> nn.Module:
     """A preset (``pretrained`` weights optional), a registered backbone, or a saved repo / Hub id."""
-    from ..model_io.reference import parse_model_reference
-
-    name = section.name
-    if parse_model_reference(name).kind != "backbone":
+    ref = section.reference
+    if ref.kind != "backbone":
         # with adapt, the shape fields are targets of opzoo.model_io.adapt, not load overrides
         args = {k: v for k, v in section.args.items() if not (section.adapt and k in SHAPE_FIELDS + BOUNDARY_FIELDS)}
-        return load(name, pretrained=section.pretrained, **args, **_oversize(section))
+        return load(ref, pretrained=section.pretrained, **args, **_oversize(section))
     if section.pretrained:
-        raise ConfigError(f"model.pretrained: {name!r} is a bare backbone with no weights; name a preset or a repo")
-    return create_model(name, **section.args, **_oversize(section))
+        raise ConfigError(f"model.pretrained: {ref.given!r} is a bare backbone with no weights; name a preset or a repo")
+    return load(ref, **section.args, **_oversize(section))
 
 
 def _oversize(section) -> dict:

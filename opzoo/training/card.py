@@ -8,27 +8,34 @@ fine-tuned and persistence errors on its test split, and the command that made i
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from ..errors import OpzooError
 from ..evaluation.rollouts import DatasetResult, headline
 
+if TYPE_CHECKING:
+    from ..model_io.reference import ModelReference
 
-def base_model_id(name: str) -> str:
+
+def given_name(name: "str | ModelReference") -> str:
+    return name if isinstance(name, str) else name.given
+
+
+def base_model_id(name: "str | ModelReference") -> str:
     """``base_model`` for the front matter: a Hub repo id where there is one, else the opzoo name (a local
     model: its folder's name, not its path)."""
     from ..host.registry import get_registry
-    from ..model_io.reference import parse_model_reference
+    from ..model_io.reference import model_reference
 
     try:
-        ref = parse_model_reference(name)
+        ref = model_reference(name)
     except OpzooError:
-        return Path(name).name
+        return Path(given_name(name)).name
     if ref.kind == "dir":  # a local model (a fine-tune's output): the published model its lineage starts from
         from ..model_io.builder import saved_pretrained_cfg
 
         try:
-            root = saved_pretrained_cfg(str(ref.path)).get("preset")
+            root = saved_pretrained_cfg(ref).get("preset")
         except OpzooError:
             root = None
         if root and get_registry().has_preset(root):
@@ -40,14 +47,14 @@ def base_model_id(name: str) -> str:
     return ref.base_model_id
 
 
-def base_license(name: str) -> str:
+def base_license(name: "str | ModelReference") -> str:
     """The license a fine-tune inherits: the ``license:`` of its base preset's card front matter, else ``unknown``
     (weights of unknown license stay so: fine-tuning does not make them MIT)."""
     from ..host.registry import get_registry
-    from ..model_io.reference import parse_model_reference
+    from ..model_io.reference import model_reference
 
     try:
-        ref = parse_model_reference(name)
+        ref = model_reference(name)
     except OpzooError:
         return "unknown"
     text = get_registry().preset(ref.preset).card_template() if ref.kind == "preset" else None
@@ -58,15 +65,21 @@ def base_license(name: str) -> str:
     return found[0] if found and found[0] else "unknown"
 
 
-def _portable(base_weights: str, model_name: str) -> str:
+def _portable(base_weights: str, model_name: "str | ModelReference") -> str:
     """The weights line without a local path: the base model's folder by its name, and any other absolute path (a
     package's weights directory) by its last three parts (``opzoo_fourier/pretrained/dpot-micro``)."""
     import re
 
-    from ..model_io.reference import LOCAL_DIR_PREFIX
+    from ..model_io.reference import model_reference
 
-    local = model_name.removeprefix(LOCAL_DIR_PREFIX)
-    text = base_weights.replace(local, Path(local).name) if "/" in local else base_weights
+    try:
+        ref = model_reference(model_name)
+    except OpzooError:
+        ref = None
+    text = base_weights
+    if ref is not None and ref.kind == "dir":  # the base model's folder, as the weights line names it
+        for local in (ref.given, str(ref.path)):
+            text = text.replace(local, ref.path.name) if "/" in local else text
     return re.sub(r"(?<![\w.])/[^\s,;()]+", lambda m: "/".join(Path(m.group(0)).parts[-3:]), text)
 
 
@@ -105,7 +118,7 @@ def portable_command(command: str | None) -> str | None:
     return shlex.join(out)
 
 
-def run_card(*, model_name: str, from_scratch: bool, base_weights: str, datasets: Sequence[tuple[str, object]],
+def run_card(*, model_name: "str | ModelReference", from_scratch: bool, base_weights: str, datasets: Sequence[tuple[str, object]],
              steps: int, lr: float, batch_size: int, seed: int, zero_shot: Sequence[DatasetResult] | None,
              final: Sequence[DatasetResult], command: str | None, resolution: Sequence[int], channels: int,
              in_timesteps: int) -> str:
@@ -123,7 +136,7 @@ def run_card(*, model_name: str, from_scratch: bool, base_weights: str, datasets
         front += [f"base_model: {base_model_id(model_name)}", "base_model_relation: finetune"]
     front.append("---")
     files = ", ".join(f"`{Path(p).name}`" for p, _ in datasets)
-    lines = [*front, f"# {Path(model_name).name} {kind} on {files}", "",
+    lines = [*front, f"# {Path(given_name(model_name)).name} {kind} on {files}", "",
              f"An opzoo model with ${{parameters}} parameters, {kind} by `opzoo` on the data below.", "",
              "## Base model", "",
              ("None: random initialization of the architecture of " if from_scratch else "")

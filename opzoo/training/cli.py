@@ -119,19 +119,21 @@ def thread_advice() -> str | None:
 def cmd_finetune(args) -> int:
     from ..evaluation.fit import array_order_lines
     from ..model_io.builder import resolve_weights
+    from ..model_io.reference import parse_model_reference
     from .finetune import finetune_config, recommended_lr
     from .trainer import Trainer
 
-    pretrained, weights = resolve_weights(args.model, args.pretrained)
+    model = parse_model_reference(args.model)  # parsed once, here, and carried in the run config
+    pretrained, weights = resolve_weights(model, args.pretrained)
     say(f"weights: {weights}")
     advice = thread_advice()
     if advice:
         say(advice)
     for line in array_order_lines(args.data, args.layout):
         say(line)
-    lr, why = (args.lr, "--lr") if args.lr is not None else recommended_lr(args.model, pretrained)
+    lr, why = (args.lr, "--lr") if args.lr is not None else recommended_lr(model, pretrained)
     say(f"lr: {lr:g} ({why})")
-    cfg = finetune_config(args.model, args.data, args.out, steps=args.steps, batch_size=args.batch_size, lr=lr,
+    cfg = finetune_config(model, args.data, args.out, steps=args.steps, batch_size=args.batch_size, lr=lr,
                           resolution=args.resolution, in_timesteps=args.in_timesteps, test_fraction=args.test_fraction,
                           pretrained=pretrained, layout=args.layout, fields=fields_of(args),
                           overrides=parse_overrides(args.set))

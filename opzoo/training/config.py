@@ -11,10 +11,13 @@ import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import Any, Literal, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional
 
 from ..config import build_dataclass
 from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from ..model_io.reference import ModelReference
 
 
 @dataclasses.dataclass
@@ -50,6 +53,25 @@ class ModelSection:
     adapt: bool = False
     # build a model whose estimated training memory exceeds this machine's ten times (opzoo.model_io.size_check)
     allow_oversize: bool = False
+
+    @property
+    def reference(self) -> "ModelReference":
+        """``name`` parsed (:class:`opzoo.model_io.reference.ModelReference`): once, when the run config is validated
+        (or given by the command that parsed it), then carried with the config; parsed again only if ``name``
+        changes."""
+        from ..model_io.reference import parse_model_reference
+
+        ref = self.__dict__.get("_reference")
+        if ref is None or ref.given != self.name:
+            ref = parse_model_reference(self.name)
+            self.__dict__["_reference"] = ref
+        return ref
+
+    def carry(self, reference: "ModelReference") -> None:
+        """Carry ``reference``, already parsed by whoever named the model (it must be ``name``'s)."""
+        if reference.given != self.name:
+            raise ValueError(f"model reference {reference.given!r} is not model.name {self.name!r}")
+        self.__dict__["_reference"] = reference
 
 
 @dataclasses.dataclass
@@ -246,9 +268,7 @@ def _check_values(cfg: RunConfig, base: Path | None, source: str) -> None:
     for i, h in enumerate(cfg.optimizer.hooks):
         if h.name not in registry.names("optimizer_hook"):
             registry.get("optimizer_hook", h.name)  # raises UnknownNameError with suggestions
-    from ..model_io.reference import parse_model_reference
-
-    parse_model_reference(cfg.model.name)  # a preset, backbone, Hub repo or directory, or a one-line error
+    cfg.model.reference  # a preset, backbone, Hub repo or directory (parsed once, carried), or a one-line error
 
 
 def resolve_path(path: str, base: Path | None) -> Path:
@@ -276,12 +296,16 @@ def _load_yaml(text: str) -> Any:
     return yaml.load(text, Loader=Loader)
 
 
-def parse_run_config(document: Mapping[str, Any], source: str = "run config", base: Path | None = None) -> RunConfig:
-    """Validate a run-config mapping completely (types, ranges, files, names) and build it."""
+def parse_run_config(document: Mapping[str, Any], source: str = "run config", base: Path | None = None,
+                     reference: "ModelReference | None" = None) -> RunConfig:
+    """Validate a run-config mapping completely (types, ranges, files, names) and build it; ``reference``: the model
+    named by ``model.name``, already parsed by the caller (carried, not parsed again)."""
     try:
         cfg = build_dataclass(RunConfig, document, "")
     except ConfigError as e:
         raise ConfigError(f"{source}: {str(e).lstrip(': ')}") from None
+    if reference is not None and reference.given == cfg.model.name:
+        cfg.model.carry(reference)
     _check_values(cfg, base, source)
     return cfg
 

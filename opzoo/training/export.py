@@ -38,7 +38,7 @@ def export_model(model: nn.Module, ema: EMA | None, cfg: RunConfig, data: RunDat
     trains = [TrajectoryDataset(part.source, indices=[int(i) for i in part.samples]) for part in data.train.datasets]
     record = training_record(cfg.data.datasets, trains,
                              [te for _, te in data.test], base=base if cfg.model.pretrained or base.get("training_data")
-                             else None, base_id=base_model_id(cfg.model.name))
+                             else None, base_id=base_model_id(cfg.model.reference))
     with ema_weights(model, ema) as model:
         model.pretrained_cfg = {**base, "resolution": list(shape.resolution),
                                 "channels": shape.channels, "in_timesteps": shape.in_timesteps,
@@ -63,12 +63,11 @@ def run_model_card(cfg: RunConfig, data: RunData, from_scratch: bool, zero_shot:
                    final: Sequence[DatasetResult], command: str | None) -> str:
     """The run's model card: base model, data and splits, steps and lr, test errors, command."""
     from ..model_io.builder import resolve_weights
-    from ..model_io.reference import parse_model_reference
     from .card import run_card
 
-    name = cfg.model.name
+    name = cfg.model.reference
     try:  # a saved repo always brings its weights, whatever model.pretrained says
-        base = resolve_weights(name, True if parse_model_reference(name).saved else cfg.model.pretrained)[1]
+        base = resolve_weights(name, True if name.saved else cfg.model.pretrained)[1]
     except OpzooError:  # a bare backbone name
         base = f"backbone {name}, random init"
     shape = data.frame_shape

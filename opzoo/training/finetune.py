@@ -23,7 +23,7 @@ Every fine-tuning run evaluates on its test split at step 0 (zero-shot) and at t
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from torch import nn
 
@@ -31,6 +31,9 @@ from ..errors import ConfigError
 from ..model_io.adapt import BOUNDARY_FIELDS, SHAPE_FIELDS, adapt_model
 from .build import OpenDataset, open_datasets
 from .config import RunConfig, parse_run_config
+
+if TYPE_CHECKING:
+    from ..model_io.reference import ModelReference
 
 AXES = "XYZ"
 
@@ -40,24 +43,25 @@ SCRATCH_LR = 1e-3  # the pretraining recipe's max lr (DESIGN §8), for a run fro
 EVALS_PER_RUN = 5  # test-split evaluations during a fine-tuning run (plus step 0)
 
 
-def recommended_lr(model: str, pretrained: bool) -> tuple[float, str]:
+def recommended_lr(model: "str | ModelReference", pretrained: bool) -> tuple[float, str]:
     """``(lr, where it comes from)``: the ``finetune_lr`` recorded in the model's ``pretrained_cfg``
     (a preset's, or a saved repo's config.json), else opzoo's fallback; from scratch, the pretraining lr."""
     from ..host.registry import get_registry
     from ..model_io.builder import saved_pretrained_cfg
-    from ..model_io.reference import parse_model_reference
+    from ..model_io.reference import model_reference
 
-    saved = parse_model_reference(model).saved  # a saved repo always brings its weights
-    if not pretrained and not saved:
+    ref = model_reference(model)
+    model = ref.given
+    if not pretrained and not ref.saved:  # a saved repo always brings its weights
         return SCRATCH_LR, "the pretraining recipe's max lr (random init)"
-    cfg = saved_pretrained_cfg(model) if saved else get_registry().preset(model).pretrained_cfg
+    cfg = saved_pretrained_cfg(ref) if ref.saved else get_registry().preset(ref.preset).pretrained_cfg
     lr = cfg.get("finetune_lr")
     if lr is None:
         return FALLBACK_FINETUNE_LR, f"opzoo's fallback: {model} records no finetune_lr in its pretrained_cfg"
     return float(lr), f"recommended in {model}'s pretrained_cfg (finetune_lr)"
 
 
-def finetune_config(model: str, data: Sequence[str], output_dir: str, *, steps: int = 500, batch_size: int = 8,
+def finetune_config(model: "str | ModelReference", data: Sequence[str], output_dir: str, *, steps: int = 500, batch_size: int = 8,
                     lr: float | None = None, resolution: Sequence[int] | None = None, in_timesteps: int | None = None,
                     test_fraction: float = 0.1, pretrained: bool = True, layout: str | None = None,
                     fields: Sequence[str] | None = None,
@@ -69,11 +73,14 @@ def finetune_config(model: str, data: Sequence[str], output_dir: str, *, steps: 
     training (zero-shot), ``EVALS_PER_RUN`` times during it and at the end. ``resolution`` and
     ``in_timesteps`` other than the model's adapt its layers (see the module doc).
     """
+    from ..model_io.reference import model_reference
+
+    reference = model_reference(model)
     if lr is None:
-        lr = recommended_lr(model, pretrained)[0]
+        lr = recommended_lr(reference, pretrained)[0]
     document: dict[str, Any] = {
         "output_dir": output_dir,
-        "model": {"name": model, "pretrained": pretrained, "adapt": True,
+        "model": {"name": reference.given, "pretrained": pretrained, "adapt": True,
                   "args": {} if in_timesteps is None else {"in_timesteps": int(in_timesteps)}},
         "data": {"datasets": [{"path": p, "test_fraction": test_fraction, **({"layout": layout} if layout else {}),
                                **({"fields": list(fields)} if fields else {})}
@@ -89,7 +96,7 @@ def finetune_config(model: str, data: Sequence[str], output_dir: str, *, steps: 
         for key in parents:
             node = node.setdefault(key, {})
         node[leaf] = value
-    return parse_run_config(document, source="finetune arguments")
+    return parse_run_config(document, source="finetune arguments", reference=reference)
 
 
 def _file_shape(src) -> str:

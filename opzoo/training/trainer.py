@@ -113,9 +113,7 @@ class Trainer:
     @property
     def from_scratch(self) -> bool:
         """Whether this run starts from random weights (no published or saved weights loaded)."""
-        from ..model_io.reference import parse_model_reference
-
-        return not self.cfg.model.pretrained and not parse_model_reference(self.cfg.model.name).saved
+        return not self.cfg.model.pretrained and not self.cfg.model.reference.saved
 
     def model_label(self) -> str:
         """The model as plots and the card name it: ``NAME (from scratch)`` or ``NAME (fine-tuned)``."""

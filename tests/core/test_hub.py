@@ -138,8 +138,10 @@ def test_not_a_repo(tmp_path):
         opzoo.load(f"local-dir:{tmp_path}")
     with pytest.raises(HubError, match="is not a directory"):
         opzoo.load(f"local-dir:{tmp_path / 'nope'}")
-    with pytest.raises(HubError, match="neither a local directory nor a Hub repo id"):
+    with pytest.raises(opzoo.UnknownNameError, match="not a repo id"):
         opzoo.from_pretrained("not a repo id")
+    with pytest.raises(HubError, match="not a Hub repo id"):
+        opzoo.from_pretrained("org/not a repo")
 
 
 def test_preset_without_weights_says_so():

@@ -19,7 +19,7 @@ def test_list_models_fnmatch_and_aliases():
 def test_unknown_model_lists_closest_names():
     with pytest.raises(UnknownNameError) as info:
         opzoo.load("simple-oq")
-    assert "unknown model 'simple-oq'" in str(info.value)
+    assert "unknown model or backbone 'simple-oq'" in str(info.value)  # load builds a backbone too
     assert "simple-op" in info.value.suggestions
 
 

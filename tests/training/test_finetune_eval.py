@@ -212,3 +212,27 @@ def test_finetune_preset_with_pretrained_weights_from_the_hub_cache(tmp_path, pr
         assert json.loads((out / "model" / "config.json").read_text())["pretrained_cfg"]["preset"] == "test-micro-pot"
     finally:
         registry.forget("tests")
+
+
+def test_a_finetune_parses_its_model_reference_once(tmp_path, pretrained_dir, monkeypatch, capsys):
+    """Issue 44: a model reference is a value, parsed where it enters (the command line) and carried in the run config;
+    one `opzoo finetune` parses it once, not eleven times from eight places."""
+    from opzoo.cli import main
+    from opzoo.model_io import builder, reference
+
+    calls = []
+    parse = reference.parse_model_reference
+
+    def counted(name, *args, **kwargs):
+        import traceback
+        calls.append(str(name) + " <- " + " < ".join(f"{f.name}:{f.lineno}" for f in traceback.extract_stack()[-4:-1]))
+        return parse(name, *args, **kwargs)
+
+    for module in (reference, builder):  # every module that holds the function by name
+        monkeypatch.setattr(module, "parse_model_reference", counted)
+    user = write_canonical(tmp_path / "one.h5", heat_trajectories(8, 16, 10, seed=3), ["T"], "heat")
+    assert main(["finetune", str(pretrained_dir), "--data", str(user), "--out", str(tmp_path / "ft"), "--steps", "2",
+                 "--batch-size", "2", "--test-fraction", "0.25", "--set", "evaluation.plots=false"]) == 0
+    assert len(calls) == 1 and calls[0].startswith(str(pretrained_dir)), "\n".join(calls)
+    card = (tmp_path / "ft" / "model" / "README.md").read_text()
+    assert "base_model" in card
