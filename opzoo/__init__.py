@@ -19,6 +19,7 @@ from .errors import (
     UpstreamUnavailable,
     WeightsError,
 )
+from .files import atomic_write, atomic_writer
 from .host.family import CheckpointFamily, Variant
 from .host.provenance import CheckFailed, Fact, PretrainedArtifacts, PretrainedCheck, Result
 from .host.registry import PretrainedSource, Registry
@@ -74,4 +75,5 @@ __all__ = [
     "CheckpointError", "OptimizerHook", "StepContext", "SpectralLayer", "SpectralWeight", "find_spectral_weights",
     "PretrainedCfg", "Fact", "PretrainedCheck", "PretrainedArtifacts", "CheckFailed", "Result",
     "Upstream", "UpstreamUnavailable", "CheckpointFamily", "Variant",
+    "atomic_write", "atomic_writer",
 ]

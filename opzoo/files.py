@@ -1,9 +1,10 @@
 """Writing opzoo's own files: whole or not at all, never through a planted link, cleaning up after dead writers, and
 JSON without NaN (:func:`strict_json`).
 
-Every temporary name is ``.<target>.opzoo-tmp-<what>-<pid>@<host>-<random>`` in the target's directory: the name says
-which process owns it, so :func:`clean_dead_temporaries` removes only what a process on this host that no longer runs
-left behind. A temporary file is opened with ``O_CREAT | O_EXCL | O_NOFOLLOW`` (a link or file planted at its name is
+Every temporary name is ``.<target>.opzoo-tmp-<what>-<pid>@<host>-<random>`` in the target's directory (a file, a
+staging directory of a save, a checkpoint being written): the name says which process owns it, so
+:func:`clean_dead_temporaries`, the one cleanup after dead writers, removes only what a process on this host that no
+longer runs left behind (and the ``.tmp-<what>-<pid>@<host>`` checkpoint directories of opzoo before issue 44). A temporary file is opened with ``O_CREAT | O_EXCL | O_NOFOLLOW`` (a link or file planted at its name is
 refused, never followed) and mode 0o666 less the umask, as any new file; it replaces the target with ``os.replace``,
 which replaces a link at the target itself rather than writing through it.
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import IO, Any, Iterator
 
 TMP_MARK = ".opzoo-tmp-"
+LEGACY_TMP = ".tmp-"  # checkpoint temporaries written before issue 44: cleaned, never written any more
 
 
 def temporary_name(target: str | os.PathLike, what: str = "new") -> Path:
@@ -65,7 +67,13 @@ def _owner(name: str) -> tuple[int, str] | None:
     """``(pid, host)`` of a temporary name, or None when the name is not one of ours."""
     _, mark, rest = name.partition(TMP_MARK)
     if not mark:
-        return None
+        if not name.startswith(LEGACY_TMP):
+            return None
+        rest, at, host = name.rpartition("@")  # .tmp-<what>-<pid>@<host>, or without @<host> (older still)
+        if not at:
+            rest, host = name, socket.gethostname()
+        pid = rest.rpartition("-")[2]
+        return (int(pid), host) if pid.isdigit() else None
     parts = rest.split("-")  # what..., pid@host (a host name may hold dashes), random
     for i in range(len(parts) - 1, 0, -1):
         pid, at, host_head = parts[i].partition("@")
@@ -79,13 +87,8 @@ def clean_dead_temporaries(directory: str | os.PathLike, target: str | None = No
     is gone; a live writer's, or another host's, are left alone. Returns what was removed."""
     from .processes import process_alive
 
-    directory, host, removed = Path(directory), socket.gethostname(), []
-    pattern = f".{target}{TMP_MARK}*" if target else f".*{TMP_MARK}*"
-    try:
-        candidates = list(directory.glob(pattern))
-    except OSError:
-        return removed
-    for path in candidates:
+    host, removed = socket.gethostname(), []
+    for path in temporaries(directory, target):
         owner = _owner(path.name)
         if owner is None or owner[1] != host or process_alive(owner[0]):
             continue
@@ -95,6 +98,16 @@ def clean_dead_temporaries(directory: str | os.PathLike, target: str | None = No
             path.unlink(missing_ok=True)
         removed.append(path)
     return removed
+
+
+def temporaries(directory: str | os.PathLike, target: str | None = None) -> list[Path]:
+    """The temporaries in ``directory`` (of ``target`` only, when given), live or dead, by name."""
+    directory = Path(directory)
+    patterns = [f".{target}{TMP_MARK}*"] if target else [f".*{TMP_MARK}*", f"{LEGACY_TMP}*"]
+    try:
+        return sorted({p for pattern in patterns for p in directory.glob(pattern) if _owner(p.name) is not None})
+    except OSError:
+        return []
 
 
 def move_aside(directory: str | os.PathLike, keep: tuple[str, ...] = ()) -> Path | None:

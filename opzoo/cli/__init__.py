@@ -113,12 +113,13 @@ def cmd_info(args) -> int:
     """Config, parameter count and weights of anything ``opzoo.load`` takes: a preset name or alias,
     ``hf-hub:org/repo[@rev]``, ``local-dir:PATH`` or an existing directory."""
     overrides = parse_overrides(args.set)
-    index = None if overrides or "/" in args.name or Path(args.name).exists() else _index()
+    from ..model_io.reference import looks_like_path, parse_model_reference
+
+    # a path is never a preset (the grammar's rule): the parser reads it; a preset name is answered from the index
+    index = None if overrides or looks_like_path(args.name) else _index()
     if index is not None and args.name in {**index["presets"], **index["aliases"]}:
         info = index["presets"][index["aliases"].get(args.name, args.name)]
     else:
-        from ..model_io.reference import parse_model_reference
-
         if parse_model_reference(args.name, backbones=False).saved:
             info, model = _saved_model_info(args.name, overrides)
             info = {**info, "parameters": sum(p.numel() for p in model.parameters()), "config": model.config.to_dict()}

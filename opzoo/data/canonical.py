@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from typing import Any, Mapping, Sequence
 
 import h5py
 import numpy as np
 
 from opzoo.data.errors import DataFormatError, describe_shape
+from opzoo.files import temporary_name
 
 LAYOUT_VERSION = 1
 DATA_KEY = "data"
@@ -106,12 +106,9 @@ class CanonicalWriter:
     def __enter__(self) -> "CanonicalWriter":
         directory = os.path.dirname(os.path.abspath(self.path))
         os.makedirs(directory, exist_ok=True)
-        fd, self._tmp = tempfile.mkstemp(
-            prefix=f".{os.path.basename(self.path)}.", suffix=".tmp", dir=directory
-        )
-        os.close(fd)
+        self._tmp = str(temporary_name(os.path.join(directory, os.path.basename(self.path))))
         try:
-            self._file = h5py.File(self._tmp, "w")
+            self._file = h5py.File(self._tmp, "w-")  # a fresh name: never an existing file or a planted link
             self._data = self._file.create_dataset(
                 DATA_KEY,
                 shape=self.shape,
@@ -164,7 +161,7 @@ class CanonicalWriter:
             raise FileExistsError(f"{self.path}: appeared while writing; not replaced")
         mask = os.umask(0)
         os.umask(mask)
-        os.chmod(self._tmp, 0o666 & ~mask)  # mkstemp's 0600 would keep the file from colleagues
+        os.chmod(self._tmp, 0o666 & ~mask)  # as any new file: a colleague must be able to read it
         os.replace(self._tmp, self.path)
         self._tmp = None
 

@@ -3,10 +3,10 @@ results as the ``model-index``), with an index page, so that the catalogue can b
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Sequence
+
+from ..files import atomic_write
 
 INDEX = "README.md"
 
@@ -56,9 +56,7 @@ def write_catalogue(out: Path, names: Sequence[str], complete: bool = True) -> l
         path = out / file_name
         if path.is_file() and path.read_text(encoding="utf-8") == text:
             continue
-        with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=out, delete=False, suffix=".tmp") as f:
-            f.write(text)
-        os.replace(f.name, path)
+        atomic_write(path, text)
         changed.append(file_name)
     for stale in sorted(set(p.name for p in out.glob("*.md")) - set(files) if complete else ()):
         (out / stale).unlink()

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from ..errors import OpzooError
+from ..files import atomic_writer
 
 ALGORITHM = "sha256"
 _CHUNK = 1 << 20
@@ -50,12 +51,8 @@ def write_checksums(directory: str | os.PathLike, names: Iterable[str], record: 
     """Hash ``names`` in ``directory`` and write ``record`` (a file name there) atomically, fsynced."""
     directory = Path(directory)
     files = {name: sha256_file(directory / name) for name in names}
-    tmp = directory / f".{record}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
+    with atomic_writer(directory / record, durable=True) as f:
         json.dump({"algorithm": ALGORITHM, "files": files}, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, directory / record)
     return files
 
 

@@ -35,7 +35,7 @@ from .._version import __version__
 from ..config import CONFIG_NAME, read_config, write_config
 from ..disk_full import disk_full_as_error
 from ..errors import HubError, WeightsError
-from ..host.registry import LOCAL_DIR_PREFIX
+from ..files import TMP_MARK, clean_dead_temporaries, temporary_name
 from .checksums import sha256_file
 
 WEIGHTS_NAME = "model.safetensors"
@@ -114,28 +114,12 @@ def _unshared_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 # ---- save ----------------------------------------------------------------------------------------
 REPO_FILES = (WEIGHTS_NAME, CONFIG_NAME, CARD_NAME)
-_TMP_MARK = ".opzoo-tmp-"
-
-
-def _tmp_name(directory: Path, what: str) -> Path:
-    """A sibling of ``directory`` owned by this process: ``.<name>.opzoo-tmp-<what>-<pid>@<host>``."""
-    return directory.parent / f".{directory.name}{_TMP_MARK}{what}-{os.getpid()}@{socket.gethostname()}"
-
-
 def clean_dead_saves(directory: Path) -> None:
     """Remove what killed saves of ``directory`` left (their temp directories and files), and only theirs:
     a live process's or another host's are left alone."""
-    from ..processes import process_alive
-
-    host = socket.gethostname()
-    candidates = list(directory.parent.glob(f".{directory.name}{_TMP_MARK}*"))
+    clean_dead_temporaries(directory.parent, target=directory.name)
     if directory.is_dir():
-        candidates += list(directory.glob(f".*{_TMP_MARK}*"))
-    for p in candidates:
-        owner = p.name.rpartition("-")[2]
-        pid, _, where = owner.partition("@")
-        if pid.isdigit() and where == host and not process_alive(int(pid)):
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+        clean_dead_temporaries(directory)
 
 
 def wait_for_save(directory: Path, wait: float = 2.0) -> bool:
@@ -143,7 +127,7 @@ def wait_for_save(directory: Path, wait: float = 2.0) -> bool:
     :func:`write_repo`'s two renames the name is briefly free)."""
     deadline = time.monotonic() + wait
     while not directory.exists():
-        if not any(directory.parent.glob(f".{directory.name}{_TMP_MARK}old-*")) or time.monotonic() > deadline:
+        if not any(directory.parent.glob(f".{directory.name}{TMP_MARK}old-*")) or time.monotonic() > deadline:
             return directory.exists()
         time.sleep(0.005)
     return True
@@ -151,7 +135,7 @@ def wait_for_save(directory: Path, wait: float = 2.0) -> bool:
 
 def _only_repo_files(directory: Path) -> bool:
     """Whether ``directory`` holds nothing but an opzoo repo's files (it can be replaced as a whole)."""
-    return all(p.name in REPO_FILES or _TMP_MARK in p.name for p in directory.iterdir())
+    return all(p.name in REPO_FILES or TMP_MARK in p.name for p in directory.iterdir())
 
 
 def write_repo(model: torch.nn.Module, save_directory: str | os.PathLike, document: Mapping[str, Any], card: str) -> Path:
@@ -167,7 +151,7 @@ def write_repo(model: torch.nn.Module, save_directory: str | os.PathLike, docume
     """
     directory = Path(save_directory)
     document = dict(document)
-    staging = _tmp_name(directory, "save")
+    staging = temporary_name(directory, "save")
     try:
         with disk_full_as_error("saving the model", f"any earlier repo in {directory} is unchanged; free space and "
                                                      "save again") as writing:
@@ -191,7 +175,7 @@ def write_repo(model: torch.nn.Module, save_directory: str | os.PathLike, docume
             if not directory.exists():
                 os.rename(staging, directory)
             elif directory.is_dir() and _only_repo_files(directory):
-                old = _tmp_name(directory, "old")
+                old = temporary_name(directory, "old")
                 os.rename(directory, old)
                 os.rename(staging, directory)
                 shutil.rmtree(old, ignore_errors=True)
@@ -303,7 +287,6 @@ def hub_unreachable(wait: float | None = None) -> str | None:
     """Why the Hub's endpoint cannot be reached (None when it answers): TCP connects retried for at most
     ``wait`` seconds (:func:`hub_wait`), instead of huggingface_hub's own retries (about 30 s). Behind a
     proxy (``HTTPS_PROXY``, ``NO_PROXY`` respected) the proxy is what must answer."""
-    import socket
     import time
     import urllib.request
     from urllib.parse import urlsplit
@@ -395,7 +378,7 @@ def hub_download(repo_id: str, filename: str, revision: str | None = None, *, co
     where = f"{repo_id}{'@' + revision if revision else ''}"
     missing = (f"{filename} of {where} is not in the Hugging Face cache ({constants.HF_HUB_CACHE})")
     files = " ".join(dict.fromkeys([filename, *companions]))
-    local_copy = local_copy or f"load a local copy of the repo with opzoo.load('{LOCAL_DIR_PREFIX}PATH')"
+    local_copy = local_copy or "load a local copy of the repo with opzoo.load(DIRECTORY)"
     fetch = (f"fetch {'them' if companions else 'it'} on a machine with network with "
              f"`{_fetch_command(repo_id, files, revision)}` (into the same cache), or {local_copy}")
     offline = constants.is_offline_mode()

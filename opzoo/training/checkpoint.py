@@ -13,8 +13,9 @@ temp dir), so killing a run at any moment leaves the previous checkpoints readab
 verifies its checksums first: a file damaged after it was written is named and the checkpoint is
 skipped (:func:`resumable_checkpoint` falls back to the previous good one).
 
-Temp dirs are named ``.tmp-<what>-<pid>@<host>``: only their writer removes them, or a later run on
-the same host once that process is gone (:func:`clean_temporaries`).
+A checkpoint is written into a temporary directory named by :func:`opzoo.files.temporary_name` (its writer's PID and
+host in the name): only its writer removes it, or a later run on the same host once that process is gone
+(:func:`opzoo.files.clean_dead_temporaries`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import json
 import os
 import random
 import shutil
-import socket
 import time
 import warnings
 from pathlib import Path
@@ -36,11 +36,10 @@ from safetensors.torch import load_file, save_file
 
 from ..disk_full import disk_full_as_error
 from ..errors import OpzooError
+from ..files import temporary_name
 from ..model_io.checksums import ChecksumError, read_checksums, verify_checksums, write_checksums
-from ..processes import process_alive
 
 PREFIX = "step-"
-TMP_PREFIX = ".tmp-"
 #: Test hook: ``SECONDS`` or ``STEP:SECONDS`` -- sleep after the weights are written, mid-checkpoint
 #: (of every checkpoint, or only of step STEP), with a ``WRITING`` marker file, so a test can kill then.
 SLEEP_ENV = "OPZOO_TEST_CHECKPOINT_SLEEP"
@@ -180,9 +179,7 @@ def write_checkpoint(directory: str | os.PathLike, step: int, *, model_state: Ma
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     final = root / checkpoint_name(step)
-    tmp = root / temp_name(checkpoint_name(step))
-    if tmp.exists():
-        shutil.rmtree(tmp)
+    tmp = temporary_name(final)
     kept = list_checkpoints(root)
     advice = (f"the previous checkpoint {kept[-1]} is intact" if kept else "no earlier checkpoint exists") + \
         "; free space and re-run the same command to resume"
@@ -224,45 +221,9 @@ def write_checkpoint(directory: str | os.PathLike, step: int, *, model_state: Ma
 
 def _remove(path: Path) -> None:
     """Rename away first, so a kill during deletion never leaves a partial ``step-*`` directory."""
-    doomed = path.parent / temp_name(f"delete-{path.name}")
+    doomed = temporary_name(path, "delete")
     os.rename(path, doomed)
     shutil.rmtree(doomed, ignore_errors=True)
-
-
-def temp_name(what: str) -> str:
-    """``.tmp-<what>-<pid>@<host>``: the name says which process owns it."""
-    return f"{TMP_PREFIX}{what}-{os.getpid()}@{socket.gethostname()}"
-
-
-def temp_owner(name: str) -> tuple[int, str | None] | None:
-    """``(pid, host)`` of a temp name (host None for names of older versions), or None if unparsable."""
-    if not name.startswith(TMP_PREFIX):
-        return None
-    rest, at, host = name.rpartition("@")
-    if not at:
-        rest, host = name, None
-    pid = rest.rpartition("-")[2]
-    return (int(pid), host) if pid.isdigit() else None
-
-
-def clean_temporaries(directory: str | os.PathLike) -> list[Path]:
-    """Remove the temp dirs of dead writers on this host; return those left (a live process's, or
-    another host's, which this one cannot tell dead or alive)."""
-    d = Path(directory)
-    left = []
-    if not d.is_dir():
-        return left
-    host = socket.gethostname()
-    for p in d.iterdir():
-        owner = temp_owner(p.name)
-        if owner is None:
-            continue
-        pid, where = owner
-        if (where is None or where == host) and pid != os.getpid() and not process_alive(pid):
-            shutil.rmtree(p, ignore_errors=True)
-        else:
-            left.append(p)
-    return left
 
 
 def read_checkpoint(path: str | os.PathLike, trust_unverified: bool = False) -> dict[str, Any]:

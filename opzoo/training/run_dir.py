@@ -33,7 +33,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import ConfigError
-from .checkpoint import checkpoint_name, list_checkpoints, process_alive, resumable_checkpoint
+from ..files import atomic_write
+from ..processes import process_alive
+from .checkpoint import checkpoint_name, list_checkpoints, resumable_checkpoint
 
 LOCK_NAME = ".lock"
 CONFIG_NAME = "run_config.json"
@@ -384,9 +386,7 @@ def record_or_check_data(run_dir: Path, plan: RunPlan, sources) -> None:
 
 
 def write_json_atomic(path: Path, doc: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(doc, indent=2) + "\n")
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(doc, indent=2) + "\n")
 
 
 def write_started_config(run_dir: Path, config: Mapping[str, Any]) -> None:
@@ -412,7 +412,7 @@ def take_run_dir(run_dir: Path, config: Mapping[str, Any], defaults: Mapping[str
     (verified checkpoint) or finished. Refusals raise RunDirError naming what differs; the directory is then
     left as it was. ``sync()`` is a barrier across ranks; ``say(line)`` prints on rank 0. The caller releases
     the returned lock when the run ends."""
-    from .checkpoint import clean_temporaries
+    from ..files import clean_dead_temporaries, temporaries
 
     lock = RunDirLock(run_dir) if is_main else None
     moved = None
@@ -431,7 +431,8 @@ def take_run_dir(run_dir: Path, config: Mapping[str, Any], defaults: Mapping[str
             lock.record_holder()
             if moved is not None:
                 say(f"moved the previous contents of {run_dir} to {moved}")
-            for left in clean_temporaries(run_dir / "checkpoints"):
+            clean_dead_temporaries(run_dir / "checkpoints")
+            for left in temporaries(run_dir / "checkpoints"):
                 warnings.warn(f"{left}: a temporary directory of another process (PID@host in its name); "
                               "left in place", stacklevel=3)
             clear_finished(run_dir)

@@ -55,7 +55,7 @@ def test_kill_during_checkpoint_write_then_resume_reproduces(tmp_path, datasets,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     ckpts = run_dir / "checkpoints"
     try:
-        writing = lambda: any((p / "WRITING").exists() for p in ckpts.glob(".tmp-*")) if ckpts.is_dir() else False
+        writing = lambda: any((p / "WRITING").exists() for p in ckpts.glob(".step-*.opzoo-tmp-*")) if ckpts.is_dir() else False
         assert _wait_for(writing, proc=proc), "the checkpoint writer never reached its mid-write pause"
         os.kill(proc.pid, signal.SIGKILL)
     finally:
@@ -70,7 +70,7 @@ def test_kill_during_checkpoint_write_then_resume_reproduces(tmp_path, datasets,
     resumed = run_cli("pretrain", str(cfg))
     assert resumed.returncode == 0, resumed.stderr
     assert train_losses(run_dir) == train_losses(reference)  # bit-exact, steps 1..8
-    assert not any(p.name.startswith(".tmp-") for p in ckpts.iterdir())
+    assert not any(".opzoo-tmp-" in p.name for p in ckpts.iterdir())
 
 
 @pytest.mark.slow

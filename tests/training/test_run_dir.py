@@ -17,7 +17,8 @@ import pytest
 
 import opzoo
 from opzoo.training import OptimizerHook, Trainer, parse_run_config
-from opzoo.training.checkpoint import clean_temporaries, list_checkpoints, write_checkpoint
+from opzoo.files import clean_dead_temporaries, temporaries
+from opzoo.training.checkpoint import list_checkpoints, write_checkpoint
 from opzoo.training.run_dir import HARMLESS_KEYS, RunDirBusyError, RunDirError, RunDirLock, config_changes
 from opzoo.training.stop import RunStopped
 
@@ -91,17 +92,23 @@ def test_only_dead_writers_temp_dirs_are_removed(tmp_path):
     dead.wait()
     live = subprocess.Popen(["sleep", "30"])
     try:
-        names = {"dead": f".tmp-step-00000002-{dead.pid}@{host}", "legacy": f".tmp-step-00000002-{dead.pid}",
-                 "live": f".tmp-step-00000004-{live.pid}@{host}", "other": f".tmp-step-00000004-{dead.pid}@elsewhere",
-                 "mine": f".tmp-step-00000006-{os.getpid()}@{host}"}
+        names = {"dead": f".step-00000002.opzoo-tmp-new-{dead.pid}@{host}-0a1b2c3d",
+                 "live": f".step-00000004.opzoo-tmp-new-{live.pid}@{host}-0a1b2c3d",
+                 "other": f".step-00000004.opzoo-tmp-new-{dead.pid}@elsewhere-0a1b2c3d",
+                 "mine": f".step-00000006.opzoo-tmp-new-{os.getpid()}@{host}-0a1b2c3d",
+                 # the names checkpoints had before issue 44 (with and without the host) are cleaned the same way
+                 "old dead": f".tmp-step-00000002-{dead.pid}@{host}", "older dead": f".tmp-step-00000002-{dead.pid}",
+                 "old live": f".tmp-step-00000008-{live.pid}@{host}"}
         for n in names.values():
             (tmp_path / n).mkdir()
-        left = clean_temporaries(tmp_path)
+        (tmp_path / "step-00000001").mkdir()  # a checkpoint: not a temporary
+        clean_dead_temporaries(tmp_path)
+        left = temporaries(tmp_path)
     finally:
         live.kill()
         live.wait()
-    assert sorted(p.name for p in left) == sorted(names[k] for k in ("live", "other", "mine"))
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in left)
+    assert sorted(p.name for p in left) == sorted(names[k] for k in ("live", "other", "mine", "old live"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([p.name for p in left] + ["step-00000001"])
 
 
 # ---- explicit resume ----------------------------------------------------------------------------
@@ -360,7 +367,7 @@ def test_disk_full_is_named_and_leaves_nothing_half_written(tiny_disk):
     from opzoo.training.checkpoint import optimizer_to_flat
 
     model = opzoo.create_model("pot", **tiny_pot_args())
-    with pytest.raises(DiskFullError, match=rf"disk full writing {tiny_disk}/ckpt/\.tmp-step-00000002-\d+@.*/model.safetensors "
+    with pytest.raises(DiskFullError, match=rf"disk full writing {tiny_disk}/ckpt/\.step-00000002\.opzoo-tmp-new-\d+@.*/model.safetensors "
                                             r"\(checkpoint of step 2; .* MiB free there\): no earlier checkpoint exists"):
         write_checkpoint(tiny_disk / "ckpt", 2, model_state=model.state_dict(),
                          optimizer_state=optimizer_to_flat(__import__("torch").optim.SGD(

@@ -70,7 +70,7 @@ def _popen(cfg, env=None):
 
 
 def _writing(ckpts: Path) -> bool:
-    return ckpts.is_dir() and any((p / "WRITING").exists() for p in ckpts.glob(".tmp-*"))
+    return ckpts.is_dir() and any((p / "WRITING").exists() for p in ckpts.glob(".step-*.opzoo-tmp-*"))
 
 
 @pytest.fixture(scope="module")
@@ -107,12 +107,12 @@ def test_second_run_on_a_locked_directory_fails_naming_the_holder(tmp_path, heat
         first.kill()
         first.wait()
     # the first process died mid-write: its temp dir is stale; the same command cleans it and runs
-    stale = [p.name for p in (run_dir / "checkpoints").glob(".tmp-*")]
+    stale = [p.name for p in (run_dir / "checkpoints").glob(".step-*.opzoo-tmp-*")]
     assert stale and all(f"-{first.pid}@" in n for n in stale)
     again = opzoo("pretrain", str(first_cfg))
     assert again.returncode == 0, again.stderr
     assert "starting again from step 0" in again.stdout
-    assert not list((run_dir / "checkpoints").glob(".tmp-*"))
+    assert not list((run_dir / "checkpoints").glob(".*opzoo-tmp-*"))
     assert train_losses(run_dir) == train_losses(reference[1])
 
 
@@ -256,9 +256,9 @@ def test_disk_full_while_checkpointing_and_exporting_is_one_line(tmp_path, heat,
     assert done.returncode == 2
     line = one_line(done.stderr)
     assert line.startswith("opzoo pretrain: error: disk full writing ")
-    assert "/checkpoints/.tmp-step-00000002-" in line and "(checkpoint of step 2" in line
+    assert "/checkpoints/.step-00000002.opzoo-tmp-new-" in line and "(checkpoint of step 2" in line
     assert "no earlier checkpoint exists; free space and re-run the same command to resume" in line
-    assert not list((run_dir / "checkpoints").glob(".tmp-*"))  # nothing half-written stays
+    assert not list((run_dir / "checkpoints").glob(".*opzoo-tmp-*"))  # nothing half-written stays
     for p in small_disk.rglob("*"):  # make room: the export below fails on its own
         if p.is_file() and p.name == "log.jsonl":
             p.unlink()

@@ -248,9 +248,7 @@ def train_one(cfg: MutransferConfig, spec: RunSpec, root: Path, source: str = "m
         status = "diverged"
     record = {"loss": loss, "train_loss": train_loss, "status": status,
               "seconds": round(time.perf_counter() - t0, 2), "run_dir": str(run_dir)}
-    tmp = done.with_suffix(f".tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(record))
-    os.replace(tmp, done)
+    opzoo.atomic_write(done, json.dumps(record))
     return record
 
 
@@ -277,13 +275,11 @@ def best_hyper(rows: list[dict], parametrization: str, modes: int) -> tuple[tupl
 
 
 def write_csv(rows: list[dict], path: Path) -> Path:
-    tmp = path.with_suffix(f".tmp-{os.getpid()}")
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+    with opzoo.atomic_writer(path) as f:
+        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, lineterminator="\r\n")
         w.writeheader()
         for r in rows:
             w.writerow({k: r[k] for k in CSV_FIELDS})
-    os.replace(tmp, path)
     return path
 
 

@@ -152,9 +152,7 @@ class FslrRecord:
 def write_record(path: Path, doc: Mapping[str, Any]) -> None:
     """Write atomically (temp file, then rename), so a reader never sees half a record."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps({"format": FORMAT, "version": VERSION, **doc}, allow_nan=False))
-    os.replace(tmp, path)
+    opzoo.atomic_write(path, json.dumps({"format": FORMAT, "version": VERSION, **doc}, allow_nan=False))
 
 
 def depth_multipliers(base_lists: Mapping[str, int], lists: Mapping[str, int], source: str) -> dict[str, int]:
