@@ -1,4 +1,4 @@
-"""ModelConfig: a typed dataclass that round-trips through ``config.json`` (DESIGN §5).
+"""ModelConfig: a typed dataclass that round-trips through ``config.json`` (docs/architecture.md, Where a pretrained load goes).
 
 ``config.json`` holds ``architecture`` (the registered backbone), ``opzoo_version``,
 ``model_args`` (the config's fields) and ``pretrained_cfg`` (facts about the weights).

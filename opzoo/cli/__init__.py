@@ -1,4 +1,4 @@
-"""The ``opzoo`` command line (DESIGN §9)."""
+"""The ``opzoo`` command line (README.md, Command line)."""
 
 from __future__ import annotations
 

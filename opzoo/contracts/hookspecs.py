@@ -1,4 +1,4 @@
-"""The hooks a plugin may implement (DESIGN §4). Hooks take keyword arguments only.
+"""The hooks a plugin may implement (docs/architecture.md, Plugins). Hooks take keyword arguments only.
 
 A plugin is a module (or object) named by an entry point in the group ``opzoo``::
 

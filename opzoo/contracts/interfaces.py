@@ -1,4 +1,4 @@
-"""The interfaces opzoo's components implement (DESIGN §3), seven in all: here Mixer, FeedForward,
+"""The interfaces opzoo's components implement (docs/architecture.md, Components), seven in all: here Mixer, FeedForward,
 Residual, StreamAdapter (a Residual's per-network adapter), Block and Backbone; Router (with the
 Routing it returns) lives in :mod:`opzoo.contracts.routing`, next to the code that reads routers.
 
@@ -128,7 +128,7 @@ class Backbone(nn.Module, metaclass=abc.ABCMeta):
         self.pretrained_cfg: dict = {}
         self.preset_name: str | None = None
 
-    # ---- hub I/O (DESIGN §5) ----
+    # ---- hub I/O (docs/architecture.md, Where a pretrained load goes) ----
     def save_pretrained(self, save_directory, card: str | None = None, results=()):
         """Write ``config.json``, ``model.safetensors`` and ``README.md`` into a directory (``card``: the card template,
         default the preset's; ``results``: :class:`opzoo.Result` numbers for its ``model-index``)."""

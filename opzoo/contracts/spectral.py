@@ -1,5 +1,5 @@
 """The spectral-weight marker: how a layer tells optimizer hooks which of its parameters act on
-Fourier modes and how many modes they keep (μP for spectral weights, DESIGN §6.5).
+Fourier modes and how many modes they keep (μP for spectral weights, docs/models.md §5).
 
 A layer opts in by defining one method (no base class, no import of opzoo needed)::
 

@@ -1,5 +1,5 @@
 """The batch sampler of training: each step's global batch drawn from (seed, step), balanced over the
-mixture's datasets, DDP-aware (DESIGN §7)."""
+mixture's datasets, DDP-aware (docs/training.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Plugin discovery with pluggy, and the process-wide registry built from it (DESIGN §4).
+"""Plugin discovery with pluggy, and the process-wide registry built from it (docs/architecture.md, Plugins).
 
 Plugins are found through entry points in the group ``opzoo``. One that fails to import or to
 register becomes a warning naming its distribution and the error; the others still load.

@@ -1,4 +1,4 @@
-"""The registry of components and presets that plugins fill through their hooks (DESIGN §4).
+"""The registry of components and presets that plugins fill through their hooks (docs/architecture.md, Plugins).
 
 Kinds of component: ``mixer``, ``feedforward``, ``residual``, ``block``, ``backbone``,
 ``optimizer_hook`` and ``converter``, each looked up by the name a config (or a training run) gives.

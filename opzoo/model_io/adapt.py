@@ -18,7 +18,7 @@ weights by one rule — **copy what matches, initialize the rest**:
 - A positional embedding laid out for another resolution is resized bilinearly
   (``align_corners=False``), as the POT backbone does on the fly.
 
-Fewer channels than the model are not adapted: they are padded with 1.0 and masked (DESIGN §8).
+Fewer channels than the model are not adapted: they are padded with 1.0 and masked (docs/training.md).
 Which tensors read or write data channels, steps or positions is the backbone's to say: its
 class's :meth:`opzoo.Backbone.io_layout` (the POT backbone's in the core, FNO's in opzoo-fourier).
 """

@@ -1,4 +1,4 @@
-"""The one place a model is built (DESIGN §4, §5): by backbone name, by preset, from a saved repo or
+"""The one place a model is built (docs/architecture.md): by backbone name, by preset, from a saved repo or
 from a converted foreign checkpoint; and the registry-aware halves of saving and uploading.
 
 Every path ends in :func:`build_model` (a registered backbone class and a checked config). The

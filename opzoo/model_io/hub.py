@@ -1,4 +1,4 @@
-"""The files of an opzoo repo, on disk and on the Hugging Face Hub (DESIGN §5).
+"""The files of an opzoo repo, on disk and on the Hugging Face Hub (docs/architecture.md, Where a pretrained load goes).
 
 A repo is ``config.json`` + ``model.safetensors`` + ``README.md`` (the model card). Weights are
 safetensors only; loads are strict and checked completely before any parameter changes. Functions

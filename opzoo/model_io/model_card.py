@@ -1,4 +1,4 @@
-"""Model cards: Markdown with YAML front matter, rendered into a repo's README.md (DESIGN §5).
+"""Model cards: Markdown with YAML front matter, rendered into a repo's README.md (docs/architecture.md, Where a pretrained load goes).
 
 A card template may use ``${name}``, ``${architecture}``, ``${parameters}`` (the exact count,
 with thousands separators) and ``${config}`` (the config as JSON); they are filled on save.

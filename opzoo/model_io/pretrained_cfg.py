@@ -1,4 +1,4 @@
-"""``pretrained_cfg``: the typed facts about a model's weights, stored in ``config.json`` (DESIGN §5).
+"""``pretrained_cfg``: the typed facts about a model's weights, stored in ``config.json`` (docs/architecture.md, Where a pretrained load goes).
 
 It is validated like ``model_args``: unknown keys and wrong types or values are refused with a
 message naming the file and the key. A backbone whose weights carry more facts declares its own

@@ -42,7 +42,7 @@ class DpotBlock(Block):
 
 
 class SandwichBlock(Block):
-    """Two sub-layers with sandwich norms, each joined by its own Residual (AOT-POT, DESIGN §6.3).
+    """Two sub-layers with sandwich norms, each joined by its own Residual (AOT-POT, docs/models.md §3).
 
     Branch 1 ``z -> post_norm1(Mixer(norm1(z)))``, branch 2 ``z -> post_norm2(FFN(norm2(z)))``;
     residual indices ``2*index`` and ``2*index + 1``.

@@ -1,5 +1,5 @@
 """The POT backbone (POT = "PDE operator transformer", DPOT's backbone), shared by DPOT, AOT-POT
-and NESTOR (DESIGN §6.1).
+and NESTOR (docs/models.md §1).
 
 ``[B, *S, T_in, C_in] -> [B, *S, T_out, C_out]`` for ``len(S) == spatial_dims`` (2 or 3):
 grid channels (``layers.grid``), per-time-step patch embedding (``layers.patch_embed``), positional
@@ -8,7 +8,7 @@ a classification head and the output head. The block layout, mixer, feed-forward
 registry components named in the config (``block``, ``mixer``, ``feedforward``, ``residual``, each
 with its ``*_args``). With ``block="dpot"``, the ``fourier-attention`` mixer and the ``mlp``
 feed-forward it is DPOT's network, parameter for parameter; ``block="sandwich"`` is AOT-POT's
-two-sub-layer layout (DESIGN §6.3), ``block="nestor"`` NESTOR's nested-MoE block (opzoo-moe), and
+two-sub-layer layout (docs/models.md §3), ``block="nestor"`` NESTOR's nested-MoE block (opzoo-moe), and
 ``residual="aot"`` AOT's hyper-connections (opzoo-aot). Preset sizes: :mod:`opzoo.models.pot_sizes`.
 
 The latent between blocks is channels-last, ``[B, *S/p, D]``, as every Mixer expects.

@@ -1,4 +1,4 @@
-"""The POT size table (Ti/S/M/L/H) and the configs of presets on the POT backbone (DESIGN §6.2).
+"""The POT size table (Ti/S/M/L/H) and the configs of presets on the POT backbone (docs/models.md §2).
 
 Every plugin's POT preset (dpot-*, aot-pot-*, nestor-*, ...) takes its dims from :data:`POT_SIZES`
 through :func:`pot_preset_args`, so one table says what "S" means for all of them. The token mixer is the
@@ -29,7 +29,7 @@ class PotSize:
     out_layer_dim: int
 
 
-# DPOT's model sizes (DESIGN §6.2's table, from the official DPOT configs), read-only
+# DPOT's model sizes (docs/models.md §2's table, from the official DPOT configs), read-only
 POT_SIZES: Mapping[str, PotSize] = MappingProxyType({
     "Ti": PotSize(width=512, depth=4, heads=4, mlp_ratio=1.0, out_layer_dim=32),
     "S": PotSize(width=1024, depth=6, heads=8, mlp_ratio=1.0, out_layer_dim=32),
@@ -38,7 +38,7 @@ POT_SIZES: Mapping[str, PotSize] = MappingProxyType({
     "H": PotSize(width=2048, depth=27, heads=8, mlp_ratio=4.0, out_layer_dim=128),
 })
 
-# DPOT's pretraining setup, shared by every preset on the POT backbone (DESIGN §6.2): 128x128 inputs
+# DPOT's pretraining setup, shared by every preset on the POT backbone (docs/models.md §2): 128x128 inputs
 # of 4 channels and 10 steps, patch 8, 12 dataset classes
 _DPOT_SETUP: dict[str, Any] = dict(
     in_channels=4, out_channels=4, in_timesteps=10, out_timesteps=1,

@@ -1,5 +1,5 @@
 """The batches of a run: each step's global batch and denoising noise drawn from (seed, step), so that a
-resumed run and a W-rank run see exactly the batches of one uninterrupted process (DESIGN §7)."""
+resumed run and a W-rank run see exactly the batches of one uninterrupted process (docs/training.md)."""
 
 from __future__ import annotations
 

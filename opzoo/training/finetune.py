@@ -1,6 +1,6 @@
 """Fine-tuning: a pretrained model on a user's HDF5 files whose shape may differ from its pretraining data.
 
-The model is brought to the data where the data cannot be brought to the model (DESIGN §8):
+The model is brought to the data where the data cannot be brought to the model (docs/training.md):
 
 - **fewer channels** than the model: padded with the model's ``channel_pad_value`` (DPOT's 1.0,
   PDE-Transformer's 0) up to ``in_channels`` and masked out of the loss and the metrics (the model is
@@ -39,7 +39,7 @@ AXES = "XYZ"
 
 
 FALLBACK_FINETUNE_LR = 1e-4  # a model that records no recommended fine-tuning lr
-SCRATCH_LR = 1e-3  # the pretraining recipe's max lr (DESIGN §8), for a run from random init
+SCRATCH_LR = 1e-3  # the pretraining recipe's max lr (docs/training.md), for a run from random init
 EVALS_PER_RUN = 5  # test-split evaluations during a fine-tuning run (plus step 0)
 
 

@@ -1,4 +1,4 @@
-"""Auto-regressive denoising: Gaussian noise scaled by each sample's and channel's norm (DESIGN §8)."""
+"""Auto-regressive denoising: Gaussian noise scaled by each sample's and channel's norm (docs/training.md)."""
 
 from __future__ import annotations
 

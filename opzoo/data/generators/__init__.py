@@ -1,4 +1,4 @@
-"""Offline PDE generators writing canonical files (DESIGN section 7).
+"""Offline PDE generators writing canonical files (docs/training.md).
 
 ``GENERATORS`` maps a KIND (``opzoo data generate KIND``) to its class; :func:`generate` builds one
 and writes ``n`` trajectories::

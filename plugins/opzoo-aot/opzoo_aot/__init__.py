@@ -2,7 +2,7 @@
 
 Public API::
 
-    AOTResidual, AOTStreams, AOTState   # the residual, its stream adapter and state (DESIGN §6.3)
+    AOTResidual, AOTStreams, AOTState   # the residual, its stream adapter and state (docs/models.md §3)
     equations                        # the equations as functions of tensors (sinkhorn_knopp, coefficients, ...)
     collect_diagnostics, AOTDiagnostics, amax_gains, composite_products, plot_amax_gains
 """

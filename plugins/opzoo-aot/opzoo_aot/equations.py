@@ -1,4 +1,4 @@
-"""The AOT residual's equations (DESIGN §6.3) as functions of tensors, read top to bottom::
+"""The AOT residual's equations (docs/models.md §3) as functions of tensors, read top to bottom::
 
     z      = RMSNorm(flatten(mean_S(X)))                              # [B, nD], no affine weight
     h_pre  = σ(α_pre · z φ_pre + b_pre) / Σ_i σ(...)_i                 # [B, n], on the simplex

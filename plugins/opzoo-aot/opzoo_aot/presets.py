@@ -1,4 +1,4 @@
-"""The aot-pot-* presets: the POT backbone with sandwich blocks and AOT residuals (DESIGN §6.3)."""
+"""The aot-pot-* presets: the POT backbone with sandwich blocks and AOT residuals (docs/models.md §3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The AOT residual (registered as residual ``aot``) and its stream adapter, DESIGN §6.3.
+"""The AOT residual (registered as residual ``aot``) and its stream adapter, docs/models.md §3.
 
 The residual state is an :class:`AOTState`: the streams ``X [B, n, *S, D]`` and their mean over
 the positions. :class:`AOTStreams` makes it (``n`` copies of the latent) and reads it out; each
@@ -179,7 +179,7 @@ class AOTResidual(opzoo.Residual):
         self.phi_pre = nn.Parameter(torch.zeros(n * dim, n))
         self.phi_post = nn.Parameter(torch.zeros(n * dim, n))
         self.phi_res = nn.Parameter(torch.zeros(n * dim, n * n))
-        # a preferred stream per sub-layer breaks the permutation symmetry of the streams (DESIGN §6.3)
+        # a preferred stream per sub-layer breaks the permutation symmetry of the streams (docs/models.md §3)
         b_pre = torch.full((n,), -float(pre_bias))
         b_pre[index % n] = float(pre_bias)
         self.b_pre = nn.Parameter(b_pre)

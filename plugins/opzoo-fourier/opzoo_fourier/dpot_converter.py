@@ -17,7 +17,7 @@ import torch
 
 import opzoo
 
-# official name -> opzoo name, per block and for the rest (DESIGN §6.1)
+# official name -> opzoo name, per block and for the rest (docs/models.md §1)
 GLOBAL_NAMES = {
     "pos_embed": "pos_embed",
     "patch_embed.proj.0.weight": "patch_embed.proj.0.weight",

@@ -1,4 +1,4 @@
-"""The Fourier Neural Operator as an opzoo Backbone (Li et al. 2021; DESIGN §6.5).
+"""The Fourier Neural Operator as an opzoo Backbone (Li et al. 2021; docs/models.md §5).
 
 ``[B, *S, T_in, C_in] -> [B, *S, T_out, C_out]``: the ``T_in`` frames of a point are flattened
 with their ``len(S)`` grid coordinates and lifted by ``P`` (pointwise linear) to ``width``;

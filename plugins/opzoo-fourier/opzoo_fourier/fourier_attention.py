@@ -1,4 +1,4 @@
-"""DPOT's Fourier attention (AFNO without sparsity), DESIGN §6.2: a registered opzoo Mixer."""
+"""DPOT's Fourier attention (AFNO without sparsity), docs/models.md §2: a registered opzoo Mixer."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The dpot-* and fno-* presets (DESIGN §6.2 table, §6.5)."""
+"""The dpot-* and fno-* presets (docs/models.md §2, §5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""FNO's spectral convolution for d = 1, 2, 3 (Li et al. 2021; DESIGN §6.5), channels-last.
+"""FNO's spectral convolution for d = 1, 2, 3 (Li et al. 2021; docs/models.md §5), channels-last.
 
 Each weight tensor is complex ``[in, out, K, ..., K]`` with the reference standard-parametrization
 init ``(1 / (in * out)) * U[0, 1)`` (real and imaginary parts). d = 2 has two tensors (rows

@@ -1,4 +1,4 @@
-"""NESTOR's nested mixture-of-experts block (DESIGN §6.4), registered as block layout ``nestor``.
+"""NESTOR's nested mixture-of-experts block (docs/models.md §4), registered as block layout ``nestor``.
 
 One residual sub-layer per block, ``state -> Residual(state, branch)`` with
 

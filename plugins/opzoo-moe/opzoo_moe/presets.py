@@ -1,4 +1,4 @@
-"""The nestor-* and aot-moe-pot-t presets (DESIGN §6.4; AOT-POT paper App. C.13)."""
+"""The nestor-* and aot-moe-pot-t presets (docs/models.md §4; AOT-POT paper App. C.13)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from opzoo_fourier import dpot_preset_args
 
 CARDS = files("opzoo_moe") / "model_cards"
 
-# defaults where the papers are silent (DESIGN §6.4): N = 4 image experts top-1, M = 4 token experts
+# defaults where the papers are silent (docs/models.md §4): N = 4 image experts top-1, M = 4 token experts
 # top-2 plus one shared MLP expert, alpha = beta = 0.01
 NESTOR_BLOCK_ARGS = dict(n_experts=4, top_k=1, alpha=0.01, sub_experts=4, sub_top_k=2, sub_shared=1, beta=0.01)
 MOE_FFN_ARGS = dict(num_experts=4, top_k=2, num_shared=1, aux_weight=0.01)

@@ -1,6 +1,6 @@
 """opzoo-well: The Well's benchmark architectures (FNO, TFNO, UNetClassic, UNetConvNext) as opzoo
 backbones that speak physical units, presets ``well-<model>-<dataset>`` for every published
-checkpoint, and the ``the-well`` checkpoint converter (DESIGN §6.8)."""
+checkpoint, and the ``the-well`` checkpoint converter (docs/models.md §7)."""
 
 from .architectures import hub_repo, preset_name
 from .backbones import (

@@ -1,4 +1,4 @@
-"""The Well's four architectures as opzoo backbones that take and return physical fields (DESIGN §6.8).
+"""The Well's four architectures as opzoo backbones that take and return physical fields (docs/models.md §7).
 
 ``forward(x: [B, *S, T_in, C]) -> [B, *S, 1, C]`` with the channels ``fields + constant_fields``.
 Inside, exactly what The Well's trainer does at evaluation (``Trainer.rollout_model(train=False)``):

@@ -1,4 +1,4 @@
-"""FLeRM: function-space learning rate matching (Milsom et al. 2025, DESIGN §6.6) for every opzoo model."""
+"""FLeRM: function-space learning rate matching (Milsom et al. 2025, docs/models.md §6) for every opzoo model."""
 
 from .estimator import (
     KroneckerEMA,
