@@ -93,7 +93,7 @@ def opzoo_model(name: str, official: dict[str, torch.Tensor], device: torch.devi
     model = opzoo.load(name, img_size=[size, size]).to(device)
     if name.startswith("dpot-"):
         converted = map_state_dict({k: v.detach() for k, v in official.items()}, Path(f"<{name} weights>"))
-        opzoo.model_io.hub.load_state_dict_strict(model, converted, f"official {name} weights")
+        opzoo.model_io.weights.load_state_dict_strict(model, converted, f"official {name} weights")
     return model
 
 

@@ -28,8 +28,10 @@ from .host.registry import set_registry_source as _set_registry_source
 # Everything that needs torch is imported on first use (PEP 562), so that `opzoo --version`, `--help`
 # and a plugin's `import opzoo` for `opzoo.hookimpl` stay fast: name -> the module that defines it.
 _LAZY = {
-    **dict.fromkeys(["convert_to_repo", "create_model", "from_pretrained", "list_models", "load", "push_to_hub",
-                     "save_pretrained"], ".model_io.builder"),
+    **dict.fromkeys(["create_model", "from_pretrained", "load"], ".model_io.loading"),
+    **dict.fromkeys(["push_to_hub", "save_pretrained"], ".model_io.saving"),
+    "convert_to_repo": ".model_io.pretrained",
+    "list_models": ".model_io.builder",
     **dict.fromkeys(["ConvertedCheckpoint", "safe_torch_load"], ".model_io.converters"),
     **dict.fromkeys(["ModelConfig", "build_dataclass"], ".config"),
     "hookimpl": ".contracts.hookspecs",

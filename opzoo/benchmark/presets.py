@@ -97,7 +97,7 @@ def measure_preset(name: str, *, model_kwargs: dict, resolution: Sequence[int] |
     import torch
 
     from ..host.registry import get_registry
-    from ..model_io.builder import load
+    from ..model_io.loading import load
     from .measure import ADAM_BYTES_PER_PARAM, H100_BF16
 
     notes: list[str] = []
@@ -144,7 +144,7 @@ def time_preset(row: BenchmarkRow, name: str, model_kwargs: dict, shape, repeats
                 notes: list[str], registry) -> None:
     import torch
 
-    from ..model_io.builder import load
+    from ..model_io.loading import load
     from .measure import OpCosts, interleaved_medians, median_ratio
 
     torch.manual_seed(0)

@@ -45,7 +45,9 @@ def _preset_info(name: str, overrides: dict) -> tuple[dict, object]:
     """A registered preset (or alias), built on the meta device: no memory, no weights."""
     import torch
 
-    from ..model_io.builder import build_preset, preset_named, source_description
+    from ..model_io.builder import build_preset
+    from ..model_io.loading import preset_named
+    from ..model_io.pretrained import source_description
 
     preset = preset_named(name)
     with torch.device("meta"):
@@ -69,7 +71,7 @@ def _preset_info(name: str, overrides: dict) -> tuple[dict, object]:
 def _saved_model_info(name: str, overrides: dict) -> tuple[dict, object]:
     """A saved model (``hf-hub:...``, ``local-dir:...`` or a directory), loaded as ``opzoo.load`` does."""
     from ..host.registry import get_registry
-    from ..model_io.builder import load
+    from ..model_io.loading import load
 
     model = load(name, **overrides)
     entry = get_registry().backbone_entry(type(model))
@@ -218,7 +220,8 @@ def cmd_plugins(args) -> int:
 
 def cmd_export(args) -> int:
     from ..errors import OpzooError
-    from ..model_io.builder import load, resolve_weights
+    from ..model_io.loading import load
+    from ..model_io.pretrained import resolve_weights
     from ..model_io.reference import parse_model_reference
 
     out = Path(args.out)
@@ -237,7 +240,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_convert(args) -> int:
-    from ..model_io.builder import convert_to_repo
+    from ..model_io.pretrained import convert_to_repo
 
     options = {**({"dataset": args.dataset} if args.dataset else {}), **parse_overrides(args.option)}
     out = convert_to_repo(args.converter, args.file, args.out, **options)

@@ -116,7 +116,7 @@ class Backbone(nn.Module, metaclass=abc.ABCMeta):
 
     Subclasses set ``config_class`` (a ModelConfig dataclass) and take their config as the only
     constructor argument. ``save_pretrained``, ``from_pretrained`` and ``push_to_hub`` call the
-    functions of the same names in :mod:`opzoo.model_io.builder`; a backbone that can be adapted to data of
+    functions of the same names in :mod:`opzoo.model_io.saving` and :mod:`opzoo.model_io.loading`; a backbone that can be adapted to data of
     another shape (:func:`opzoo.training.adapt_model`) overrides :meth:`io_layout`.
     """
 
@@ -132,13 +132,13 @@ class Backbone(nn.Module, metaclass=abc.ABCMeta):
     def save_pretrained(self, save_directory, card: str | None = None, results=()):
         """Write ``config.json``, ``model.safetensors`` and ``README.md`` into a directory (``card``: the card template,
         default the preset's; ``results``: :class:`opzoo.Result` numbers for its ``model-index``)."""
-        from ..model_io.builder import save_pretrained
+        from ..model_io.saving import save_pretrained
 
         return save_pretrained(self, save_directory, card=card, results=results)
 
     def push_to_hub(self, repo_id: str, **kwargs):
-        """Upload this model to the Hugging Face Hub (see :func:`opzoo.model_io.builder.push_to_hub`)."""
-        from ..model_io.builder import push_to_hub
+        """Upload this model to the Hugging Face Hub (see :func:`opzoo.model_io.saving.push_to_hub`)."""
+        from ..model_io.saving import push_to_hub
 
         return push_to_hub(self, repo_id, **kwargs)
 
@@ -146,7 +146,7 @@ class Backbone(nn.Module, metaclass=abc.ABCMeta):
     def from_pretrained(cls, repo_or_dir, revision: str | None = None, **overrides):
         """Load an opzoo repo (local dir or Hub id); it must hold this class's architecture."""
         from ..errors import ConfigError
-        from ..model_io.builder import from_pretrained
+        from ..model_io.loading import from_pretrained
 
         model = from_pretrained(repo_or_dir, revision=revision, **overrides)
         if not isinstance(model, cls):

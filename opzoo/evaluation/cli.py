@@ -19,7 +19,8 @@ from ..errors import OpzooError
 
 def _load_model(name: str, pretrained: bool | None):
     """The model a command runs, and print the header line saying which weights those are."""
-    from ..model_io.builder import load, resolve_weights
+    from ..model_io.loading import load
+    from ..model_io.pretrained import resolve_weights
 
     pretrained, weights = resolve_weights(name, pretrained)
     say(f"weights: {weights}")

@@ -133,7 +133,8 @@ def validate(patterns: Sequence[str], data: Sequence[str], out: Path, *, layout:
              batch_size: int = 8, max_trajectories: int | None = None) -> list[ValidateRow]:
     """Every model of ``patterns`` on every file of ``data``, all on the same trajectories of each file
     (:func:`common_split`); writes ``out`` (CSV) and returns the rows."""
-    from ..model_io.builder import load, resolve_weights
+    from ..model_io.loading import load
+    from ..model_io.pretrained import resolve_weights
 
     rows: list[ValidateRow] = []
     models, names = {}, models_matching(patterns)

@@ -40,7 +40,7 @@ class PretrainedSource:
     called with ``converter_options`` as keyword arguments (e.g. the data set a checkpoint was trained on).
     ``directory`` is a local path or a package resource (``importlib.resources.files(pkg) / "dir"``),
     for weights that ship inside a plugin; :meth:`package` builds one. Both kinds are resolved to
-    local files by :func:`opzoo.model_io.builder.pretrained_files` and then loaded by the same code.
+    local files by :func:`opzoo.model_io.pretrained.pretrained_files` and then loaded by the same code.
 
     ``extra_files`` are other files of the repo that the converter or the checks read (e.g. the
     foreign ``config.json``); they are fetched with the weights, into the same snapshot. ``checks``

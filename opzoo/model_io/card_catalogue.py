@@ -16,7 +16,8 @@ def preset_card(name: str) -> str:
     import torch
 
     from ..host.registry import get_registry
-    from .builder import load, model_card
+    from .loading import load
+    from .saving import model_card
 
     preset = get_registry().preset(name)
     with torch.device("meta"):

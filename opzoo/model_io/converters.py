@@ -3,7 +3,7 @@
 A converter, registered with ``registry.register_converter(name, fn)``, is a callable
 ``fn(path, **options) -> ConvertedCheckpoint`` that reads a foreign checkpoint (e.g. the official
 DPOT ``.pth``) and returns opzoo weights with the architecture and config they fit; the builder
-(:func:`opzoo.model_io.builder.convert_to_repo`, ``opzoo.load(..., pretrained=True)``) runs it.
+(:func:`opzoo.model_io.pretrained.convert_to_repo`, ``opzoo.load(..., pretrained=True)``) runs it.
 """
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ def parse_model_reference(name: str | os.PathLike, backbones: bool = True, bare_
     path = Path(name).expanduser()
     if path.is_dir():
         return ModelReference("dir", name, path=path)
-    from .hub import wait_for_save
+    from .repo_dir import wait_for_save
 
     if wait_for_save(path):  # a save swapping the directory in right now
         return ModelReference("dir", name, path=path)

@@ -56,8 +56,9 @@ def verify_preset(name: str, local_files_only: bool = False) -> list[VerifyRow]:
 
     from ..host.provenance import snapshot_revision
     from ..host.registry import get_registry
-    from .builder import build_preset, fetch_pretrained, pretrained_files
-    from .hub import check_state_dict
+    from .builder import build_preset
+    from .pretrained import fetch_pretrained, pretrained_files
+    from .weights import check_state_dict
 
     preset = get_registry().preset(name)
     src = preset.pretrained

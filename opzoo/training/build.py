@@ -16,7 +16,7 @@ from ..errors import ConfigError
 from ..evaluation.fit import fit_data, open_trajectories
 from ..evaluation.shape_check import check_frames, check_resolution
 from ..model_io.adapt import BOUNDARY_FIELDS, SHAPE_FIELDS
-from ..model_io.builder import load
+from ..model_io.loading import load
 from .config import DatasetSpec, RunConfig
 
 

@@ -32,7 +32,7 @@ def base_model_id(name: "str | ModelReference") -> str:
     except OpzooError:
         return Path(given_name(name)).name
     if ref.kind == "dir":  # a local model (a fine-tune's output): the published model its lineage starts from
-        from ..model_io.builder import saved_pretrained_cfg
+        from ..model_io.loading import saved_pretrained_cfg
 
         try:
             root = saved_pretrained_cfg(ref).get("preset")

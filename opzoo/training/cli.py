@@ -118,7 +118,7 @@ def thread_advice() -> str | None:
 
 def cmd_finetune(args) -> int:
     from ..evaluation.fit import array_order_lines
-    from ..model_io.builder import resolve_weights
+    from ..model_io.pretrained import resolve_weights
     from ..model_io.reference import parse_model_reference
     from .finetune import finetune_config, recommended_lr
     from .trainer import Trainer

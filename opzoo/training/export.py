@@ -28,7 +28,7 @@ def export_model(model: nn.Module, ema: EMA | None, cfg: RunConfig, data: RunDat
     """Save ``model`` (with ``ema``'s weights swapped in) to ``out`` with its data facts in ``pretrained_cfg`` and
     ``results`` in its card's ``model-index``."""
     from ..evaluation.splits import training_record
-    from ..model_io.builder import save_pretrained
+    from ..model_io.saving import save_pretrained
     from .card import base_model_id
 
     shape = data.frame_shape
@@ -62,7 +62,7 @@ def unsharded_copy(wrapped: nn.Module, model: nn.Module, env: DistEnv) -> nn.Mod
 def run_model_card(cfg: RunConfig, data: RunData, from_scratch: bool, zero_shot: Sequence[DatasetResult] | None,
                    final: Sequence[DatasetResult], command: str | None) -> str:
     """The run's model card: base model, data and splits, steps and lr, test errors, command."""
-    from ..model_io.builder import resolve_weights
+    from ..model_io.pretrained import resolve_weights
     from .card import run_card
 
     name = cfg.model.reference

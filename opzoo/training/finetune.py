@@ -47,7 +47,7 @@ def recommended_lr(model: "str | ModelReference", pretrained: bool) -> tuple[flo
     """``(lr, where it comes from)``: the ``finetune_lr`` recorded in the model's ``pretrained_cfg``
     (a preset's, or a saved repo's config.json), else opzoo's fallback; from scratch, the pretraining lr."""
     from ..host.registry import get_registry
-    from ..model_io.builder import saved_pretrained_cfg
+    from ..model_io.loading import saved_pretrained_cfg
     from ..model_io.reference import model_reference
 
     ref = model_reference(model)

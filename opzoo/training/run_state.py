@@ -56,7 +56,7 @@ class RunState:
     def restore(self, path: Path, files: Mapping) -> int:
         """Load a verified checkpoint (``ckpt.read_checkpoint``'s files) into the model, optimizer, EMA,
         hooks and RNGs; returns its step."""
-        from ..model_io.hub import load_state_dict_strict
+        from ..model_io.weights import load_state_dict_strict
 
         weights = files["model.safetensors"]
         if self.strategy == "fsdp" and self.env.enabled:

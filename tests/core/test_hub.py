@@ -69,7 +69,7 @@ def test_missing_extra_and_misshaped_tensors_are_all_listed_and_change_nothing(m
     target = opzoo.load("simple-op")
     before = _params(target)
     with pytest.raises(WeightsError) as info:
-        opzoo.model_io.hub.load_weights(target, tmp_path / "model.safetensors")
+        opzoo.model_io.weights.load_weights(target, tmp_path / "model.safetensors")
     message = str(info.value)
     assert str(tmp_path / "model.safetensors") in message
     assert "missing tensors (2): head.bias, lift.bias" in message
@@ -127,7 +127,7 @@ def test_a_failed_save_leaves_the_previous_repo_intact(model, tmp_path, monkeypa
     def fail(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(opzoo.model_io.hub, "write_config", fail)
+    monkeypatch.setattr(opzoo.model_io.repo_dir, "write_config", fail)
     with pytest.raises(OSError, match="disk full"):
         other.save_pretrained(tmp_path)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before

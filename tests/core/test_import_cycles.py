@@ -150,7 +150,8 @@ def test_opzoo_has_no_import_circle():
 LAYERS = ["root", "contracts", "registry", "layers", "models", "model_io", "data", "evaluation", "training", "benchmark",
           "plugin-host", "cli"]
 UPWARD = {
-    ("opzoo.contracts.interfaces", "opzoo.model_io.builder"),  # Backbone.save_pretrained & co., inside the methods
+    ("opzoo.contracts.interfaces", "opzoo.model_io.saving"),  # Backbone.save_pretrained & co., inside the methods
+    ("opzoo.contracts.interfaces", "opzoo.model_io.loading"),
     ("opzoo.model_io.preset_index", "opzoo.host.plugins"),  # building the index loads the plugins
     ("opzoo.data.cli", "opzoo.cli.common"),  # a package's own commands use the CLI's parser
     ("opzoo.evaluation.cli", "opzoo.cli.common"),

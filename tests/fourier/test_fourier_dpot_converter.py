@@ -55,7 +55,7 @@ def test_converted_model_computes_the_official_function(official_file):
     assert args["img_size"] == [16, 16] and args["n_cls"] == 5
     assert args["mixer_args"] == {"n_blocks": 4, "modes": MODES}
     model = opzoo.create_model("pot", **args)
-    opzoo.model_io.hub.load_state_dict_strict(model, converted.state_dict, str(path))
+    opzoo.model_io.weights.load_state_dict_strict(model, converted.state_dict, str(path))
     x = torch.randn(2, 16, 16, 3, 2, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         got, got_cls = model.forward_with_class(x)
@@ -72,7 +72,7 @@ def test_strict_load_refuses_a_wrong_depth(official_file):
     model = opzoo.create_model("pot", **{**converted.model_args, "depth": 3})
     before = {k: v.clone() for k, v in model.state_dict().items()}
     with pytest.raises(opzoo.WeightsError, match="missing tensors.*blocks.2"):
-        opzoo.model_io.hub.load_state_dict_strict(model, converted.state_dict, str(path))
+        opzoo.model_io.weights.load_state_dict_strict(model, converted.state_dict, str(path))
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 

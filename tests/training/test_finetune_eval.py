@@ -218,7 +218,7 @@ def test_a_finetune_parses_its_model_reference_once(tmp_path, pretrained_dir, mo
     """Issue 44: a model reference is a value, parsed where it enters (the command line) and carried in the run config;
     one `opzoo finetune` parses it once, not eleven times from eight places."""
     from opzoo.cli import main
-    from opzoo.model_io import builder, reference
+    from opzoo.model_io import loading, reference
 
     calls = []
     parse = reference.parse_model_reference
@@ -228,7 +228,7 @@ def test_a_finetune_parses_its_model_reference_once(tmp_path, pretrained_dir, mo
         calls.append(str(name) + " <- " + " < ".join(f"{f.name}:{f.lineno}" for f in traceback.extract_stack()[-4:-1]))
         return parse(name, *args, **kwargs)
 
-    for module in (reference, builder):  # every module that holds the function by name
+    for module in (reference, loading):  # every module that holds the function by name
         monkeypatch.setattr(module, "parse_model_reference", counted)
     user = write_canonical(tmp_path / "one.h5", heat_trajectories(8, 16, 10, seed=3), ["T"], "heat")
     assert main(["finetune", str(pretrained_dir), "--data", str(user), "--out", str(tmp_path / "ft"), "--steps", "2",

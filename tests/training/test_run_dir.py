@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import opzoo
-from opzoo.training import OptimizerHook, Trainer, parse_run_config
 from opzoo.files import clean_dead_temporaries, temporaries
+from opzoo.training import OptimizerHook, Trainer, parse_run_config
 from opzoo.training.checkpoint import list_checkpoints, write_checkpoint
 from opzoo.training.run_dir import HARMLESS_KEYS, RunDirBusyError, RunDirError, RunDirLock, config_changes
 from opzoo.training.stop import RunStopped

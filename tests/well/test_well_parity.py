@@ -156,7 +156,7 @@ def test_vrmse_equals_the_wells_metric():
 def test_meta_parameter_counts_and_names_match_the_published_models():
     """Every well-* preset on ``meta`` has the parameter count of The Well's model at the published
     config, and The Well's state dict names map onto it (shapes included)."""
-    from opzoo.model_io.hub import check_state_dict
+    from opzoo.model_io.weights import check_state_dict
     from opzoo_well.architectures import ARCHITECTURES, N_STEPS_INPUT, preset_name
     from opzoo_well.converter import map_state_dict
     from opzoo_well.families import checkpoints

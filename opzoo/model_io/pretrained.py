@@ -1,0 +1,239 @@
+"""A preset's published weights and foreign checkpoints: fetched (the Hub cache, a directory, a package), converted by
+a registered converter, checked by the preset's load checks on the real files, loaded strictly; ``opzoo convert``'s
+repo, ``pretrained_cfg_overlay`` and ``checkpoint_path``, and the one line that says which weights run."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import inspect
+import os
+from importlib.resources import as_file
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
+
+from ..errors import ConfigError, HubError
+from ..host.provenance import PretrainedArtifacts, refuse_failed, run_checks, snapshot_revision
+from ..host.registry import Preset, PretrainedSource, get_registry
+from .builder import build_model
+from .converters import ConvertedCheckpoint
+from .hub import hub_download
+from .reference import ModelReference, model_reference
+from .repo_dir import WEIGHTS_NAME, check_repo_dir
+from .saving import write_model_repo
+from .weights import load_state_dict_strict, read_state_dict
+
+if TYPE_CHECKING:
+    from torch import nn
+
+
+@contextlib.contextmanager
+def pretrained_file(source: PretrainedSource, filename: str | None = None, local_files_only: bool = False,
+                    preset: str | None = None) -> Iterator[Path]:
+    """A local path to file ``filename`` (default ``source.filename`` or model.safetensors) of ``source``.
+
+    A Hub source is fetched with :func:`opzoo.model_io.hub.hub_download` (cache, offline mode and errors as usual;
+    ``local_files_only``: from the cache alone; the error names every file the source reads, and for ``preset``'s
+    foreign files how to load a local copy of them); a directory source (a local path or a package resource,
+    possibly inside a zip) is used in place.
+    """
+    filename = filename or source.filename or WEIGHTS_NAME
+    if source.repo_id is not None:
+        names = [source.filename or WEIGHTS_NAME, *source.extra_files]
+        local_copy = None
+        if source.converter is not None:  # foreign files: not an opzoo repo, so not local-dir:
+            local_copy = (f"load a local copy of {' and '.join(names)} (that layout, under a directory PATH) with "
+                          f"opzoo.load('{preset or 'PRESET'}', pretrained=True, pretrained_cfg_overlay="
+                          f"{{'directory': 'PATH'}})")
+        yield hub_download(source.repo_id, filename, source.revision, companions=names, local_copy=local_copy,
+                           **({"local_files_only": True} if local_files_only else {}))
+        return
+    resource = source.directory.joinpath(filename)
+    if not resource.is_file():
+        raise HubError(f"pretrained weights {filename!r} are missing from {source.directory} "
+                       f"(the package was installed without its weights, or the directory moved)")
+    with as_file(resource) as path:
+        yield Path(path)
+
+
+@contextlib.contextmanager
+def pretrained_files(source: PretrainedSource, local_files_only: bool = False, preset: str | None = None
+                     ) -> Iterator[dict[str, Path]]:
+    """Local paths of the weights file (first) and of ``source.extra_files``, by name."""
+    names = [source.filename or WEIGHTS_NAME, *source.extra_files]
+    with contextlib.ExitStack() as stack:
+        yield {name: stack.enter_context(pretrained_file(source, name, local_files_only, preset)) for name in names}
+
+
+def convert_file(converter: str, path: str | os.PathLike, **options: Any) -> ConvertedCheckpoint:
+    """Run registered converter ``converter`` on foreign checkpoint ``path``; ``options`` are its keyword
+    arguments (a preset's ``PretrainedSource.converter_options``, or ``opzoo convert``'s flags)."""
+    fn = get_registry().get("converter", converter)
+    accepted = inspect.signature(fn).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
+        unknown = sorted(set(options) - set(accepted))
+        if unknown:
+            raise ConfigError(
+                f"converter {converter!r} takes no option(s) {', '.join(map(repr, unknown))}"
+                f"{'; it takes ' + ', '.join(map(repr, list(accepted)[1:])) if len(accepted) > 1 else ''}"
+            )
+    return fn(Path(path), **options)
+
+
+@contextlib.contextmanager
+def fetch_pretrained(preset: Preset, model_config: Any, local_files_only: bool = False
+                     ) -> Iterator[tuple[PretrainedArtifacts, str]]:
+    """``(artifacts, where)``: ``preset``'s published files, fetched (or found in the cache; ``local_files_only``:
+    from the cache alone), with the tensors they hold in opzoo's names (converted when they are foreign), for a
+    model of config ``model_config``; ``where`` names them in messages. Runs no check."""
+    src = preset.pretrained
+    if src is None:
+        raise HubError(
+            f"preset {preset.name!r} has no published weights; use pretrained=False to train it from "
+            f"scratch, or opzoo.from_pretrained(REPO_OR_DIR) for weights you have"
+        )
+    with pretrained_files(src, local_files_only, preset.name) as files:
+        path = next(iter(files.values()))
+        if src.converter is None:
+            state_dict, where = read_state_dict(path), str(path)
+        else:
+            state_dict = convert_file(src.converter, path, **src.converter_options).state_dict
+            where = f"{path} (converted by {src.converter!r})"
+        yield PretrainedArtifacts(preset.name, files, state_dict, model_config, snapshot_revision(path)), where
+
+
+def load_preset_weights(model: "nn.Module", preset: Preset) -> None:
+    """Load ``preset``'s published weights into ``model`` (converted first when they are foreign), after
+    its source's checks pass on the real files (:class:`opzoo.PretrainedCheck`); nothing changes otherwise."""
+    with fetch_pretrained(preset, model.config) as (artifacts, where):
+        # the checks first: where an assumption fails they say which and what to do, before a bare shape error
+        refuse_failed(preset.name, run_checks(preset.pretrained.checks, artifacts))
+        load_state_dict_strict(model, artifacts.state_dict, where)
+
+
+def overlaid(preset: Preset, overlay: Mapping[str, Any]) -> tuple[Preset, str | None]:
+    """``preset`` with ``overlay`` applied (timm's ``pretrained_cfg_overlay``): keys of ``PretrainedSource`` replace
+    the source's (``repo_id`` and ``directory`` replace each other), ``file`` is returned apart (a local weights
+    file: ``checkpoint_path``), every other key goes into ``pretrained_cfg`` (checked where the model is built)."""
+    if not isinstance(overlay, Mapping):
+        raise ConfigError(f"pretrained_cfg_overlay: expected a dict, got {type(overlay).__name__}")
+    overlay = dict(overlay)
+    file = overlay.pop("file", None)
+    source_keys = {f.name for f in dataclasses.fields(PretrainedSource)} - {"checks", "extra_files"}
+    source = {k: overlay.pop(k) for k in list(overlay) if k in source_keys}
+    if source:
+        if preset.pretrained is None and not ({"repo_id", "directory"} & set(source)):
+            raise ConfigError(f"pretrained_cfg_overlay: preset {preset.name!r} publishes no weights; give 'repo_id' "
+                              f"or 'directory' (or 'file') to say where they are")
+        base = {f.name: getattr(preset.pretrained, f.name) for f in dataclasses.fields(PretrainedSource)} \
+            if preset.pretrained is not None else {}
+        if "repo_id" in source:
+            base.pop("directory", None)
+        if "directory" in source:
+            base.update(repo_id=None, revision=None)
+        try:
+            new = PretrainedSource(**{**base, **source})
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"pretrained_cfg_overlay: {e}") from None
+        preset = dataclasses.replace(preset, pretrained=new)
+    if overlay:
+        preset = dataclasses.replace(preset, pretrained_cfg={**preset.pretrained_cfg, **overlay})
+    return preset, file
+
+
+def load_checkpoint_file(model: "nn.Module", preset: Preset, path: Path) -> None:
+    """``path``'s weights into ``model`` (timm's ``checkpoint_path``): opzoo's safetensors as they are, a file in the
+    preset's published format through its converter and its load checks. Strict; nothing loads otherwise."""
+    if not path.is_file():
+        raise HubError(f"checkpoint_path: {path} is not a file")
+    src = preset.pretrained
+    if path.suffix == ".safetensors":
+        state_dict = read_state_dict(path)
+        # opzoo's names (save_pretrained) load as they are; a published safetensors file in the preset's own format
+        # (other names) goes through its converter
+        if src is None or src.converter is None or set(state_dict) & set(model.state_dict()):
+            load_state_dict_strict(model, state_dict, str(path))
+            return
+    if src is None or src.converter is None:
+        raise ConfigError(f"checkpoint_path: {path} is not a .safetensors file, and preset {preset.name!r} has no "
+                          f"converter for another format; save the weights with opzoo (save_pretrained) first")
+    files = {src.filename or path.name: path}
+    for extra in src.extra_files:  # read beside the weights, as in the published layout
+        beside = path.parent / PurePosixPath(extra).name
+        if not beside.is_file():
+            raise ConfigError(f"checkpoint_path: {preset.name}'s weights are read with {PurePosixPath(extra).name} "
+                              f"beside them ({beside} is missing); put it there, or pass pretrained_cfg_overlay="
+                              f"{{'directory': DIR}} for a directory holding {src.filename or WEIGHTS_NAME} and "
+                              f"{', '.join(src.extra_files)}")
+        files[extra] = beside
+    where = f"{path} (converted by {src.converter!r})"
+    state_dict = convert_file(src.converter, path, **src.converter_options).state_dict
+    artifacts = PretrainedArtifacts(preset.name, files, state_dict, model.config, None)
+    refuse_failed(preset.name, run_checks(src.checks, artifacts))
+    load_state_dict_strict(model, state_dict, where)
+
+
+def convert_to_repo(converter: str, path: str | os.PathLike, out_dir: str | os.PathLike, **options: Any) -> Path:
+    """Convert a foreign checkpoint and write an opzoo repo (config.json, model.safetensors, README.md).
+
+    ``options`` go to the converter. The card is the converter's (``ConvertedCheckpoint.card``), else
+    its preset's.
+    """
+    converted = convert_file(converter, path, **options)
+    preset = converted.preset
+    model = build_model(converted.architecture, converted.model_args, f"{path} (converted by {converter!r})",
+                        pretrained_cfg={**({"preset": preset} if preset else {}), **converted.pretrained_cfg},
+                        preset_name=preset)
+    load_state_dict_strict(model, converted.state_dict, f"{path} (converted by {converter!r})")
+    return write_model_repo(model, out_dir, converted.card)
+
+
+def source_description(source: PretrainedSource, owner: str | None = None) -> str:
+    """Where weights come from, for headers and ``opzoo info``: the Hub repo, file and revision, or the
+    package (with its version) they ship in."""
+    if source.repo_id is not None:
+        text = (f"{source.location.partition('@')[0]} file {source.filename or WEIGHTS_NAME}, "
+                f"revision {source.revision or 'main (latest)'}")
+    else:
+        version = distribution_version(owner) if owner else None
+        where = f"package {owner} {version}" if version else "directory"
+        text = f"{where}: {source.directory}"
+    return text + (f", converted by {source.converter!r}" if source.converter else "")
+
+
+def distribution_version(distribution: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except (PackageNotFoundError, ValueError):
+        return None
+
+
+def resolve_weights(name: "str | ModelReference", pretrained: bool | None) -> tuple[bool, str]:
+    """``(pretrained, description)`` for model ``name``: ``pretrained=None`` (the default of ``eval``,
+    ``rollout``, ``finetune``) means a preset's published weights when it has some, else random init;
+    ``description`` says which weights run (e.g. ``NAME pretrained, from hf-hub:...``; the CLI prints it
+    after ``weights:``, a card names the base model with it)."""
+    ref = model_reference(name, backbones=False)
+    name = ref.given
+    if ref.saved:
+        if pretrained is False:
+            raise ConfigError(f"--no-pretrained applies to presets; {name} is a saved model and always loads its weights")
+        if ref.kind == "dir":
+            check_repo_dir(ref.path)
+        return True, f"{name} (a saved opzoo repo)"
+    preset = get_registry().preset(ref.preset)
+    if pretrained is None:
+        pretrained = preset.pretrained is not None
+    if pretrained:
+        if preset.pretrained is None:
+            raise HubError(f"preset {preset.name!r} has no published weights; drop --pretrained (or pass "
+                           f"--no-pretrained) to run it from random init")
+        return True, f"{preset.name} pretrained, from {source_description(preset.pretrained, preset.owner)}"
+    why = "--no-pretrained" if preset.pretrained is not None else "this preset publishes no weights"
+    return False, f"{preset.name} random init ({why})"
+
+
+__all__ = ["pretrained_file", "pretrained_files", "convert_file", "fetch_pretrained", "load_preset_weights", "overlaid",
+           "load_checkpoint_file", "convert_to_repo", "source_description", "resolve_weights"]

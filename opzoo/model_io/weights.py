@@ -1,0 +1,87 @@
+"""Weights: reading a safetensors file and loading it into a model strictly, every name and shape checked before any
+parameter changes (a mismatch names the tensors at fault)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file
+
+from ..errors import WeightsError
+
+SHOWN = 8  # tensors named per kind in a mismatch message
+
+
+def check_state_dict(model: torch.nn.Module, shapes: Mapping[str, tuple[int, ...]], source: str) -> None:
+    """Raise WeightsError listing every missing, unexpected and mis-shaped tensor."""
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    missing = sorted(set(expected) - set(shapes))
+    unexpected = sorted(set(shapes) - set(expected))
+    misshaped = sorted(k for k in set(expected) & set(shapes) if tuple(shapes[k]) != expected[k])
+    if missing or unexpected or misshaped:
+        def some(names: list[str]) -> str:
+            return ", ".join(names[:SHOWN]) + (f", and {len(names) - SHOWN} more" if len(names) > SHOWN else "")
+
+        lines = [f"{source} does not match {type(model).__name__}:"]
+        if missing:
+            lines.append(f"  missing tensors ({len(missing)}): {some(missing)}")
+        if unexpected:
+            lines.append(f"  unexpected tensors ({len(unexpected)}): {some(unexpected)}")
+        for k in misshaped[:SHOWN]:
+            lines.append(f"  mis-shaped tensor {k}: file {list(shapes[k])}, model {list(expected[k])}")
+        if len(misshaped) > SHOWN:
+            lines.append(f"  and {len(misshaped) - SHOWN} more mis-shaped tensors")
+        raise WeightsError("\n".join(lines))
+
+
+def load_state_dict_strict(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor], source: str) -> None:
+    """Check names and shapes first, so a bad state dict changes nothing; then load."""
+    check_state_dict(model, {k: tuple(v.shape) for k, v in state_dict.items()}, source)
+    bad = [k for k, v in state_dict.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    if bad:
+        raise WeightsError(f"{source}: non-finite values in {', '.join(sorted(bad))}")
+    model.load_state_dict(state_dict, strict=True)
+
+
+def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file (WeightsError naming the file when it is not one)."""
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError) as e:
+        raise WeightsError(f"{path}: not a readable safetensors file ({e})") from None
+
+
+def load_weights(model: torch.nn.Module, path: str | os.PathLike, shown_as: str | os.PathLike | None = None,
+                 verify=None) -> None:
+    """Load a safetensors file strictly into ``model``: names and shapes from its header first (nothing
+    else is read from a file that does not fit), then ``verify()`` (e.g. its checksum, which reads every
+    byte), then the tensors. ``shown_as`` names it in messages."""
+    path, where = Path(path), str(shown_as or path)
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    except (SafetensorError, OSError) as e:
+        raise WeightsError(f"{where}: not a readable safetensors file ({e})") from None
+    check_state_dict(model, shapes, where)
+    if verify is not None:
+        verify()
+    load_state_dict_strict(model, load_file(str(path)), where)
+
+
+def unshared_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """State dict with contiguous tensors; tensors sharing storage are cloned (safetensors refuses them)."""
+    seen: set[int] = set()
+    out = {}
+    for k, v in model.state_dict().items():
+        v = v.detach().contiguous()
+        ptr = v.untyped_storage().data_ptr()
+        out[k] = v.clone() if ptr in seen else v
+        seen.add(ptr)
+    return out
+
+
+__all__ = ["check_state_dict", "load_state_dict_strict", "read_state_dict", "load_weights", "unshared_state_dict"]
