@@ -7,6 +7,8 @@
 """
 
 
+from typing import TYPE_CHECKING
+
 from ._lazy import lazy_exports
 from ._version import __version__
 from .errors import (
@@ -64,6 +66,38 @@ def _plugin_registry():
 
 _set_registry_source(_plugin_registry)
 
+
+if TYPE_CHECKING:  # names for readers and IDEs: each is imported from its module on first use (below)
+    from .config import ModelConfig, build_dataclass
+    from .contracts.hookspecs import hookimpl
+    from .contracts.interfaces import Backbone, Block, FeedForward, IdentityStreams, Mixer, Residual, StreamAdapter
+    from .contracts.io_layout import DimMap, time_channel_index
+    from .contracts.routing import Router, Routing
+    from .contracts.spectral import SpectralLayer, SpectralWeight, find_spectral_weights
+    from .contracts.upstream import Upstream
+    from .host.plugins import get_plugin_host, reset_plugins
+    from .host.registry import get_registry
+    from .layers.grid import append_grid
+    from .model_io.builder import list_models
+    from .model_io.converters import ConvertedCheckpoint, safe_torch_load
+    from .model_io.loading import create_model, from_pretrained, load
+    from .model_io.pretrained import convert_to_repo
+    from .model_io.pretrained_cfg import PretrainedCfg
+    from .model_io.saving import push_to_hub, save_pretrained
+    from .models.pot import PotConfig
+    from .models.pot_parts import PotParts
+    from .models.pot_sizes import (
+        MICRO_SUITE,
+        POT_MICRO_SIZE,
+        POT_SIZES,
+        PotSize,
+        micro_pretrained_cfg,
+        micro_results,
+        pot_micro_preset_args,
+        pot_preset_args,
+        pot_size,
+    )
+    from .training.hooks import OptimizerHook, StepContext
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
 

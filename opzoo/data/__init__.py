@@ -28,6 +28,8 @@ weight, so a resumed run and a W-rank run see exactly the batches of one uninter
 """
 
 
+from typing import TYPE_CHECKING
+
 from opzoo._lazy import lazy_exports
 from opzoo.data.errors import DataFormatError, GeneratorError, NonFiniteDataError, UnknownLayoutError
 
@@ -47,6 +49,18 @@ _LAZY = {
     **dict.fromkeys(["FrameShape", "pad_channels", "resize"], "opzoo.data.transforms"),
 }
 
+
+if TYPE_CHECKING:  # names for readers and IDEs: each is imported from its module on first use (below)
+    from opzoo.data.canonical import CanonicalWriter, write_canonical
+    from opzoo.data.convert import convert_to_canonical
+    from opzoo.data.datasets import TrajectoryDataset, WindowDataset, split_trajectories, train_test_split
+    from opzoo.data.fingerprint import content_hash
+    from opzoo.data.generators import GENERATORS, generate, make_generator
+    from opzoo.data.inspect import inspect_file
+    from opzoo.data.mixture import MixtureDataset
+    from opzoo.data.readers import LAYOUTS, SourceInfo, TrajectorySource, detect_layout, open_source
+    from opzoo.data.sampler import StepBatchSampler, collate, step_generator
+    from opzoo.data.transforms import FrameShape, pad_channels, resize
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
 

@@ -10,6 +10,8 @@ model may call held-out, non-finite data named, the plots, and ``opzoo eval``/``
 all use it.
 """
 
+from typing import TYPE_CHECKING
+
 from .._lazy import lazy_exports
 
 # imported on first use (PEP 562), so that the `opzoo` parser needs no torch: name -> the module that defines it
@@ -22,9 +24,34 @@ _LAZY = {
     **dict.fromkeys(["TrajectoryMetrics", "bootstrap"], ".pdebench_metrics"),
     **dict.fromkeys(["choose_split", "split_to_score", "trained_by"], ".splits"),
     **dict.fromkeys(["scan_trajectories", "bad_trajectories_of"], ".bad_data"),
-    **dict.fromkeys(["plot_rollout_panels", "plot_error_curves"], ".plots"),
+    **dict.fromkeys(["plot_rollout_panels", "plot_error_curves", "field2d", "pyplot", "save_figure"], ".plots"),
 }
+
+if TYPE_CHECKING:  # names for readers and IDEs: each is imported from its module on first use (below)
+    from .bad_data import bad_trajectories_of, scan_trajectories
+    from .fit import FittedData, GridChoice, choose_grid, fit_data, fit_files, open_trajectories
+    from .l2 import l2_full, l2_per_step
+    from .pdebench_metrics import TrajectoryMetrics, bootstrap
+    from .plots import field2d, plot_error_curves, plot_rollout_panels, pyplot, save_figure
+    from .rollouts import (
+        DatasetResult,
+        Persistence,
+        evaluate_dataset,
+        evaluate_windows,
+        headline,
+        read_results,
+        with_persistence,
+        write_results,
+    )
+    from .splits import choose_split, split_to_score, trained_by
+    from .vrmse import vrmse, vrmse_fields
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
 
-__all__ = sorted(_LAZY)
+__all__ = [
+    "DatasetResult", "FittedData", "GridChoice", "Persistence", "TrajectoryMetrics", "bad_trajectories_of",
+    "bootstrap", "choose_grid", "choose_split", "evaluate_dataset", "evaluate_windows", "field2d", "fit_data",
+    "fit_files", "headline", "l2_full", "l2_per_step", "open_trajectories", "plot_error_curves",
+    "plot_rollout_panels", "pyplot", "read_results", "save_figure", "scan_trajectories", "split_to_score",
+    "trained_by", "vrmse", "vrmse_fields", "with_persistence", "write_results",
+]

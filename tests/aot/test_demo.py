@@ -7,7 +7,7 @@ import torch
 import yaml
 
 from opzoo import MICRO_SUITE
-from opzoo.training import Persistence
+from opzoo.evaluation import Persistence
 from opzoo_aot.demo import run_demo
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -79,6 +79,7 @@ def test_renamed_training_names_still_work_with_a_deprecation_warning(tmp_path):
     pipeline); ``evaluate_dataset(adapt=...)`` became ``frame_shape=``. Each old form works for a release."""
     import numpy as np
 
+    import opzoo.evaluation
     import opzoo.training
     from opzoo.data import FrameShape, TrajectoryDataset, write_canonical
     from opzoo.evaluation.rollouts import Persistence
@@ -88,11 +89,20 @@ def test_renamed_training_names_still_work_with_a_deprecation_warning(tmp_path):
             assert getattr(opzoo.training, old) is new
     write_canonical(tmp_path / "a.h5", np.ones((2, 4, 4, 3, 1), np.float32), ["u"])
     with pytest.warns(DeprecationWarning, match="use frame_shape="):
-        r = opzoo.training.evaluate_dataset(Persistence(), "a", TrajectoryDataset(str(tmp_path / "a.h5")),
-                                            adapt=FrameShape((4, 4), 1, 1))
+        r = opzoo.evaluation.evaluate_dataset(Persistence(), "a", TrajectoryDataset(str(tmp_path / "a.h5")),
+                                              adapt=FrameShape((4, 4), 1, 1))
     assert r.l2_full == 0.0
     with pytest.raises(TypeError, match="both adapt="):
-        opzoo.training.evaluate_dataset(Persistence(), "a", None, adapt=1, frame_shape=1)
+        opzoo.evaluation.evaluate_dataset(Persistence(), "a", None, adapt=1, frame_shape=1)
+    # issue 44: one home per name; opzoo.training's re-exports of evaluation's and data's names warn for a release
+    import opzoo.data
+    import opzoo.evaluation
+
+    for name, home in (("evaluate_dataset", opzoo.evaluation), ("pyplot", opzoo.evaluation),
+                       ("StepBatchSampler", opzoo.data), ("l2_full", opzoo.evaluation)):
+        with pytest.warns(DeprecationWarning, match=f"opzoo.training.{name} is deprecated; use {home.__name__}.{name}"):
+            assert getattr(opzoo.training, name) is getattr(home, name)
+        assert name not in opzoo.training.__all__
 
 
 if __name__ == "__main__":

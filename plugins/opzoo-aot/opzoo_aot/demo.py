@@ -27,7 +27,8 @@ from torch import nn
 
 from opzoo import MICRO_SUITE, load
 from opzoo.data import FrameShape, TrajectoryDataset, content_hash, split_trajectories
-from opzoo.training import DatasetResult, Persistence, evaluate_dataset, field2d, generate_dataset, pyplot, save_figure
+from opzoo.evaluation import DatasetResult, Persistence, evaluate_dataset, field2d, pyplot, save_figure
+from opzoo.training import generate_dataset
 
 MODELS = ("dpot-micro", "aot-pot-micro")
 # the unseen PDE: Navier–Stokes at a viscosity the micro models were not pretrained on
@@ -78,7 +79,8 @@ def finetune_unseen(train_file: Path, out_dir: Path, steps: int, lr: float, batc
     A run that a previous demo finished with the same config and data is reused (its evaluations
     are read back from ``eval/``); an interrupted one resumes.
     """
-    from opzoo.training import Trainer, finetune_config, read_results
+    from opzoo.evaluation import read_results
+    from opzoo.training import Trainer, finetune_config
 
     runs = {}
     for label, pretrained in (("finetuned", True), ("scratch", False)):

@@ -26,7 +26,7 @@ def find_records(run_dir: str | os.PathLike) -> list[Path]:
 def plot_record(path: str | os.PathLike, out: str | os.PathLike, actual: bool = True) -> Path:
     """Plot one record file; ``actual`` multiplies the lr = 1 values by the lr the measured update used
     (base lr x the tensor's lr scale x FLeRM's multiplier in effect for it)."""
-    from opzoo.training import pyplot, save_figure
+    from opzoo.evaluation import pyplot, save_figure
 
     from .record import FslrRecord
 
