@@ -22,10 +22,10 @@ from .errors import (
     WeightsError,
 )
 from .files import atomic_write, atomic_writer
-from .host.family import CheckpointFamily, Variant
-from .host.provenance import CheckFailed, Fact, PretrainedArtifacts, PretrainedCheck, Result
-from .host.registry import PretrainedSource, Registry
-from .host.registry import set_registry_source as _set_registry_source
+from .registry.family import CheckpointFamily, Variant
+from .registry.provenance import CheckFailed, Fact, PretrainedArtifacts, PretrainedCheck, Result
+from .registry.registry import PretrainedSource, Registry
+from .registry.registry import set_registry_source as _set_registry_source
 
 # Everything that needs torch is imported on first use (PEP 562), so that `opzoo --version`, `--help`
 # and a plugin's `import opzoo` for `opzoo.hookimpl` stay fast: name -> the module that defines it.
@@ -49,7 +49,7 @@ _LAZY = {
                      "pot_preset_args", "pot_size"],
                     ".models.pot_sizes"),
     **dict.fromkeys(["get_plugin_host", "reset_plugins"], ".host.plugins"),
-    "get_registry": ".host.registry",
+    "get_registry": ".registry.registry",
     "Upstream": ".contracts.upstream",
     **dict.fromkeys(["Router", "Routing"], ".contracts.routing"),
     **dict.fromkeys(["SpectralLayer", "SpectralWeight", "find_spectral_weights"], ".contracts.spectral"),
@@ -58,7 +58,7 @@ _LAZY = {
 
 
 def _plugin_registry():
-    """The registry the plugin host fills, for :func:`opzoo.host.registry.get_registry` (host loaded on first use)."""
+    """The registry the plugin host fills, for :func:`opzoo.registry.registry.get_registry` (host loaded on first use)."""
     from .host.plugins import get_plugin_host
 
     return get_plugin_host().registry
@@ -76,7 +76,6 @@ if TYPE_CHECKING:  # names for readers and IDEs: each is imported from its modul
     from .contracts.spectral import SpectralLayer, SpectralWeight, find_spectral_weights
     from .contracts.upstream import Upstream
     from .host.plugins import get_plugin_host, reset_plugins
-    from .host.registry import get_registry
     from .layers.grid import append_grid
     from .model_io.builder import list_models
     from .model_io.converters import ConvertedCheckpoint, safe_torch_load
@@ -97,6 +96,7 @@ if TYPE_CHECKING:  # names for readers and IDEs: each is imported from its modul
         pot_preset_args,
         pot_size,
     )
+    from .registry.registry import get_registry
     from .training.hooks import OptimizerHook, StepContext
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

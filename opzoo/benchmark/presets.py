@@ -96,8 +96,8 @@ def measure_preset(name: str, *, model_kwargs: dict, resolution: Sequence[int] |
                    max_gflop: float, with_upstream: bool) -> BenchmarkRow:
     import torch
 
-    from ..host.registry import get_registry
     from ..model_io.loading import load
+    from ..registry.registry import get_registry
     from .measure import ADAM_BYTES_PER_PARAM, H100_BF16
 
     notes: list[str] = []

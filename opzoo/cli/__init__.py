@@ -18,8 +18,8 @@ def _index():
     """The preset index (:mod:`opzoo.model_io.preset_index`): read, or made once by importing the plugins. None when
     it is off (``OPZOO_NO_INDEX``), and in a process whose plugin host is already running (a notebook, a test): its
     live registry is the answer, and it may hold presets registered at run time, which must never reach the disk."""
-    from ..host.registry import live_registry
     from ..model_io.preset_index import ENV_OFF, build_index, read_index
+    from ..registry.registry import live_registry
 
     if live_registry() is not None or os.environ.get(ENV_OFF):
         return None
@@ -70,8 +70,8 @@ def _preset_info(name: str, overrides: dict) -> tuple[dict, object]:
 
 def _saved_model_info(name: str, overrides: dict) -> tuple[dict, object]:
     """A saved model (``hf-hub:...``, ``local-dir:...`` or a directory), loaded as ``opzoo.load`` does."""
-    from ..host.registry import get_registry
     from ..model_io.loading import load
+    from ..registry.registry import get_registry
 
     model = load(name, **overrides)
     entry = get_registry().backbone_entry(type(model))
@@ -151,7 +151,7 @@ def cmd_info(args) -> int:
         print(f"  load checks: {'; '.join(info['load_checks'])} (run on the real files by load(pretrained=True) "
               f"and `opzoo verify {info['name']}`)")
     if info.get("provenance"):
-        from ..host.provenance import Fact
+        from ..registry.provenance import Fact
 
         print("  provenance:")
         for row in info["provenance"]:

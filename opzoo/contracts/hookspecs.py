@@ -23,7 +23,7 @@ def opzoo_register_components(registry):
     """Register mixers, feed-forwards, residuals, block layouts, backbones, optimizer hooks and checkpoint converters.
 
     Called for every plugin before any ``opzoo_register_models``, so presets may use components
-    of other plugins. ``registry`` is a :class:`opzoo.host.registry.Registry`.
+    of other plugins. ``registry`` is a :class:`opzoo.registry.registry.Registry`.
     """
 
 

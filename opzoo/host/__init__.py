@@ -1,2 +1,2 @@
-"""The plugin host: the registry of components and presets, the pluggy host that fills it, the core's own
-registrations, and the provenance rows and load checks presets carry."""
+"""The plugin host: the pluggy host that loads every plugin's hooks into the registry (:mod:`opzoo.registry`), and
+the core's own registrations. It sits at the top of the layers: it loads everything."""

@@ -5,7 +5,7 @@ register becomes a warning naming its distribution and the error; the others sti
 ``OPZOO_PLUGINS`` (comma-separated distribution names; empty means none) restricts loading.
 
 The core's own components (:mod:`opzoo.host.builtins`) are one more plugin, registered first under the
-name ``opzoo``. ``opzoo/__init__`` makes this host the source of :func:`opzoo.host.registry.get_registry`,
+name ``opzoo``. ``opzoo/__init__`` makes this host the source of :func:`opzoo.registry.registry.get_registry`,
 so the backbones find their components without importing this module back.
 """
 
@@ -22,8 +22,8 @@ import pluggy
 
 from ..contracts import hookspecs
 from ..errors import RegistryConflictError
+from ..registry.registry import Registry, set_live_registry
 from . import builtins
-from .registry import Registry, set_live_registry
 
 ENTRY_POINT_GROUP = "opzoo"
 ENV_PLUGINS = "OPZOO_PLUGINS"

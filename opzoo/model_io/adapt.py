@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from ..contracts.io_layout import DimMap
 from ..errors import ConfigError
-from ..host.registry import get_registry
+from ..registry.registry import get_registry
 
 logger = logging.getLogger("opzoo")
 

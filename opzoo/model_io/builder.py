@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..errors import ConfigError, HubError
-from ..host.registry import Preset, get_registry
+from ..registry.registry import Preset, get_registry
 from .pretrained_cfg import schema_of, validate_pretrained_cfg
 from .reference import ModelReference
 

@@ -15,7 +15,7 @@ def preset_card(name: str) -> str:
     """The README.md a preset is published with: its card, its numbers (``Preset.results``) as the model-index."""
     import torch
 
-    from ..host.registry import get_registry
+    from ..registry.registry import get_registry
     from .loading import load
     from .saving import model_card
 
@@ -27,7 +27,7 @@ def preset_card(name: str) -> str:
 
 def catalogue(names: Sequence[str]) -> dict[str, str]:
     """``file name -> text`` of the catalogue: one ``<preset>.md`` per preset and the index."""
-    from ..host.registry import get_registry
+    from ..registry.registry import get_registry
 
     registry = get_registry()
     files = {f"{name}.md": preset_card(name) for name in names}

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from ..config import CONFIG_NAME, read_config
 from ..errors import ConfigError, HubError, WeightsError
-from ..host.registry import Preset, get_registry
+from ..registry.registry import Preset, get_registry
 from .adapt import SHAPE_FIELDS, adapt_model
 from .builder import build_backbone, build_model, build_preset
 from .hub import hub_download, hub_repo_files

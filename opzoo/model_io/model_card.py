@@ -15,7 +15,7 @@ from huggingface_hub import EvalResult, ModelCard
 if TYPE_CHECKING:
     from torch import nn
 
-    from ..host.provenance import Result
+    from ..registry.provenance import Result
 
 DEFAULT_CARD = """---
 library_name: opzoo

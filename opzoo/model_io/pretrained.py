@@ -13,8 +13,8 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from ..errors import ConfigError, HubError
-from ..host.provenance import PretrainedArtifacts, refuse_failed, run_checks, snapshot_revision
-from ..host.registry import Preset, PretrainedSource, get_registry
+from ..registry.provenance import PretrainedArtifacts, refuse_failed, run_checks, snapshot_revision
+from ..registry.registry import Preset, PretrainedSource, get_registry
 from .builder import build_model
 from .converters import ConvertedCheckpoint
 from .hub import hub_download

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from ..errors import HubError, UnknownNameError
-from ..host.registry import HF_HUB_PREFIX, LOCAL_DIR_PREFIX, get_registry
+from ..registry.registry import HF_HUB_PREFIX, LOCAL_DIR_PREFIX, get_registry
 
 
 @dataclasses.dataclass(frozen=True)

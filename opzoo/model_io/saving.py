@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from ..config import config_document
-from ..host.provenance import Result
-from ..host.registry import get_registry
+from ..registry.provenance import Result
+from ..registry.registry import get_registry
 from .hub import upload_folder
 from .model_card import render_card
 from .pretrained_cfg import schema_of, validate_pretrained_cfg

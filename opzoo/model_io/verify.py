@@ -13,7 +13,7 @@ import fnmatch
 from typing import Iterable
 
 from ..errors import ConfigError, HubError, OpzooError, WeightsError
-from ..host.provenance import CheckResult, run_checks
+from ..registry.provenance import CheckResult, run_checks
 
 
 @dataclasses.dataclass
@@ -28,7 +28,7 @@ class VerifyRow:
 
 def select_presets(patterns: Iterable[str], all_presets: bool) -> list[str]:
     """The presets with published weights that ``patterns`` (names, aliases or fnmatch patterns) name."""
-    from ..host.registry import get_registry
+    from ..registry.registry import get_registry
 
     registry = get_registry()
     published = [n for n in registry.list_models() if registry.preset(n).pretrained is not None]
@@ -54,8 +54,8 @@ def verify_preset(name: str, local_files_only: bool = False) -> list[VerifyRow]:
     without asking the Hub); a file that cannot be had is one 'not run' row."""
     import torch
 
-    from ..host.provenance import snapshot_revision
-    from ..host.registry import get_registry
+    from ..registry.provenance import snapshot_revision
+    from ..registry.registry import get_registry
     from .builder import build_preset
     from .pretrained import fetch_pretrained, pretrained_files
     from .weights import check_state_dict
@@ -102,7 +102,7 @@ def offline_reason() -> str | None:
 def verify(names: list[str]) -> list[VerifyRow]:
     """Rows for every check of every preset in ``names``. Without a network, the presets whose files are
     in the cache are verified; when none is, a one-line HubError says what ``opzoo verify`` needs."""
-    from ..host.registry import get_registry
+    from ..registry.registry import get_registry
 
     registry = get_registry()
     hub = any(registry.preset(n).pretrained.repo_id is not None for n in names)

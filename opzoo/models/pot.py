@@ -27,12 +27,12 @@ from ..config import ModelConfig
 from ..contracts.interfaces import Backbone, Block, FeedForward, Mixer, Residual
 from ..contracts.io_layout import DimMap, fields_then_grid_index, newest_aligned_index, prefix_index, time_channel_index
 from ..errors import ConfigError, WeightsError
-from ..host.registry import get_registry
 from ..layers.grid import append_grid
 from ..layers.norm_act import make_activation
 from ..layers.patch_embed import PatchEmbed, conv_nd, conv_transpose_nd
 from ..layers.time_agg import TimeAggregator, fold_time_weights
 from ..layers.weight_init import trunc_normal_
+from ..registry.registry import get_registry
 from .pot_parts import PotParts, component_args
 
 

@@ -19,8 +19,8 @@ from torch import nn
 from ..config import build_dataclass, coerce_value
 from ..contracts.interfaces import Block, FeedForward, Mixer, Residual
 from ..errors import ConfigError
-from ..host.registry import get_registry
 from ..layers.norm_act import ChannelsLastGroupNorm, make_activation
+from ..registry.registry import get_registry
 
 # what the builder itself passes to each kind of component (not part of its *_args): one positional
 # argument (the parts for a block, the width for the others) and these keywords

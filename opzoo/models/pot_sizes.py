@@ -147,7 +147,7 @@ def micro_results(eval_json) -> list:
     ``eval.json``), for the card's model-index."""
     import json
 
-    from ..host.provenance import Result
+    from ..registry.provenance import Result
 
     return Result.from_eval(json.loads(eval_json.read_text()), split="test: the last 10 % of each micro-suite file")
 

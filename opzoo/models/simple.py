@@ -13,9 +13,9 @@ from torch import Tensor, nn
 
 from ..config import ModelConfig
 from ..contracts.interfaces import Backbone
-from ..host.registry import get_registry
 from ..layers.grid import append_grid
 from ..layers.mlp import Mlp
+from ..registry.registry import get_registry
 
 
 @dataclasses.dataclass

@@ -24,8 +24,8 @@ def given_name(name: "str | ModelReference") -> str:
 def base_model_id(name: "str | ModelReference") -> str:
     """``base_model`` for the front matter: a Hub repo id where there is one, else the opzoo name (a local
     model: its folder's name, not its path)."""
-    from ..host.registry import get_registry
     from ..model_io.reference import model_reference
+    from ..registry.registry import get_registry
 
     try:
         ref = model_reference(name)
@@ -50,8 +50,8 @@ def base_model_id(name: "str | ModelReference") -> str:
 def base_license(name: "str | ModelReference") -> str:
     """The license a fine-tune inherits: the ``license:`` of its base preset's card front matter, else ``unknown``
     (weights of unknown license stay so: fine-tuning does not make them MIT)."""
-    from ..host.registry import get_registry
     from ..model_io.reference import model_reference
+    from ..registry.registry import get_registry
 
     try:
         ref = model_reference(name)

@@ -262,7 +262,7 @@ def _check_values(cfg: RunConfig, base: Path | None, source: str) -> None:
         names.append(d.name)
     if cfg.data.resolution is not None and any(r < 1 for r in cfg.data.resolution):
         fail(f"data.resolution must be positive, got {list(cfg.data.resolution)}")
-    from ..host.registry import get_registry
+    from ..registry.registry import get_registry
 
     registry = get_registry()
     for i, h in enumerate(cfg.optimizer.hooks):

@@ -10,7 +10,7 @@ from torch import nn
 
 from ..errors import OpzooError
 from ..evaluation.rollouts import DatasetResult
-from ..host.provenance import Result
+from ..registry.provenance import Result
 from .build import RunData
 from .config import RunConfig
 from .distributed import DistEnv, full_state_dict

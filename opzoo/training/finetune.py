@@ -46,9 +46,9 @@ EVALS_PER_RUN = 5  # test-split evaluations during a fine-tuning run (plus step 
 def recommended_lr(model: "str | ModelReference", pretrained: bool) -> tuple[float, str]:
     """``(lr, where it comes from)``: the ``finetune_lr`` recorded in the model's ``pretrained_cfg``
     (a preset's, or a saved repo's config.json), else opzoo's fallback; from scratch, the pretraining lr."""
-    from ..host.registry import get_registry
     from ..model_io.loading import saved_pretrained_cfg
     from ..model_io.reference import model_reference
+    from ..registry.registry import get_registry
 
     ref = model_reference(model)
     model = ref.given

@@ -104,7 +104,7 @@ def default_param_groups(model: nn.Module, weight_decay: float) -> list[dict[str
 def build_hooks(specs: Sequence[Any], registry=None) -> list[OptimizerHook]:
     """Instantiate the hooks named in a run config (``[{name, args}]``) from the registry."""
     from ..errors import ConfigError
-    from ..host.registry import get_registry
+    from ..registry.registry import get_registry
 
     registry = registry or get_registry()
     hooks = []

@@ -37,7 +37,7 @@ def test_info_takes_what_load_takes(tmp_path, capsys):
     assert f"loaded from {out}" in capsys.readouterr().out
     assert main(["info", f"local-dir:{tmp_path / 'missing'}"]) == 2
     assert "is not a directory" in capsys.readouterr().err
-    from opzoo.host.registry import get_registry
+    from opzoo.registry.registry import get_registry
 
     aliases = [a for a in get_registry().list_models(include_aliases=True) if a not in get_registry().list_models()]
     if aliases:

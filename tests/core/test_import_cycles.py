@@ -216,12 +216,12 @@ def test_the_plugin_layer_check_finds_each_kind(tmp_path):
         "opzoo_bad/__init__.py": "from .families import TABLE\n",
         "opzoo_bad/families.py": "from .checks import check\nTABLE = ()\n",
         "opzoo_bad/checks.py": "def check():\n    from .families import TABLE\n",
-        "opzoo_bad/converter.py": "from opzoo.host.registry import Registry\nfrom opzoo import _LAZY, Fact\nimport opzoo.model_io\n",
+        "opzoo_bad/converter.py": "from opzoo.registry.registry import Registry\nfrom opzoo import _LAZY, Fact\nimport opzoo.model_io\n",
         "opzoo_bad/plugin.py": "from .families import TABLE\n",
         "opzoo_bad/helpers.py": "from . import plugin\n",
     })
     assert sorted(plugin_layer_violations([tmp_path / "opzoo_bad"])) == sorted([
-        f"{tmp_path / 'opzoo_bad' / 'converter.py'}:1 from opzoo.host.registry",
+        f"{tmp_path / 'opzoo_bad' / 'converter.py'}:1 from opzoo.registry.registry",
         f"{tmp_path / 'opzoo_bad' / 'converter.py'}:2 opzoo._LAZY",
         f"{tmp_path / 'opzoo_bad' / 'converter.py'}:3 import opzoo.model_io",
         "opzoo_bad.checks imports opzoo_bad.families", "opzoo_bad.helpers imports opzoo_bad.plugin"])
@@ -231,8 +231,8 @@ def layer_of(module: str) -> str:
     parts = module.split(".")
     if len(parts) < 3 and parts[-1] in ("opzoo", "__main__") or len(parts) == 2 and parts[1] not in LAYERS:
         return "root"
-    if parts[1] == "host":
-        return "plugin-host" if parts[-1] in ("host", "plugins", "builtins") else "registry"
+    if parts[1] == "host":  # the plugin host loads everything: it sits at the top
+        return "plugin-host"
     return parts[1] if parts[1] in LAYERS else "root"
 
 
@@ -315,3 +315,24 @@ def test_the_private_import_check_finds_one(tmp_path):
     _write(tmp_path, {"pkg/__init__.py": "", "pkg/a.py": "def _helper(): pass\n",
                       "pkg/b.py": "from __future__ import annotations\nfrom .a import _helper\n"})
     assert private_imports([tmp_path / "pkg"]) == [f"{tmp_path / 'pkg' / 'b.py'}:2 a._helper"]
+
+
+def test_the_registrys_old_home_still_imports_with_a_warning():
+    """Issue 44 split host/ into the registry (low) and the plugin host (top); opzoo.host.registry and
+    opzoo.host.provenance keep working for a release."""
+    import importlib
+    import sys
+    import warnings
+
+    import opzoo.registry.provenance
+    import opzoo.registry.registry
+
+    for name in ("registry", "provenance"):
+        sys.modules.pop(f"opzoo.host.{name}", None)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            old = importlib.import_module(f"opzoo.host.{name}")
+        assert any(issubclass(w.category, DeprecationWarning) and f"opzoo.registry.{name}" in str(w.message)
+                   for w in caught)
+    assert old.Fact is opzoo.registry.provenance.Fact
+    assert importlib.import_module("opzoo.host.registry").PretrainedSource is opzoo.registry.registry.PretrainedSource

@@ -9,7 +9,7 @@ import torch
 
 import opzoo
 from opzoo.cli import main as opzoo_main
-from opzoo.host.provenance import snapshot_revision
+from opzoo.registry.provenance import snapshot_revision
 
 
 @pytest.fixture

@@ -143,7 +143,7 @@ def test_the_core_registers_through_its_own_hook_implementation_first():
     plugin's (first, under the name ``opzoo``), and the process-wide registry is the host's."""
     import opzoo
     from opzoo.host import builtins
-    from opzoo.host.registry import get_registry
+    from opzoo.registry.registry import get_registry
 
     host = PluginHost(allowed={"opzoo-fourier"})
     assert host.pm.get_plugin("opzoo") is builtins

@@ -112,7 +112,7 @@ def test_a_preset_registered_at_run_time_never_reaches_the_disk(tmp_path, monkey
     `opzoo.load` could not find."""
     import opzoo
     from opzoo.cli import main
-    from opzoo.host.registry import live_registry
+    from opzoo.registry.registry import live_registry
 
     monkeypatch.setenv("OPZOO_CACHE_DIR", str(tmp_path / "cache"))
     registry = opzoo.get_registry()

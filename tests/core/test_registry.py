@@ -3,7 +3,7 @@ import torch
 
 import opzoo
 from opzoo.errors import RegistryConflictError, UnknownNameError
-from opzoo.host.registry import Registry
+from opzoo.registry.registry import Registry
 
 
 def test_list_models_fnmatch_and_aliases():

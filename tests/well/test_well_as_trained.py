@@ -276,7 +276,7 @@ def test_well_check_messages_name_what_is_wrong_and_what_works(tmp_path, monkeyp
     """A dense FNO missing one spectral weight was refused with KeyError 'net.spectral.3.core' (a Tucker name); the
     config refusal suggested an `opzoo convert` that fails without --option fourier_blocks; the blocks check said
     "never trained" for what it can only bound."""
-    from opzoo.host.provenance import PretrainedArtifacts
+    from opzoo.registry.provenance import PretrainedArtifacts
     from opzoo_well.checks import blocks_untrained, config_agrees
 
     with torch.device("meta"):

@@ -1,0 +1,379 @@
+"""The registry of components and presets that plugins fill through their hooks (docs/architecture.md, Plugins).
+
+Kinds of component: ``mixer``, ``feedforward``, ``residual``, ``block``, ``backbone``,
+``optimizer_hook`` and ``converter``, each looked up by the name a config (or a training run) gives.
+Routers are not a kind: the block or feed-forward that routes builds its :class:`opzoo.Router` itself.
+Every entry remembers the distribution that registered it, so that two plugins claiming one name is
+an error naming both.
+
+:func:`get_registry` is the process-wide registry. It is filled by the plugin host
+(:mod:`opzoo.host.plugins`) on first use; this module does not import the host, so that a backbone can
+look up its components here without importing the plugin machinery that imports the backbones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fnmatch
+from importlib.resources.abc import Traversable
+from pathlib import Path
+from string import Template
+from typing import Any, Callable, Iterator, Mapping
+
+from ..errors import RegistryConflictError, UnknownNameError
+from .family import CheckpointFamily
+from .provenance import Fact, PretrainedCheck, Result
+
+HF_HUB_PREFIX = "hf-hub:"  # a model reference to the Hub (parsed in opzoo.model_io.reference)
+LOCAL_DIR_PREFIX = "local-dir:"  # a model reference to a directory
+
+COMPONENT_KINDS = ("mixer", "feedforward", "residual", "block", "backbone", "optimizer_hook", "converter", "upstream")
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainedSource:
+    """Where a preset's weights live: a Hub repo (``repo_id``) or a directory (``directory``).
+
+    With ``converter=None`` the files are an opzoo repo's (``model.safetensors``, or ``filename``);
+    otherwise ``filename`` is a foreign checkpoint turned into opzoo weights by the named converter,
+    called with ``converter_options`` as keyword arguments (e.g. the data set a checkpoint was trained on).
+    ``directory`` is a local path or a package resource (``importlib.resources.files(pkg) / "dir"``),
+    for weights that ship inside a plugin; :meth:`package` builds one. Both kinds are resolved to
+    local files by :func:`opzoo.model_io.pretrained.pretrained_files` and then loaded by the same code.
+
+    ``extra_files`` are other files of the repo that the converter or the checks read (e.g. the
+    foreign ``config.json``); they are fetched with the weights, into the same snapshot. ``checks``
+    (:class:`opzoo.PretrainedCheck`) run on the fetched files and tensors before a model is returned:
+    weights that fail one are refused (``opzoo verify`` runs them all and prints a table).
+    """
+
+    repo_id: str | None = None
+    filename: str | None = None
+    revision: str | None = None
+    converter: str | None = None
+    directory: Traversable | Path | None = None
+    converter_options: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
+    extra_files: tuple[str, ...] = ()
+    checks: tuple[PretrainedCheck, ...] = dataclasses.field(default=(), hash=False)
+
+    def __post_init__(self) -> None:
+        if (self.repo_id is None) == (self.directory is None):
+            raise ValueError("PretrainedSource: give exactly one of repo_id (a Hub repo) or directory")
+        if self.directory is not None and self.revision is not None:
+            raise ValueError("PretrainedSource: revision applies to Hub repos only, not to a directory")
+        if isinstance(self.directory, str):
+            object.__setattr__(self, "directory", Path(self.directory))
+        object.__setattr__(self, "extra_files", tuple(self.extra_files))
+        object.__setattr__(self, "checks", tuple(self.checks))
+        for check in self.checks:
+            if not isinstance(check, PretrainedCheck):
+                raise TypeError(f"PretrainedSource.checks: expected opzoo.PretrainedCheck, got {type(check).__name__}")
+
+    @classmethod
+    def package(cls, package: str, path: str, **kwargs: Any) -> "PretrainedSource":
+        """Weights shipped inside Python package ``package`` under ``path`` (e.g. ``"pretrained/x"``)."""
+        from importlib.resources import files
+
+        return cls(directory=files(package).joinpath(*path.split("/")), **kwargs)
+
+    @property
+    def location(self) -> str:
+        """Where the weights are, for messages: ``hf-hub:org/repo[@rev]`` or the directory."""
+        if self.repo_id is not None:
+            return f"{HF_HUB_PREFIX}{self.repo_id}{'@' + self.revision if self.revision else ''}"
+        return str(self.directory)
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """A named model: a backbone, its config args, optional weights and a model card."""
+
+    name: str
+    backbone: str
+    args: Mapping[str, Any]
+    pretrained: PretrainedSource | None = None
+    card: Traversable | Path | None = None
+    pretrained_cfg: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    aliases: tuple[str, ...] = ()
+    owner: str = "?"
+    provenance: tuple[Fact, ...] = ()  # where each fact about the preset and its weights comes from
+    results: tuple[Result, ...] = ()  # measured numbers, for the card's model-index
+    family: str | None = None  # the CheckpointFamily whose row it is
+    card_fields: Mapping[str, str] = dataclasses.field(default_factory=dict)  # its family's card filled for the row
+
+    def card_template(self) -> str | None:
+        """The text of its card template (its family's template filled for its row), or None without a card."""
+        if self.card is None:
+            return None
+        text = self.card.read_text(encoding="utf-8")
+        return Template(text).safe_substitute(self.card_fields) if self.card_fields else text
+
+
+@dataclasses.dataclass(frozen=True)
+class UpstreamEntry:
+    backbone: str  # the registered backbone whose models it computes
+    build: Callable  # build(model, x) -> opzoo.Upstream
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    name: str
+    obj: Any
+    owner: str
+
+
+class Registry:
+    """Name -> component for each kind, and name -> Preset (with aliases)."""
+
+    def __init__(self) -> None:
+        self._components: dict[str, dict[str, Entry]] = {k: {} for k in COMPONENT_KINDS}
+        self._presets: dict[str, Preset] = {}
+        self._aliases: dict[str, str] = {}
+        self._families: dict[str, tuple[CheckpointFamily, str]] = {}
+        self._owner = "opzoo"
+
+    @contextlib.contextmanager
+    def owned_by(self, owner: str) -> Iterator["Registry"]:
+        """Attribute registrations made inside the block to distribution ``owner``."""
+        previous, self._owner = self._owner, owner
+        try:
+            yield self
+        finally:
+            self._owner = previous
+
+    # ---- components -------------------------------------------------------------------------
+    def register(self, kind: str, name: str, obj: Any) -> Any:
+        if kind not in self._components:
+            raise ValueError(f"unknown component kind {kind!r}; kinds: {', '.join(COMPONENT_KINDS)}")
+        table = self._components[kind]
+        if name in table:
+            self._conflict(f"{kind} {name!r}", table[name].owner)
+        table[name] = Entry(name, obj, self._owner)
+        return obj
+
+    def register_mixer(self, name: str, cls: type) -> type:
+        """``cls(dim, **mixer_args)`` is a :class:`opzoo.Mixer`."""
+        return self.register("mixer", name, cls)
+
+    def register_residual(self, name: str, cls: type) -> type:
+        """``cls(dim, index=k, **residual_args)`` is a :class:`opzoo.Residual`."""
+        return self.register("residual", name, cls)
+
+    def register_feedforward(self, name: str, cls: type) -> type:
+        """``cls(dim, hidden_dim=..., act=..., **feedforward_args)`` is a :class:`opzoo.FeedForward`."""
+        return self.register("feedforward", name, cls)
+
+    def register_block(self, name: str, cls: type) -> type:
+        """``cls(config, index=i, **block_args)`` is a :class:`opzoo.Block` of the POT backbone."""
+        return self.register("block", name, cls)
+
+    def register_backbone(self, name: str, cls: type) -> type:
+        """``cls(config)`` is a :class:`opzoo.Backbone`; ``cls.config_class`` its ModelConfig."""
+        return self.register("backbone", name, cls)
+
+    def register_optimizer_hook(self, name: str, obj: Any) -> Any:
+        return self.register("optimizer_hook", name, obj)
+
+    def register_converter(self, name: str, fn: Callable) -> Callable:
+        """``fn(path, **options) -> ConvertedCheckpoint`` turns a foreign checkpoint into opzoo weights."""
+        return self.register("converter", name, fn)
+
+    def register_upstream(self, name: str, *, backbone: str, build: Callable) -> Callable:
+        """``build(model, x) -> opzoo.Upstream``: upstream code computing the network of a ``backbone`` model on
+        input ``x`` ``[B, *S, T_in, C]``, timed side by side by ``opzoo benchmark``; it raises
+        :class:`opzoo.UpstreamUnavailable` to say why it cannot."""
+        self.register("upstream", name, UpstreamEntry(backbone, build))
+        return build
+
+    def upstreams_for(self, backbone: str) -> list[tuple[str, Callable]]:
+        """``(name, build)`` of the upstream implementations registered for ``backbone``."""
+        return [(n, e.obj.build) for n, e in sorted(self._components["upstream"].items()) if e.obj.backbone == backbone]
+
+    def get(self, kind: str, name: str) -> Any:
+        table = self._components[kind]
+        if name not in table:
+            raise UnknownNameError(kind.replace("_", " "), name, table)
+        return table[name].obj
+
+    def owner(self, kind: str, name: str) -> str:
+        self.get(kind, name)
+        return self._components[kind][name].owner
+
+    def names(self, kind: str) -> list[str]:
+        return sorted(self._components[kind])
+
+    def backbone_name(self, cls: type) -> str:
+        """The registered name of a backbone class (for ``config.json``'s ``architecture``)."""
+        return self.backbone_entry(cls).name
+
+    def backbone_entry(self, cls: type):
+        """The registration of a backbone class (its ``name`` and the ``owner`` distribution)."""
+        for entry in self._components["backbone"].values():
+            if entry.obj is cls:
+                return entry
+        raise UnknownNameError("backbone class", cls.__qualname__, self._components["backbone"])
+
+    # ---- presets ----------------------------------------------------------------------------
+    def register_model(
+        self,
+        name: str,
+        *,
+        backbone: str,
+        args: Mapping[str, Any] | None = None,
+        pretrained: PretrainedSource | None = None,
+        card: Traversable | Path | str | None = None,
+        pretrained_cfg: Mapping[str, Any] | None = None,
+        aliases: tuple[str, ...] | list[str] = (),
+        provenance: tuple[Fact, ...] | list[Fact] = (),
+        results: tuple[Result, ...] | list[Result] = (),
+        family: str | None = None,
+        card_fields: Mapping[str, str] | None = None,
+    ) -> Preset:
+        """Register preset ``name``: ``backbone`` built with ``args``; ``card`` is its model card;
+        ``provenance`` the :class:`opzoo.Fact` rows saying where each fact about it comes from; ``results`` the
+        :class:`opzoo.Result` numbers its card's ``model-index`` carries (measured by opzoo, or reported upstream)."""
+        for result in results:
+            if not isinstance(result, Result):
+                raise TypeError(f"model {name!r}: results must be opzoo.Result, got {type(result).__name__}")
+        for fact in provenance:
+            if not isinstance(fact, Fact):
+                raise TypeError(f"model {name!r}: provenance rows must be opzoo.Fact, got {type(fact).__name__}")
+        for key in (name, *aliases):
+            if key in self._presets or key in self._aliases:
+                holder = self._presets.get(key) or self._presets[self._aliases[key]]
+                self._conflict(f"model {key!r}", holder.owner)
+        preset = Preset(
+            name=name,
+            backbone=backbone,
+            args=dict(args or {}),
+            pretrained=pretrained,
+            card=Path(card) if isinstance(card, str) else card,
+            pretrained_cfg=dict(pretrained_cfg or {}),
+            aliases=tuple(aliases),
+            owner=self._owner,
+            provenance=tuple(provenance),
+            results=tuple(results),
+            family=family,
+            card_fields=dict(card_fields or {}),
+        )
+        self._presets[name] = preset
+        for alias in aliases:
+            self._aliases[alias] = name
+        return preset
+
+    def register_family(self, family: CheckpointFamily) -> list[Preset]:
+        """Register one preset per row of ``family`` (:class:`opzoo.CheckpointFamily`), each derived from the row by
+        the family's rules; all or none: a row that fails leaves no preset of the family behind."""
+        if not isinstance(family, CheckpointFamily):
+            raise TypeError(f"register_family: expected opzoo.CheckpointFamily, got {type(family).__name__}")
+        if family.name in self._families:
+            self._conflict(f"checkpoint family {family.name!r}", self._families[family.name][1])
+        registered: list[Preset] = []
+        try:
+            for v in family.variants:
+                repo_id = v.repo_id or family.repo_id
+                pretrained = None if repo_id is None else PretrainedSource(
+                    repo_id, v.weights, revision=v.revision or family.revision, converter=family.converter,
+                    converter_options={**family.converter_options, **v.converter_options},
+                    extra_files=(*family.rule("extra_files", v), *v.extra_files),
+                    checks=tuple(family.rule("checks", v)))
+                registered.append(self.register_model(
+                    v.name, backbone=family.backbone, args=family.model_args(v), pretrained=pretrained,
+                    card=family.card, pretrained_cfg=family.rule("pretrained_cfg", v), aliases=v.aliases,
+                    provenance=tuple(family.rule("provenance", v)), results=tuple(family.rule("results", v)),
+                    family=family.name, card_fields=family.card_fields_of(v)))
+        except BaseException:
+            for preset in registered:
+                self._presets.pop(preset.name, None)
+                for alias in preset.aliases:
+                    self._aliases.pop(alias, None)
+            raise
+        self._families[family.name] = (family, self._owner)
+        return registered
+
+    def family(self, name: str) -> CheckpointFamily:
+        """The registered :class:`opzoo.CheckpointFamily` ``name``."""
+        if name not in self._families:
+            raise UnknownNameError("checkpoint family", name, self._families)
+        return self._families[name][0]
+
+    def families(self) -> list[str]:
+        return sorted(self._families)
+
+    def matching_preset(self, backbone: str, args: Mapping[str, Any]) -> Preset | None:
+        """The preset of ``backbone`` whose config equals the one ``args`` build (a converted checkpoint's args), if
+        any: the first by name."""
+        config_class = self.get("backbone", backbone).config_class
+        want = config_class.from_dict(dict(args), source="converted checkpoint")
+        for name in sorted(self._presets):
+            preset = self._presets[name]
+            if preset.backbone == backbone and config_class.from_dict(dict(preset.args), source=name) == want:
+                return preset
+        return None
+
+    def preset(self, name: str) -> Preset:
+        name = self._aliases.get(name, name)
+        if name not in self._presets:
+            raise UnknownNameError("model", name, [*self._presets, *self._aliases])
+        return self._presets[name]
+
+    def has_preset(self, name: str) -> bool:
+        return name in self._presets or name in self._aliases
+
+    def list_models(self, pattern: str = "*", include_aliases: bool = False) -> list[str]:
+        names = list(self._presets)
+        if include_aliases:
+            names += list(self._aliases)
+        matched = {n for n in names if fnmatch.fnmatchcase(n, pattern)}
+        # an alias matching the pattern brings in its preset
+        matched |= {self._aliases[a] for a in self._aliases if fnmatch.fnmatchcase(a, pattern)}
+        return sorted(matched)
+
+    def forget(self, owner: str) -> None:
+        """Remove everything ``owner`` registered (a plugin that failed half-way leaves nothing)."""
+        for table in self._components.values():
+            for name in [n for n, e in table.items() if e.owner == owner]:
+                del table[name]
+        for name in [n for n, p in self._presets.items() if p.owner == owner]:
+            del self._presets[name]
+        self._families = {n: (f, o) for n, (f, o) in self._families.items() if o != owner}
+        self._aliases = {a: n for a, n in self._aliases.items() if n in self._presets}
+
+    def _conflict(self, what: str, first_owner: str) -> None:
+        raise RegistryConflictError(
+            f"{what} is registered by both {first_owner!r} and {self._owner!r}; "
+            f"uninstall one of them or restrict loading with OPZOO_PLUGINS"
+        )
+
+
+# ---- the process-wide registry ----------------------------------------------------------------
+_source: Callable[[], Registry] | None = None
+
+
+def set_registry_source(source: Callable[[], Registry]) -> None:
+    """Make ``source()`` the process-wide registry (``opzoo/__init__`` installs the plugin host's registry, loaded on first use)."""
+    global _source
+    _source = source
+
+
+_live: Registry | None = None
+
+
+def set_live_registry(registry: Registry | None) -> None:
+    """Record the registry of the process's running plugin host (None when it is reset): the plugin host calls it."""
+    global _live
+    _live = registry
+
+
+def live_registry() -> Registry | None:
+    """The process-wide registry if its plugin host is already running (a notebook, a test, a command that loaded
+    the plugins), else None; nothing is loaded by asking."""
+    return _live
+
+
+def get_registry() -> Registry:
+    """The process-wide registry, with the core's and every loaded plugin's registrations."""
+    if _source is None:
+        raise RuntimeError("opzoo's plugin host is not set up; import opzoo (not a submodule alone) first")
+    return _source()
