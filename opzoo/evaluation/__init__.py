@@ -2,9 +2,10 @@
 VRMSE, PDEBench's metric set, with bootstrap intervals and the persistence baseline), which of a file's trajectories a
 model may call held-out, non-finite data named, the plots, and ``opzoo eval``/``rollout``/``validate``.
 
-    from opzoo.evaluation import fit_files, evaluate_dataset
+    from opzoo.evaluation import fit_files, evaluate_dataset, evaluate_files
     model, frame_shape, (src,) = fit_files(opzoo.load("dpot-micro", pretrained=True), ["ns.h5"])
     result = evaluate_dataset(model, "ns", src, frame_shape, horizon=10)
+    evaluate_files(opzoo.load("dpot-micro", pretrained=True), "dpot-micro", ["ns.h5"], "eval_out")  # `opzoo eval`
 
 :func:`fit_data` is the one rule that fits data files to a model: the Trainer, ``eval``, ``rollout`` and ``validate``
 all use it.
@@ -25,6 +26,7 @@ _LAZY = {
     **dict.fromkeys(["choose_split", "split_to_score", "trained_by"], ".splits"),
     **dict.fromkeys(["scan_trajectories", "bad_trajectories_of"], ".bad_data"),
     **dict.fromkeys(["plot_rollout_panels", "plot_error_curves", "field2d", "pyplot", "save_figure"], ".plots"),
+    **dict.fromkeys(["evaluate_files", "evaluate_every_window", "rollout_trajectory"], ".run"),
 }
 
 if TYPE_CHECKING:  # names for readers and IDEs: each is imported from its module on first use (below)
@@ -43,6 +45,7 @@ if TYPE_CHECKING:  # names for readers and IDEs: each is imported from its modul
         with_persistence,
         write_results,
     )
+    from .run import evaluate_every_window, evaluate_files, rollout_trajectory
     from .splits import choose_split, split_to_score, trained_by
     from .vrmse import vrmse, vrmse_fields
 
@@ -50,8 +53,9 @@ __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
 
 __all__ = [
     "DatasetResult", "FittedData", "GridChoice", "Persistence", "TrajectoryMetrics", "bad_trajectories_of",
-    "bootstrap", "choose_grid", "choose_split", "evaluate_dataset", "evaluate_windows", "field2d", "fit_data",
+    "bootstrap", "choose_grid", "choose_split", "evaluate_dataset", "evaluate_every_window", "evaluate_files",
+    "evaluate_windows", "field2d", "fit_data",
     "fit_files", "headline", "l2_full", "l2_per_step", "open_trajectories", "plot_error_curves",
-    "plot_rollout_panels", "pyplot", "read_results", "save_figure", "scan_trajectories", "split_to_score",
+    "plot_rollout_panels", "pyplot", "read_results", "rollout_trajectory", "save_figure", "scan_trajectories", "split_to_score",
     "trained_by", "vrmse", "vrmse_fields", "with_persistence", "write_results",
 ]

@@ -236,3 +236,29 @@ def test_a_finetune_parses_its_model_reference_once(tmp_path, pretrained_dir, mo
     assert len(calls) == 1 and calls[0].startswith(str(pretrained_dir)), "\n".join(calls)
     card = (tmp_path / "ft" / "model" / "README.md").read_text()
     assert "base_model" in card
+
+
+def test_the_eval_and_rollout_commands_are_library_calls(tmp_path, pretrained_dir, capsys):
+    """Issue 44: command modules only parse arguments and call the library: opzoo.evaluation.evaluate_files and
+    rollout_trajectory do what `opzoo eval` and `opzoo rollout` do, with the same results and report lines."""
+    from safetensors import safe_open
+
+    from opzoo.cli import main
+    from opzoo.evaluation import evaluate_files, rollout_trajectory
+
+    user = write_canonical(tmp_path / "one.h5", heat_trajectories(4, 16, 8, seed=5), ["T"], "heat")
+    assert main(["eval", str(pretrained_dir), "--data", str(user), "--out", str(tmp_path / "cli"), "--horizon", "3"]) == 0
+    cli_lines = capsys.readouterr().out.splitlines()
+    lines = []
+    model = opzoo.load(str(pretrained_dir))
+    assert evaluate_files(model, str(pretrained_dir), [str(user)], tmp_path / "lib", horizon=3, say=lines.append) == 0
+    assert lines == [line.replace(str(tmp_path / "cli"), str(tmp_path / "lib")) for line in cli_lines[1:]]  # no weights line
+    assert (json.loads((tmp_path / "lib" / "eval.json").read_text())
+            == json.loads((tmp_path / "cli" / "eval.json").read_text()))
+    assert main(["rollout", str(pretrained_dir), "--data", str(user), "--index", "1", "--steps", "3",
+                 "--save", str(tmp_path / "cli.safetensors")]) == 0
+    capsys.readouterr()
+    assert rollout_trajectory(model, str(pretrained_dir), str(user), index=1, steps=3,
+                              save=str(tmp_path / "lib.safetensors"), say=lines.append) == 0
+    with safe_open(str(tmp_path / "cli.safetensors"), "pt") as a, safe_open(str(tmp_path / "lib.safetensors"), "pt") as b:
+        assert torch.equal(a.get_tensor("prediction"), b.get_tensor("prediction")) and a.metadata() == b.metadata()

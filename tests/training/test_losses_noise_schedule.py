@@ -5,11 +5,10 @@ import math
 import pytest
 import torch
 
+from opzoo.evaluation import l2_full, l2_per_step
 from opzoo.training import (
     add_denoising_noise,
     denoising_noise,
-    l2_full,
-    l2_per_step,
     one_cycle_factor,
     relative_l2_loss,
 )
