@@ -34,7 +34,8 @@ def temporary_name(target: str | os.PathLike, what: str = "new") -> Path:
 def _open_new(path: Path, binary: bool) -> IO:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(path, flags, 0o666)  # the umask applies, as to any new file
-    return os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"}))
+    # text: UTF-8, and newline="" so that what is written is what lands (csv writes its own line ends)
+    return os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8", "newline": ""}))
 
 
 @contextlib.contextmanager
@@ -61,6 +62,16 @@ def atomic_write(target: str | os.PathLike, data: str | bytes, durable: bool = F
     with atomic_writer(target, binary=isinstance(data, bytes), durable=durable) as f:
         f.write(data)
     return Path(target)
+
+
+def new_file_mode(*paths: str | os.PathLike) -> None:
+    """Give ``paths`` the mode of any new file (0o666 less the umask): a writer that creates files 0600 (safetensors,
+    mkstemp) would keep them from the colleagues who read the user's other files. One rule for every file opzoo
+    writes."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for path in paths:
+        os.chmod(path, 0o666 & ~mask)
 
 
 def _owner(name: str) -> tuple[int, str] | None:

@@ -203,15 +203,17 @@ def step_runs(module, x, outputs) -> dict:
 
 def write_tables(rows: list[BenchmarkRow], out: Path, header: str) -> Path:
     """The CSV at ``out`` and a Markdown table at ``out`` with suffix ``.md`` (returned)."""
+    from ..files import atomic_write, atomic_writer
+
     out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "w", newline="") as f:
+    with atomic_writer(out) as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
         for row in rows:
             writer.writerow({k: (f"{v:.4g}" if isinstance(v, float) and not math.isnan(v) else
                                  "" if isinstance(v, float) else v) for k, v in dataclasses.asdict(row).items()})
     md = out.with_suffix(".md")
-    md.write_text(header + "\n\n" + markdown_table(rows) + "\n")
+    atomic_write(md, header + "\n\n" + markdown_table(rows) + "\n")
     return md
 
 
@@ -281,7 +283,9 @@ def _key_value(text: str) -> tuple[str, Any]:
 
 
 def cmd_benchmark(args) -> int:
-    rows = benchmark(args.models, out=Path(args.out), model_kwargs=dict(map(_key_value, args.model_kwargs)),
+    from ..cli.common import output_file
+
+    rows = benchmark(args.models, out=output_file(args.out), model_kwargs=dict(map(_key_value, args.model_kwargs)),
                      resolution=args.resolution, batch=args.batch_size, repeats=args.repeats,
                      max_gflop=args.max_gflop, threads=args.threads, with_upstream=not args.no_upstream)
     return 1 if any(r.note.startswith("failed") for r in rows) else 0
@@ -289,17 +293,19 @@ def cmd_benchmark(args) -> int:
 
 def add_benchmark_command(subparsers) -> None:
     """Add ``benchmark`` to an argparse sub-parser group (the ``opzoo`` command's)."""
+    from ..cli.common import at_least
+
     p = subparsers.add_parser("benchmark", help="parameters, FLOPs, activation memory, CPU time per step (beside the "
                                                 "upstream code where installed), H100 estimates: CSV + Markdown")
     p.add_argument("models", nargs="+", help="glob patterns of presets (e.g. '*-micro', 'well-fno-*')")
     p.add_argument("--out", default="benchmark.csv", help="the CSV written (the Markdown table goes beside it, .md)")
-    p.add_argument("--batch-size", type=int, default=2)
+    p.add_argument("--batch-size", type=at_least(1), default=2)
     p.add_argument("--resolution", type=int, nargs="+", help="the spatial grid (default: each preset's pretrained grid)")
     p.add_argument("--model-kwargs", nargs="*", default=[], metavar="KEY=VALUE",
                    help="config overrides for every model (JSON values), e.g. fourier_blocks=applied")
-    p.add_argument("--repeats", type=int, default=5, help="timed rounds (after one warm-up round)")
+    p.add_argument("--repeats", type=at_least(1), default=5, help="timed rounds (after one warm-up round)")
     p.add_argument("--max-gflop", type=float, default=100.0,
                    help="time only presets whose training step is at most this many GFLOP (all are counted)")
-    p.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
+    p.add_argument("--threads", type=at_least(1), help="torch intra-op threads (default: torch's)")
     p.add_argument("--no-upstream", action="store_true", help="do not time upstream implementations")
     p.set_defaults(func=cmd_benchmark)

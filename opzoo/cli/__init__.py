@@ -196,7 +196,7 @@ def cmd_cards(args) -> int:
     names = sorted({n for pattern in args.patterns or ["*"] for n in list_models(pattern)})
     if not names:
         raise ConfigError(f"no preset matches {' '.join(args.patterns)} (`opzoo list`)")
-    changed = write_catalogue(Path(args.out), names, complete)
+    changed = write_catalogue(Path(args.out), names, complete, force=args.force)
     print(f"{len(names)} cards in {args.out}; {len(changed)} file(s) written or removed")
     return 0
 
@@ -275,6 +275,8 @@ def build_parser(plugin_commands: bool = True) -> argparse.ArgumentParser:
     p.add_argument("patterns", nargs="*", default=[], help="presets (glob patterns) whose cards alone are written; "
                                                          "default: every preset, the index, and stale cards removed")
     p.add_argument("--out", default="model_cards")
+    p.add_argument("--force", action="store_true", help="write into a directory that holds files opzoo did not write "
+                                                        "(they are never removed)")
     p.set_defaults(func=cmd_cards)
 
     p = sub.add_parser("info", help="show a model's config, parameter count and weights")

@@ -8,6 +8,7 @@ import argparse
 import json
 import shlex
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from ..errors import OpzooError
@@ -170,5 +171,48 @@ def say(line: str) -> None:
         print(line, flush=True)
 
 
-__all__ = ["Parser", "DefaultsHelpFormatter", "parse_overrides", "run_parser", "run_command", "command_group_main",
+def at_least(minimum: int):
+    """An argparse ``type``: an integer >= ``minimum`` (a bad value is argparse's one-line error, exit 2)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {minimum}"
+    return parse
+
+
+def output_file(path: str, flag: str = "--out") -> Path:
+    """``path`` checked as a file a command will write, before it does any work (a directory there, or a file where
+    its directory goes, is a one-line error, not a traceback after the results are computed)."""
+    from ..errors import OpzooError
+
+    out = Path(path)
+    if out.is_dir():
+        raise OpzooError(f"{flag} {out}: a directory; name the file to write (e.g. {out / 'results.csv'})")
+    parent = next((p for p in out.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise OpzooError(f"{flag} {out}: {parent} is a file, not a directory")
+    return out
+
+
+def output_dir(path: str, flag: str = "--out") -> Path:
+    """``path`` checked as a directory a command will write into, before it does any work."""
+    from ..errors import OpzooError
+
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise OpzooError(f"{flag} {out}: a file, not a directory; name a directory for the results")
+    parent = next((p for p in out.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise OpzooError(f"{flag} {out}: {parent} is a file, not a directory")
+    return out
+
+
+__all__ = ["Parser", "DefaultsHelpFormatter", "at_least", "output_file", "output_dir", "parse_overrides", "run_parser", "run_command", "command_group_main",
            "LAYOUT_HELP", "FIELDS_HELP", "fields_of", "say"]

@@ -29,7 +29,7 @@ import h5py
 import numpy as np
 
 from opzoo.data.errors import DataFormatError, describe_shape
-from opzoo.files import temporary_name
+from opzoo.files import new_file_mode, temporary_name
 
 LAYOUT_VERSION = 1
 DATA_KEY = "data"
@@ -159,9 +159,7 @@ class CanonicalWriter:
         if not self.overwrite and os.path.exists(self.path):
             os.unlink(self._tmp)
             raise FileExistsError(f"{self.path}: appeared while writing; not replaced")
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(self._tmp, 0o666 & ~mask)  # as any new file: a colleague must be able to read it
+        new_file_mode(self._tmp)
         os.replace(self._tmp, self.path)
         self._tmp = None
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from ..cli.common import FIELDS_HELP, LAYOUT_HELP, command_group_main, fields_of, say
+from ..cli.common import FIELDS_HELP, LAYOUT_HELP, at_least, command_group_main, fields_of, say
 from ..errors import OpzooError
 
 
@@ -54,9 +54,10 @@ def _claim_out_dir(out: Path, model: str, new: bool) -> None:
 
 
 def cmd_eval(args) -> int:
+    from ..cli.common import output_dir
     from .run import evaluate_files
 
-    _claim_out_dir(Path(args.out), args.model, args.new)
+    _claim_out_dir(output_dir(args.out), args.model, args.new)
     model = _load_model(args.model, args.pretrained)
     return evaluate_files(model, args.model, args.data, args.out, resolution=args.resolution, layout=args.layout,
                           fields=fields_of(args), windows=args.windows, horizon=args.horizon,
@@ -94,8 +95,8 @@ def add_evaluation_commands(subparsers) -> None:
         if name == "eval":
             p.add_argument("--data", nargs="+", required=True)
             p.add_argument("--out", default="eval_out", help="directory of the CSV/JSON results and PNG plots")
-            p.add_argument("--horizon", type=int, help="rollout steps (default: whole trajectories)")
-            p.add_argument("--batch-size", type=int, help="trajectories rolled out at once (default 8); with --windows "
+            p.add_argument("--horizon", type=at_least(1), help="rollout steps (default: whole trajectories)")
+            p.add_argument("--batch-size", type=at_least(1), help="trajectories rolled out at once (default 8); with --windows "
                                                            "all, windows per batch (default: the model's "
                                                            "pretrained_cfg.test_batch_size, else 8)")
             p.add_argument("--windows", choices=("first", "all"), default="first",
@@ -114,7 +115,7 @@ def add_evaluation_commands(subparsers) -> None:
                            help="--out holds another model's results: move them aside (to OUT.replaced-<time>)")
             p.add_argument("--include-training", action="store_true",
                            help="allow --split train/all to score trajectories the model trained on (labelled so)")
-            p.add_argument("--max-trajectories", type=int, help="score only the first N trajectories of the split")
+            p.add_argument("--max-trajectories", type=at_least(1), help="score only the first N trajectories of the split")
             p.add_argument("--skip-bad-trajectories", action="store_true",
                            help="leave out trajectories with NaN/Inf values (counted and listed) instead of refusing")
             p.set_defaults(func=cmd_eval)

@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 from .._deprecation import renamed_arguments
 from ..data import FrameShape, TrajectoryDataset
 from ..data.transforms import resize_batch
-from ..files import strict_json
+from ..files import atomic_write, atomic_writer, strict_json
 from .l2 import l2_full, l2_per_step
 from .vrmse import vrmse, vrmse_summary
 
@@ -313,8 +313,8 @@ def write_results(results: Sequence[DatasetResult], out_dir: str | os.PathLike, 
     paths = {"json": out / f"{stem}.json", "csv": out / f"{stem}.csv", "per_step_csv": out / f"{stem}_per_step.csv"}
     summary = {**({"model": model} if model else {}), "l2_full_mean": sum(r.l2_full for r in results) / len(results),
                "datasets": {r.name: _result_document(r) for r in results}}
-    paths["json"].write_text(json.dumps(strict_json(summary), indent=2, allow_nan=False))
-    with open(paths["csv"], "w", newline="") as f:
+    atomic_write(paths["json"], json.dumps(strict_json(summary), indent=2, allow_nan=False))
+    with atomic_writer(paths["csv"]) as f:
         w = csv.writer(f)
         w.writerow(["dataset", "l2_full", "persistence_l2_full", "n_trajectories", "horizon",
                     *[f"l2_h{h}" for h in SHORT_HORIZONS], *[f"persistence_l2_h{h}" for h in SHORT_HORIZONS]])
@@ -324,7 +324,7 @@ def write_results(results: Sequence[DatasetResult], out_dir: str | os.PathLike, 
             pshorts = [f"{r.persistence.short_horizons[h]:.8g}" if r.persistence and h in r.persistence.short_horizons
                        else "" for h in SHORT_HORIZONS]
             w.writerow([r.name, f"{r.l2_full:.8g}", base, r.n_trajectories, r.horizon, *shorts, *pshorts])
-    with open(paths["per_step_csv"], "w", newline="") as f:
+    with atomic_writer(paths["per_step_csv"]) as f:
         w = csv.writer(f)
         w.writerow(["dataset", "step", "l2", "persistence_l2"])
         for r in results:

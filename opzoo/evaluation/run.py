@@ -126,7 +126,7 @@ def evaluate_every_window(model: "nn.Module", model_name: str, data: Sequence[st
                           say: Callable[[str], None] = print) -> int:
     """``opzoo eval --windows all``: one-step scores over every window of ``sources`` (``data`` fitted to ``model``,
     ``splits`` naming which trajectories of each), pooled over the files in order, written to ``out``."""
-    from ..files import strict_json
+    from ..files import atomic_write, strict_json
     from .rollouts import evaluate_windows
     from .vrmse import vrmse_fields
 
@@ -164,7 +164,7 @@ def evaluate_every_window(model: "nn.Module", model_name: str, data: Sequence[st
            "files": list(data), "split": where, "n_windows": r.n_windows, "dropped_windows": r.dropped,
            "batch_size": r.batch_size,
            "vrmse": r.vrmse, "l2": r.l2, "persistence": {"vrmse": r.persistence_vrmse, "l2": r.persistence_l2}}
-    (out / "eval_windows.json").write_text(json.dumps(strict_json(doc), indent=2, allow_nan=False))
+    atomic_write(out / "eval_windows.json", json.dumps(strict_json(doc), indent=2, allow_nan=False))
     say(f"wrote {out / 'eval_windows.json'}")
     return 0
 

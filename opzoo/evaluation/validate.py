@@ -174,8 +174,10 @@ def validate(patterns: Sequence[str], data: Sequence[str], out: Path, *, layout:
 
 
 def write_rows(rows: Sequence[ValidateRow], out: Path) -> None:
+    from ..files import atomic_writer
+
     out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "w", newline="") as f:
+    with atomic_writer(out) as f:
         w = csv.writer(f)
         w.writerow(COLUMNS)
         for r in rows:
@@ -183,7 +185,9 @@ def write_rows(rows: Sequence[ValidateRow], out: Path) -> None:
 
 
 def cmd_validate(args) -> int:
-    out = Path(args.out)
+    from ..cli.common import output_file
+
+    out = output_file(args.out)
     rows = validate(args.models, args.data, out, layout=args.layout, horizon=args.horizon, split=args.split,
                     test_fraction=args.test_fraction, batch_size=args.batch_size,
                     max_trajectories=args.max_trajectories)
@@ -197,6 +201,7 @@ def cmd_validate(args) -> int:
 def add_validate_command(subparsers) -> None:
     """Add ``validate`` to an argparse sub-parser group (the ``opzoo`` command's)."""
     from ..cli.common import LAYOUT_HELP as layout_help
+    from ..cli.common import at_least
 
     p = subparsers.add_parser("validate", help="score many models on the same files (same split and metrics): one "
                                                "CSV row per model and file, persistence alongside")
@@ -205,11 +210,11 @@ def add_validate_command(subparsers) -> None:
     p.add_argument("--data", nargs="+", required=True)
     p.add_argument("--out", default="validate.csv", help="the CSV written")
     p.add_argument("--layout", help=layout_help)
-    p.add_argument("--horizon", type=int, help="rollout steps (default: whole trajectories)")
+    p.add_argument("--horizon", type=at_least(1), help="rollout steps (default: whole trajectories)")
     p.add_argument("--split", choices=("test", "all"), help="as eval's --split (default: the held-out part of a file "
                                                            "a model trained on, else all); every model is scored on "
                                                            "the trajectories no model trained on")
     p.add_argument("--test-fraction", type=float, help="as eval's --test-fraction")
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--max-trajectories", type=int, help="score only the first N trajectories of the split")
+    p.add_argument("--batch-size", type=at_least(1), default=8)
+    p.add_argument("--max-trajectories", type=at_least(1), help="score only the first N trajectories of the split")
     p.set_defaults(func=cmd_validate)

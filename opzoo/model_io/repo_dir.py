@@ -18,7 +18,7 @@ from .._version import __version__
 from ..config import CONFIG_NAME, read_config, write_config
 from ..disk_full import disk_full_as_error
 from ..errors import HubError, WeightsError
-from ..files import TMP_MARK, clean_dead_temporaries, temporary_name
+from ..files import TMP_MARK, clean_dead_temporaries, new_file_mode, temporary_name
 from .checksums import sha256_file
 from .weights import unshared_state_dict
 
@@ -84,10 +84,7 @@ def write_repo(model: torch.nn.Module, save_directory: str | os.PathLike, docume
             write_config(staging / CONFIG_NAME, document)
             writing.path = directory / CARD_NAME
             (staging / CARD_NAME).write_text(card)
-            mask = os.umask(0)
-            os.umask(mask)
-            for name in REPO_FILES:  # safetensors writes 0600: a colleague must be able to read the repo
-                os.chmod(staging / name, 0o666 & ~mask)
+            new_file_mode(*(staging / name for name in REPO_FILES))  # safetensors writes 0600
             writing.path = directory
             if not directory.exists():
                 os.rename(staging, directory)

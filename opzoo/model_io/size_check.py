@@ -13,8 +13,9 @@ config, ``OPZOO_ALLOW_OVERSIZE=1``) builds it anyway.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
-from typing import Any
+from typing import Any, Sequence
 
 from ..errors import ConfigError
 
@@ -95,4 +96,21 @@ def check_size(cls: type, config: Any, where: str, allow_oversize: bool = False,
             f"or {ENV_ALLOW}=1)")
 
 
-__all__ = ["check_size", "estimated_parameters", "machine_memory"]
+def check_batch_memory(batch: int, resolution: Sequence[int], frames: int, channels: int, where: str,
+                       allow_oversize: bool = False) -> None:
+    """ConfigError naming ``where`` when one batch of training data alone (``batch`` windows of ``frames`` frames,
+    ``channels`` channels at ``resolution``, float32), a lower bound of what a step holds, exceeds this machine's
+    memory ten times over (``training.batch_size: 1e8`` or ``data.resolution: [1e5, 1e5]`` is a typo, not a run)."""
+    if allow_oversize or os.environ.get(ENV_ALLOW):
+        return
+    need = 4 * batch * frames * channels * math.prod(int(r) for r in resolution)
+    have = machine_memory()
+    if need > MARGIN * have:
+        grid = "x".join(str(int(r)) for r in resolution)
+        raise ConfigError(f"{where}: one batch of {batch} windows of {frames} frames x {channels} channel(s) at "
+                          f"{grid} is {need / 2**30:.3g} GiB of data alone, {need / have:.0f}x this machine's "
+                          f"{have / 2**30:.0f} GiB; lower training.batch_size or data.resolution, or run it anyway "
+                          f"with model.allow_oversize: true (or {ENV_ALLOW}=1)")
+
+
+__all__ = ["check_size", "check_batch_memory", "estimated_parameters", "machine_memory"]

@@ -17,6 +17,7 @@ from ..evaluation.fit import fit_data, open_trajectories
 from ..evaluation.shape_check import check_frames, check_resolution
 from ..model_io.adapt import BOUNDARY_FIELDS, SHAPE_FIELDS
 from ..model_io.loading import load
+from ..model_io.size_check import check_batch_memory
 from .config import DatasetSpec, RunConfig
 
 
@@ -97,6 +98,8 @@ def build_data(cfg: RunConfig, model: nn.Module, opened: list[OpenDataset] | Non
                    for _, _, te in splits]
     where = "data.resolution" if cfg.data.resolution else f"{splits[0][1].path} (the run's resolution)"
     check_resolution(model, shape.resolution, where)
+    check_batch_memory(cfg.training.batch_size, shape.resolution, mc.in_timesteps + mc.out_timesteps, channels,
+                       f"training.batch_size {cfg.training.batch_size}", cfg.model.allow_oversize)
     parts = [WindowDataset(tr, mc.in_timesteps, mc.out_timesteps, resolution=shape.resolution,
                            n_channels=channels, pad_value=shape.pad_value, dataset_index=k)
              for k, (d, tr, _) in enumerate(splits)]

@@ -36,7 +36,7 @@ from safetensors.torch import load_file, save_file
 
 from ..disk_full import disk_full_as_error
 from ..errors import OpzooError
-from ..files import temporary_name
+from ..files import new_file_mode, temporary_name
 from ..model_io.checksums import ChecksumError, read_checksums, verify_checksums, write_checksums
 
 PREFIX = "step-"
@@ -201,6 +201,7 @@ def write_checkpoint(directory: str | os.PathLike, step: int, *, model_state: Ma
             save_file({**rng_tensors, **extra}, str(writing.path))
             writing.path = tmp / "state.json"
             writing.path.write_text(json.dumps({**state, "step": step, "param_groups": groups, "rng": rng_plain}))
+            new_file_mode(*(tmp / name for name in FILES))  # safetensors writes 0600; every other file is 0644
             for name in FILES:
                 writing.path = tmp / name
                 _fsync_file(tmp / name)

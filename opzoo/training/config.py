@@ -262,6 +262,12 @@ def _check_values(cfg: RunConfig, base: Path | None, source: str) -> None:
         names.append(d.name)
     if cfg.data.resolution is not None and any(r < 1 for r in cfg.data.resolution):
         fail(f"data.resolution must be positive, got {list(cfg.data.resolution)}")
+    if cfg.data.resolution is not None:  # before any model is adapted to it: the data of one step, at least
+        from ..model_io.size_check import check_batch_memory
+
+        check_batch_memory(cfg.training.batch_size, cfg.data.resolution, 2, 1, f"{source}: data.resolution "
+                           f"{list(cfg.data.resolution)} with training.batch_size {cfg.training.batch_size}",
+                           cfg.model.allow_oversize)
     from ..registry.registry import get_registry
 
     registry = get_registry()

@@ -1,0 +1,117 @@
+"""Issue 49, round three of attacks on runs and files: what this session closed. `cards` no longer deletes or
+overwrites a user's files, a command's --out is checked before any work, bad counts are argparse's one line, a batch
+or grid no machine holds is refused before anything is allocated, results are written whole and never through a
+planted link, and checkpoint weights get the umask's mode like every other file."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+from opzoo.cli import main
+
+from .conftest import run_document
+
+
+def one_line(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err, err
+    return err
+
+
+def test_cards_refuses_a_directory_of_the_users_files_and_never_deletes_them(tmp_path, capsys):
+    out = tmp_path / "docs"
+    out.mkdir()
+    mine = {"notes.md": "# my notes\n", "CHANGELOG.md": "## 1.0\n", "README.md": "# my project\n"}
+    for name, text in mine.items():
+        (out / name).write_text(text)
+    assert main(["cards", "--out", str(out)]) == 2  # refused before a single card is rendered
+    err = one_line(capsys)
+    assert "holds files opzoo did not write (CHANGELOG.md, README.md, notes.md)" in err and "--force" in err
+    assert {p.name: p.read_text() for p in out.iterdir()} == mine
+    # --force writes beside them; the catalogue's pruning removes only cards opzoo wrote
+    (out / "gone-preset.md").write_text("---\nlibrary_name: opzoo\n---\n# gone-preset\n")
+    from opzoo.model_io.card_catalogue import write_catalogue
+
+    write_catalogue(out, ["simple-op"], complete=True, force=True)
+    assert (out / "notes.md").read_text() == mine["notes.md"] and (out / "CHANGELOG.md").read_text() == mine["CHANGELOG.md"]
+    assert not (out / "gone-preset.md").exists() and (out / "simple-op.md").is_file()
+    # a file as --out: one line, before rendering
+    assert main(["cards", "simple-op", "--out", str(out / "notes.md")]) == 2
+    assert "not a directory" in one_line(capsys)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["benchmark", "simple-op", "--threads", "-1"], "--threads: must be >= 1, got -1"),
+    (["benchmark", "simple-op", "--batch-size", "0"], "--batch-size: must be >= 1, got 0"),
+    (["benchmark", "simple-op", "--repeats", "0"], "--repeats: must be >= 1, got 0"),
+    (["validate", "simple-op", "--data", "x.h5", "--batch-size", "0"], "--batch-size: must be >= 1, got 0"),
+    (["validate", "simple-op", "--data", "x.h5", "--max-trajectories", "-1"], "--max-trajectories: must be >= 1"),
+    (["eval", "simple-op", "--data", "x.h5", "--horizon", "0"], "--horizon: must be >= 1, got 0"),
+])
+def test_bad_counts_are_one_line(argv, words, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert words in err[-1]
+
+
+def test_an_output_of_the_wrong_kind_is_refused_before_any_work(tmp_path, capsys, datasets):
+    a_file, a_dir = tmp_path / "f.txt", tmp_path / "d"
+    a_file.write_text("x")
+    a_dir.mkdir()
+    for argv, words in ((["eval", "simple-op", "--data", str(datasets["heat"]), "--out", str(a_file)], "a file, not a directory"),
+                        (["validate", "simple-op", "--data", str(datasets["heat"]), "--out", str(a_dir)], "a directory; name the file"),
+                        (["benchmark", "simple-op", "--out", str(a_dir)], "a directory; name the file"),
+                        (["benchmark", "simple-op", "--out", str(a_file / "b.csv")], "is a file, not a directory")):
+        assert main(argv) == 2, argv
+        assert words in one_line(capsys)
+    assert a_file.read_text() == "x" and not any(a_dir.iterdir())
+
+
+def test_a_batch_or_grid_no_machine_holds_is_refused_before_anything_is_allocated(tmp_path, datasets, capsys):
+    cfg = tmp_path / "run.json"
+    cfg.write_text(json.dumps(run_document(tmp_path / "run", datasets, training={"batch_size": 100_000_000})))
+    assert main(["pretrain", str(cfg)]) == 2
+    err = one_line(capsys)
+    assert "training.batch_size 100000000: one batch of 100000000 windows" in err and "GiB of data alone" in err
+    cfg.write_text(json.dumps(run_document(tmp_path / "run2", datasets, data={"resolution": [100_000, 100_000]})))
+    assert main(["pretrain", str(cfg)]) == 2
+    err = one_line(capsys)
+    assert "data.resolution [100000, 100000] with training.batch_size 4" in err and "allow_oversize" in err
+    assert not (tmp_path / "run2").exists()
+
+
+def test_results_are_written_whole_and_never_through_a_planted_link(tmp_path):
+    from opzoo.evaluation.rollouts import DatasetResult, write_results
+
+    outside = tmp_path / "precious.txt"
+    outside.write_text("keep me")
+    out = tmp_path / "eval"
+    out.mkdir()
+    for name in ("eval.json", "eval.csv", "eval_per_step.csv"):
+        (out / name).symlink_to(outside)
+    r = DatasetResult(name="a", l2_full=0.5, per_step=[0.1, 0.2], n_trajectories=1, horizon=2)
+    write_results([r], out)
+    assert outside.read_text() == "keep me"
+    for name in ("eval.json", "eval.csv", "eval_per_step.csv"):
+        assert not (out / name).is_symlink() and (out / name).is_file()
+    assert json.loads((out / "eval.json").read_text())["datasets"]["a"]["l2_full"] == 0.5
+
+
+def test_checkpoint_weights_get_the_umasks_mode_like_every_other_file(tmp_path, datasets):
+    from opzoo.training import Trainer, parse_run_config
+
+    old = os.umask(0o022)
+    try:
+        Trainer(parse_run_config(run_document(tmp_path / "run", datasets, training={"steps": 2}),),
+                show_progress=False).fit()
+    finally:
+        os.umask(old)
+    files = [p for p in (tmp_path / "run" / "checkpoints").rglob("*") if p.is_file()]
+    assert any(p.suffix == ".safetensors" for p in files)
+    assert {oct(stat.S_IMODE(p.stat().st_mode)) for p in files} == {"0o644"}
