@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .._version import __version__
+from ..errors import OpzooError
 from .common import Parser, parse_overrides, run_parser
 
 
@@ -366,7 +367,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # a core command (or the top-level --help) needs no plugin imported; anything else may be a plugin's
     core = not args or args[0] in ("-h", "--help") or args[0] in CORE_COMMANDS
     try:
-        return run_parser(build_parser(plugin_commands=not core), args)
+        parser = build_parser(plugin_commands=not core)
+    except OpzooError as e:  # two plugins (or a plugin and the core) claiming one command: one line, exit 2
+        print(f"opzoo: error: {e}", file=sys.stderr)
+        return 2
+    try:
+        return run_parser(parser, args)
     except BrokenPipeError:  # e.g. `opzoo list | head`: the reader left, which is not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

@@ -29,7 +29,7 @@ import h5py
 import numpy as np
 
 from opzoo.data.errors import DataFormatError, describe_shape
-from opzoo.files import new_file_mode, temporary_name
+from opzoo.files import clean_dead_temporaries, new_file_mode, temporary_name
 
 LAYOUT_VERSION = 1
 DATA_KEY = "data"
@@ -106,6 +106,7 @@ class CanonicalWriter:
     def __enter__(self) -> "CanonicalWriter":
         directory = os.path.dirname(os.path.abspath(self.path))
         os.makedirs(directory, exist_ok=True)
+        clean_dead_temporaries(directory, target=os.path.basename(self.path))  # what killed writers left
         self._tmp = str(temporary_name(os.path.join(directory, os.path.basename(self.path))))
         try:
             self._file = h5py.File(self._tmp, "w-")  # a fresh name: never an existing file or a planted link

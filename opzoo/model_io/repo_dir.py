@@ -92,7 +92,10 @@ def write_repo(model: torch.nn.Module, save_directory: str | os.PathLike, docume
                 old = temporary_name(directory, "old")
                 os.rename(directory, old)
                 os.rename(staging, directory)
-                shutil.rmtree(old, ignore_errors=True)
+                if old.is_symlink():  # a save onto a link to a repo replaces the link, never its target
+                    old.unlink()
+                else:
+                    shutil.rmtree(old, ignore_errors=True)
             else:
                 for name in REPO_FILES:
                     writing.path = directory / name

@@ -195,6 +195,11 @@ def _check_values(cfg: RunConfig, base: Path | None, source: str) -> None:
         fail(f"distributed.timeout_s must be > 0, got {cfg.distributed.timeout_s}")
     if not 0.0 < t.expert_load_threshold <= 1.0:
         fail(f"training.expert_load_threshold must be in (0, 1], got {t.expert_load_threshold}")
+    if t.num_workers < 0:
+        fail(f"training.num_workers must be >= 0 (0: load data in the main process), got {t.num_workers}")
+    if cfg.data.max_test_trajectories is not None and cfg.data.max_test_trajectories < 1:
+        fail(f"data.max_test_trajectories must be >= 1 or null (every test trajectory), got "
+             f"{cfg.data.max_test_trajectories}")
     if t.expert_load_window < 1:
         fail(f"training.expert_load_window must be >= 1, got {t.expert_load_window}")
     if t.noise_scale < 0:

@@ -9,6 +9,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..errors import ConfigError
+
 
 @dataclass
 class DistEnv:
@@ -117,7 +119,20 @@ def pick_device(name: str, env: DistEnv) -> torch.device:
     """``training.device``: ``auto`` is this rank's GPU when there is one, else the CPU."""
     if name == "auto":
         return torch.device(f"cuda:{env.local_rank}" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise ConfigError(f"training.device {name!r}: not a device; use auto, cpu, cuda or cuda:N") from None
+    if device.type not in ("cpu", "cuda"):
+        raise ConfigError(f"training.device {name!r}: a run trains on cpu or cuda (auto picks), not {device.type}")
+    if device.type == "cuda":
+        count = torch.cuda.device_count()
+        if count == 0:
+            raise ConfigError(f"training.device {name!r}: this machine has no CUDA device; use auto or cpu")
+        if device.index is not None and device.index >= count:
+            raise ConfigError(f"training.device {name!r}: this machine has {count} CUDA device(s), cuda:0 to "
+                              f"cuda:{count - 1}")
+    return device
 
 
 def start_process(section, device: str, deterministic: bool) -> tuple[DistEnv, torch.device]:

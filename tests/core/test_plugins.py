@@ -111,7 +111,7 @@ def test_a_plugin_adds_a_command_to_the_cli(tmp_path, monkeypatch, fresh_plugins
     assert "hello" in capsys.readouterr().out
 
 
-def test_a_plugin_command_taking_a_core_name_is_an_error_naming_both(tmp_path, monkeypatch, fresh_plugins):
+def test_a_plugin_command_taking_a_core_name_is_an_error_naming_both(tmp_path, monkeypatch, fresh_plugins, capsys):
     from opzoo.cli import build_parser
 
     write_dist(tmp_path, "opzoo-lister", "1.0", "lister_plugin", COMMAND_PLUGIN.replace("{name}", "list"))
@@ -119,6 +119,14 @@ def test_a_plugin_command_taking_a_core_name_is_an_error_naming_both(tmp_path, m
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(RegistryConflictError, match=r"command 'list' is registered by both 'opzoo' and 'opzoo-lister'"):
         build_parser()
+
+    # through the command line: one line, exit 2 (issue 49: it was a traceback)
+    from opzoo.cli import main
+
+    assert main(["no-such-command"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("opzoo: error: command 'list' is registered by both 'opzoo' and 'opzoo-lister'; uninstall one of "
+                   "them or restrict loading with OPZOO_PLUGINS")
 
 
 def test_a_plugin_whose_command_hook_raises_is_a_warning_and_adds_nothing(tmp_path, monkeypatch, fresh_plugins):

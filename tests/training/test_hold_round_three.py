@@ -115,3 +115,45 @@ def test_checkpoint_weights_get_the_umasks_mode_like_every_other_file(tmp_path, 
     files = [p for p in (tmp_path / "run" / "checkpoints").rglob("*") if p.is_file()]
     assert any(p.suffix == ".safetensors" for p in files)
     assert {oct(stat.S_IMODE(p.stat().st_mode)) for p in files} == {"0o644"}
+
+
+@pytest.mark.parametrize("section, value, words", [
+    ("training", {"device": "meta"}, "training.device 'meta': a run trains on cpu or cuda"),
+    ("training", {"device": "cuda:7"}, "training.device 'cuda:7': this machine has"),
+    ("training", {"device": "gpu"}, "training.device 'gpu': not a device"),
+    ("training", {"num_workers": -1}, "training.num_workers must be >= 0"),
+    ("data", {"max_test_trajectories": 0}, "data.max_test_trajectories must be >= 1 or null"),
+])
+def test_run_settings_out_of_range_are_one_line(tmp_path, datasets, capsys, section, value, words):
+    cfg = tmp_path / "run.json"
+    cfg.write_text(json.dumps(run_document(tmp_path / "run", datasets, **{section: value})))
+    assert main(["pretrain", str(cfg)]) == 2
+    assert words in one_line(capsys)
+
+
+def test_a_save_onto_a_link_to_a_repo_replaces_the_link_and_leaves_nothing_behind(tmp_path):
+    import opzoo
+
+    model = opzoo.load("simple-op")
+    model.save_pretrained(tmp_path / "real")
+    before = (tmp_path / "real" / "model.safetensors").read_bytes()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    opzoo.load("simple-op").save_pretrained(tmp_path / "link")
+    assert not (tmp_path / "link").is_symlink() and (tmp_path / "link" / "config.json").is_file()
+    assert (tmp_path / "real" / "model.safetensors").read_bytes() == before  # the link's target is untouched
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]
+
+
+def test_a_killed_generate_leaves_nothing_the_next_write_does_not_clean(tmp_path):
+    import subprocess
+
+    import numpy as np
+
+    from opzoo.data import write_canonical
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    left = tmp_path / f".heat.h5.opzoo-tmp-new-{dead.pid}@{__import__('socket').gethostname()}-0a1b2c3d"
+    left.write_bytes(b"half an HDF5 file")
+    write_canonical(tmp_path / "heat.h5", np.zeros((2, 4, 4, 3, 1), np.float32), ["u"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["heat.h5"]
