@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import os
 import shutil
 import time
@@ -86,23 +87,42 @@ def write_repo(model: torch.nn.Module, save_directory: str | os.PathLike, docume
             (staging / CARD_NAME).write_text(card)
             new_file_mode(*(staging / name for name in REPO_FILES))  # safetensors writes 0600
             writing.path = directory
-            if not directory.exists():
+            swap_in(staging, directory)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return directory
+
+
+SWAP_ATTEMPTS = 20
+
+
+def swap_in(staging: Path, directory: Path) -> None:
+    """Put the repo written in ``staging`` at ``directory``: renamed there when the name is free; swapped whole (two
+    renames) for a directory holding only an earlier repo; else its files renamed in one by one. Another save of the
+    same directory can take the name between two renames: then the swap is tried again (the last save wins), and
+    only after ``SWAP_ATTEMPTS`` races is the error raised."""
+    for attempt in range(SWAP_ATTEMPTS):
+        try:
+            if not directory.exists() and not directory.is_symlink():
                 os.rename(staging, directory)
             elif directory.is_dir() and only_repo_files(directory):
                 old = temporary_name(directory, "old")
                 os.rename(directory, old)
-                os.rename(staging, directory)
-                if old.is_symlink():  # a save onto a link to a repo replaces the link, never its target
-                    old.unlink()
-                else:
-                    shutil.rmtree(old, ignore_errors=True)
+                try:
+                    os.rename(staging, directory)
+                finally:
+                    if old.is_symlink():  # a save onto a link to a repo replaces the link, never its target
+                        old.unlink()
+                    else:
+                        shutil.rmtree(old, ignore_errors=True)
             else:
                 for name in REPO_FILES:
-                    writing.path = directory / name
                     os.replace(staging / name, directory / name)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return directory
+            return
+        except OSError as e:  # another writer renamed the directory in or out between our two renames
+            if e.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOENT) or attempt == SWAP_ATTEMPTS - 1:
+                raise
+            time.sleep(0.001 * (attempt + 1))
 
 
 class RepoChanged(Exception):

@@ -58,7 +58,7 @@ def verify_preset(name: str, local_files_only: bool = False) -> list[VerifyRow]:
     from ..registry.registry import get_registry
     from .builder import build_preset
     from .pretrained import fetch_pretrained, pretrained_files
-    from .weights import check_state_dict
+    from .weights import check_finite, check_state_dict
 
     preset = get_registry().preset(name)
     src = preset.pretrained
@@ -76,8 +76,9 @@ def verify_preset(name: str, local_files_only: bool = False) -> list[VerifyRow]:
             revision = artifacts.revision or (src.revision or "-")
             try:
                 check_state_dict(model, {k: tuple(v.shape) for k, v in artifacts.state_dict.items()}, where)
+                check_finite(artifacts.state_dict, where)  # every load refuses NaN/Inf weights: so does verify
                 fits = CheckResult("weights fit the preset", True, f"{len(artifacts.state_dict)} tensors, names and "
-                                                                   f"shapes as {preset.backbone} expects")
+                                                                   f"shapes as {preset.backbone} expects, all finite")
             except WeightsError as e:
                 fits = CheckResult("weights fit the preset", False, " ".join(str(e).split()))
             results = [fits, *run_checks(src.checks, artifacts)]

@@ -41,10 +41,16 @@ def check_state_dict(model: torch.nn.Module, shapes: Mapping[str, tuple[int, ...
 def load_state_dict_strict(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor], source: str) -> None:
     """Check names and shapes first, so a bad state dict changes nothing; then load."""
     check_state_dict(model, {k: tuple(v.shape) for k, v in state_dict.items()}, source)
+    check_finite(state_dict, source)
+    model.load_state_dict(state_dict, strict=True)
+
+
+def check_finite(state_dict: Mapping[str, torch.Tensor], source: str) -> None:
+    """WeightsError naming every tensor of ``state_dict`` that holds NaN or Inf (no load takes such weights)."""
     bad = [k for k, v in state_dict.items() if v.is_floating_point() and not torch.isfinite(v).all()]
     if bad:
-        raise WeightsError(f"{source}: non-finite values in {', '.join(sorted(bad))}")
-    model.load_state_dict(state_dict, strict=True)
+        shown = ", ".join(sorted(bad)[:SHOWN]) + (f" and {len(bad) - SHOWN} more" if len(bad) > SHOWN else "")
+        raise WeightsError(f"{source}: non-finite values in {shown}")
 
 
 def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
@@ -84,4 +90,4 @@ def unshared_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
-__all__ = ["check_state_dict", "load_state_dict_strict", "read_state_dict", "load_weights", "unshared_state_dict"]
+__all__ = ["check_state_dict", "check_finite", "load_state_dict_strict", "read_state_dict", "load_weights", "unshared_state_dict"]

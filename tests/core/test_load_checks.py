@@ -84,6 +84,21 @@ def test_verify_prints_every_check_and_exits_1_on_a_failure(saved, preset, capsy
     assert rows == {"weights fit the preset": "passed", "trained by v1": "FAILED", "weights small": "passed"}
 
 
+
+def test_verify_fails_all_nan_weights_that_every_load_refuses(saved, preset, capsys):
+    """Issue 49: verify passed all-NaN weights that every load refuses."""
+    from safetensors.torch import load_file, save_file
+
+    _, repo = saved
+    weights = load_file(str(repo / "model.safetensors"))
+    save_file({k: torch.full_like(v, float("nan")) for k, v in weights.items()}, str(repo / "model.safetensors"))
+    assert opzoo_main(["verify", preset, "--json"]) == 1
+    rows = {r["check"]: (r["status"], r["message"]) for r in json.loads(capsys.readouterr().out)}
+    assert rows["weights fit the preset"][0] == "FAILED" and "non-finite values in" in rows["weights fit the preset"][1]
+    with pytest.raises(opzoo.WeightsError, match="non-finite values in"):
+        opzoo.load(preset, pretrained=True)
+
+
 def test_info_shows_provenance_and_checks(preset, capsys):
     assert opzoo_main(["info", preset]) == 0
     out = capsys.readouterr().out

@@ -157,3 +157,32 @@ def test_a_killed_generate_leaves_nothing_the_next_write_does_not_clean(tmp_path
     left.write_bytes(b"half an HDF5 file")
     write_canonical(tmp_path / "heat.h5", np.zeros((2, 4, 4, 3, 1), np.float32), ["u"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["heat.h5"]
+
+
+def test_concurrent_saves_of_one_directory_all_succeed_and_leave_one_whole_repo(tmp_path):
+    """Issue 49: two writers saving one directory at once: one in twelve died with a raw rename error when the other
+    took the name between its two renames. Each now tries the swap again; the last save wins."""
+    import threading
+
+    import opzoo
+
+    models = [opzoo.load("simple-op") for _ in range(4)]
+    errors = []
+
+    def save(model):
+        try:
+            for _ in range(15):
+                model.save_pretrained(tmp_path / "repo")
+        except Exception as e:  # noqa: BLE001 - collected, asserted below
+            errors.append(e)
+
+    threads = [threading.Thread(target=save, args=(m,)) for m in models]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    loaded = opzoo.from_pretrained(tmp_path / "repo")
+    assert any(all(__import__("torch").equal(v, m.state_dict()[k]) for k, v in loaded.state_dict().items())
+               for m in models)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["repo"]  # no staging or old directory left
