@@ -84,7 +84,7 @@ def run_command(args: argparse.Namespace, prog: str = "opzoo") -> int:
         return int(args.func(args) or 0)
     except OpzooError as e:
         if is_main or not _stopped(e):
-            print(f"{prog} {args.command}: error: {e}" if not _stopped(e) else str(e), file=sys.stderr)
+            print(f"{prog} {args.command}: error: {folded(e)}" if not _stopped(e) else str(e), file=sys.stderr)
         return e.exit_code if _stopped(e) else 2
     except KeyboardInterrupt:
         advice = getattr(args, "interrupt_advice", None)
@@ -99,6 +99,13 @@ def run_command(args: argparse.Namespace, prog: str = "opzoo") -> int:
     finally:
         shown.removeHandler(handler)
         shown.setLevel(level)
+
+
+def folded(e: BaseException) -> str:
+    """An error's message as one line: a message that lists on several lines (the tensors a checkpoint lacks, ...)
+    keeps its first line and the rest joined by ``; ``."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    return lines[0] + (" " + "; ".join(lines[1:]) if len(lines) > 1 else "") if lines else type(e).__name__
 
 
 def _stopped(e: BaseException) -> bool:

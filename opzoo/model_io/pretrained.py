@@ -12,7 +12,7 @@ from importlib.resources import as_file
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
-from ..errors import ConfigError, HubError
+from ..errors import CheckpointError, ConfigError, HubError, OpzooError
 from ..registry.provenance import PretrainedArtifacts, refuse_failed, run_checks, snapshot_revision
 from ..registry.registry import Preset, PretrainedSource, get_registry
 from .builder import build_model
@@ -77,7 +77,14 @@ def convert_file(converter: str, path: str | os.PathLike, **options: Any) -> Con
                 f"converter {converter!r} takes no option(s) {', '.join(map(repr, unknown))}"
                 f"{'; it takes ' + ', '.join(map(repr, list(accepted)[1:])) if len(accepted) > 1 else ''}"
             )
-    return fn(Path(path), **options)
+    try:
+        return fn(Path(path), **options)
+    except (OpzooError, MemoryError, KeyboardInterrupt):
+        raise
+    except Exception as e:  # noqa: BLE001 - a malformed upstream file: one line naming it, not the converter's traceback
+        first = (str(e).strip().splitlines() or [""])[0][:300]
+        raise CheckpointError(f"{path}: the {converter!r} converter cannot read this checkpoint ({type(e).__name__}"
+                              f"{': ' + first if first else ''}); is it one of the files that converter takes?") from None
 
 
 @contextlib.contextmanager

@@ -32,6 +32,7 @@ from .cards import card_text
 from .datasets import DATASETS, dataset
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
+MAX_GRID = 1 << 15
 SPECTRAL = re.compile(r"^model\.fno_blocks\.convs\.weight\.(\d+)\.(tensor|core|factors\.factor_(\d+))$")
 FNO_RENAMES = (
     (re.compile(r"^model\.lifting\.(fcs\.\d+\.(weight|bias))$"), r"net.lifting.\1"),
@@ -192,9 +193,12 @@ def trained_resolution(init: Mapping[str, Any], name: str, where: Path) -> list[
     res = init.get("spatial_resolution")
     if res is None:
         return None
-    if not (isinstance(res, (list, tuple)) and all(isinstance(r, int) and r > 0 for r in res)
+    if not (isinstance(res, (list, tuple)) and all(isinstance(r, int) and not isinstance(r, bool) and r > 0 for r in res)
             and len(res) == dataset(name).n_spatial_dims):
         raise opzoo.CheckpointError(f"{where}: spatial_resolution {res!r} is not a {dataset(name).n_spatial_dims}-D grid")
+    if max(res) > MAX_GRID:  # The Well's grids are at most 1024 per axis: such a value is a damaged file
+        raise opzoo.CheckpointError(f"{where}: spatial_resolution {res!r} is no grid a model of The Well was trained "
+                                    f"on (more than {MAX_GRID} points per axis); the file is damaged")
     return list(res)
 
 
