@@ -70,6 +70,9 @@ class ModelConfig:
         return type(self).from_dict({**self.to_dict(), **changes}, source=source)
 
 
+MAX_INT = 2**31 - 1
+
+
 def _check_size_field(name: str, value: Any, where: str) -> None:
     """Counts and sizes (:data:`POSITIVE_FIELDS`, ``n_*``, ``num_*``) must be >= 1; ratios > 0; every number
     finite."""
@@ -79,6 +82,8 @@ def _check_size_field(name: str, value: Any, where: str) -> None:
         raise ConfigError(f"{where}: must be a finite number, got {value!r}")
     if (name in POSITIVE_FIELDS or name.startswith(("n_", "num_"))) and any(v < 1 for v in numbers):
         raise ConfigError(f"{where}: must be >= 1, got {value!r}")
+    if any(isinstance(v, int) and abs(v) > MAX_INT for v in numbers):  # no tensor dimension or count is that large
+        raise ConfigError(f"{where}: {value!r} is beyond any size a model can have (at most {MAX_INT})")
     if name in POSITIVE_FLOATS and any(v <= 0 for v in numbers):
         raise ConfigError(f"{where}: must be > 0, got {value!r}")
 

@@ -33,6 +33,18 @@ def machine_memory() -> int:
         return 16 << 30
 
 
+def available_memory() -> int:
+    """The memory a new allocation can have now (Linux's MemAvailable), else the machine's."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return machine_memory()
+
+
 def _count(cls: type, config: Any) -> int:
     import torch
 
@@ -61,16 +73,19 @@ def build_within_memory(cls: type, config: Any, where: str, allow_oversize: bool
     counted = torch.get_default_device().type == "meta" and all(
         not isinstance(getattr(config, f, None), int) or getattr(config, f) <= META_SHALLOW for f in DEPTH_FIELDS)
     if not counted:
-        check_size(cls, config, where, allow_oversize)
+        check_size(cls, config, where, allow_oversize, allocating=torch.get_default_device().type == "cpu")
         return cls(config)
     model = cls(config)
     check_size(cls, config, where, allow_oversize, params=sum(p.numel() for p in model.parameters()))
     return model
 
 
-def check_size(cls: type, config: Any, where: str, allow_oversize: bool = False, params: int | None = None) -> None:
-    """ConfigError naming the config when its estimated training memory exceeds the machine's ten times
-    (``params``: the count of a model already built on meta, else estimated)."""
+def check_size(cls: type, config: Any, where: str, allow_oversize: bool = False, params: int | None = None,
+               allocating: bool = False) -> None:
+    """ConfigError naming the config when its estimated training memory exceeds the machine's ten times, or, when
+    the build is ``allocating`` its weights in this machine's memory, when the weights alone (float32) exceed the
+    memory available now: that build would end in the kernel's out-of-memory kill, with no message (``params``: the
+    count of a model already built on meta, else estimated)."""
     if allow_oversize or os.environ.get(ENV_ALLOW):
         return
     sizes = ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(config).items()
@@ -88,6 +103,13 @@ def check_size(cls: type, config: Any, where: str, allow_oversize: bool = False,
     except Exception:  # a model that cannot be built on meta: its own construction reports what is wrong
         return
     need, have = params * BYTES_PER_PARAMETER, machine_memory()
+    weights, free = params * 4, available_memory() if allocating else None
+    if free is not None and weights > free:
+        raise ConfigError(
+            f"{where}: about {params:.3g} parameters ({sizes}{'; extrapolated along ' + along if along else ''}) are "
+            f"{weights / 2**30:.3g} GiB of float32 weights, more than the {free / 2**30:.3g} GiB this machine has "
+            f"free now; check these fields, or build it anyway with allow_oversize=True (model.allow_oversize: true "
+            f"in a run config, or {ENV_ALLOW}=1)")
     if need > MARGIN * have:
         raise ConfigError(
             f"{where}: about {params:.3g} parameters ({sizes}{'; extrapolated along ' + along if along else ''}) need "
@@ -113,4 +135,4 @@ def check_batch_memory(batch: int, resolution: Sequence[int], frames: int, chann
                           f"with model.allow_oversize: true (or {ENV_ALLOW}=1)")
 
 
-__all__ = ["check_size", "check_batch_memory", "estimated_parameters", "machine_memory"]
+__all__ = ["check_size", "check_batch_memory", "estimated_parameters", "machine_memory", "available_memory"]

@@ -156,6 +156,7 @@ UPWARD = {
     ("opzoo.data.cli", "opzoo.cli.common"),  # a package's own commands use the CLI's parser
     ("opzoo.evaluation.cli", "opzoo.cli.common"),
     ("opzoo.evaluation.validate", "opzoo.cli.common"),
+    ("opzoo.benchmark.presets", "opzoo.cli.common"),
     ("opzoo.training.cli", "opzoo.cli.common"),
 }
 

@@ -186,3 +186,24 @@ def test_concurrent_saves_of_one_directory_all_succeed_and_leave_one_whole_repo(
     assert any(all(__import__("torch").equal(v, m.state_dict()[k]) for k, v in loaded.state_dict().items())
                for m in models)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["repo"]  # no staging or old directory left
+
+
+def test_sizes_no_machine_holds_are_refused_in_one_line_before_allocation(monkeypatch):
+    """Issue 49: img_size [1e30, 1e30] gave a TypeError with a C++ stack; width 20000 passed the size check (10x the
+    machine's memory for training) and was killed by the kernel allocating its weights."""
+    import opzoo
+    from opzoo.model_io import size_check
+
+    with pytest.raises(opzoo.ConfigError, match=r"img_size: .* is beyond any size a model can have"):
+        opzoo.load("dpot-micro", img_size=[10**30, 10**30])
+    small = opzoo.load("simple-op")
+    need = 4 * sum(p.numel() for p in small.parameters())
+    monkeypatch.setattr(size_check, "available_memory", lambda: need // 2)  # a machine with half of it free
+    with pytest.raises(opzoo.ConfigError, match=r"GiB of float32 weights, more than the .* GiB this machine has free "
+                                                r"now; .*allow_oversize"):
+        opzoo.load("simple-op")
+    assert opzoo.load("simple-op", allow_oversize=True) is not None
+    import torch
+
+    with torch.device("meta"):  # nothing is allocated on meta: counted, not refused for the free memory
+        assert opzoo.load("simple-op") is not None

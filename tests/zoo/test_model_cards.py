@@ -30,14 +30,14 @@ def test_opzoo_cards_writes_only_what_changed_and_removes_stale_cards(tmp_path, 
     out = tmp_path / "cards"
     names = opzoo.list_models("dpot-*")
     assert write_catalogue(out, names) == [*(f"{n}.md" for n in names), INDEX]
-    (out / "gone.md").write_text("a preset that no longer exists")
+    (out / "gone.md").write_text("---\nlibrary_name: opzoo\n---\n# a preset that no longer exists\n")
     assert write_catalogue(out, names) == ["gone.md"]  # the complete catalogue: only the stale card changes
     assert not (out / "gone.md").exists()
     # patterns write those cards alone: the other cards and the index stay as they are
-    (out / "dpot-s.md").write_text("stale")
-    (out / "other.md").write_text("another preset's card")
+    (out / "dpot-s.md").write_text("---\nlibrary_name: opzoo\n---\nstale\n")
+    (out / "other.md").write_text("---\nlibrary_name: opzoo\n---\n# another preset's card\n")
     assert main(["cards", "dpot-s", "--out", str(out)]) == 0
-    assert (out / "dpot-s.md").read_text() != "stale" and (out / "other.md").exists()
+    assert "stale" not in (out / "dpot-s.md").read_text() and (out / "other.md").exists()
     assert main(["cards", "no-such-*", "--out", str(out)]) == 2
 
 
