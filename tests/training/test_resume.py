@@ -62,7 +62,7 @@ def test_kill_during_checkpoint_write_then_resume_reproduces(tmp_path, datasets,
         proc.kill()
         proc.wait()
     # the half-written step-4 checkpoint is only a temp dir; the latest complete one reads back
-    assert any(p.name.startswith(".tmp-step-00000004") for p in ckpts.iterdir())
+    assert any(p.name.startswith(".step-00000004.opzoo-tmp-") for p in ckpts.iterdir())
     assert [p.name for p in list_checkpoints(ckpts)] == ["step-00000002"]
     path, files = latest_checkpoint(ckpts)
     assert files["state.json"]["step"] == 2 and path.name == "step-00000002"
