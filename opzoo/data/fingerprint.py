@@ -62,13 +62,15 @@ def trajectory_hashes(dataset) -> list[str]:
 
 def file_fingerprint(path: str | os.PathLike, source=None) -> dict:
     """What identifies a data file a run trains on: its resolved path, size, mtime, the shape and
-    channels it is read as (``source``: its opened :class:`~opzoo.data.TrajectorySource`) and
-    :func:`content_hash`."""
+    channels it is read as (``source``: its opened :class:`~opzoo.data.TrajectorySource`),
+    :func:`content_hash`, and with ``source`` every trajectory's :func:`values_hash` (the file read once, whole:
+    an edit of any trajectory, wherever it lies, is seen, where the sampled content hash may miss it)."""
     p = Path(path).expanduser().resolve()
     st = p.stat()
     out = {"path": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "content": content_hash(p)}
     if source is not None:
-        out.update(layout=source.layout, shape=[int(n) for n in source.shape], fields=list(source.fields))
+        out.update(layout=source.layout, shape=[int(n) for n in source.shape], fields=list(source.fields),
+                   trajectories=[source.trajectory_hash(i) for i in range(len(source))])
     return out
 
 
@@ -88,6 +90,11 @@ def fingerprint_changes(old: dict, new: dict) -> list[str]:
         changes.append(f"size {old.get('size')} -> {new.get('size')} bytes")
     if old.get("content") != new.get("content"):
         changes.append(f"content ({old.get('content', '?')[:23]}... -> {new.get('content', '?')[:23]}...)")
+    before, now = old.get("trajectories"), new.get("trajectories")
+    if before is not None and now is not None and before != now and len(before) == len(now):
+        edited = [i for i, (a, b) in enumerate(zip(before, now)) if a != b]
+        changes.append(f"the values of {len(edited)} trajectory(ies) ({', '.join(map(str, edited[:8]))}"
+                       f"{', ...' if len(edited) > 8 else ''})")
     return changes
 
 

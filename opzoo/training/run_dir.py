@@ -361,9 +361,10 @@ DATA_NAME = "data_fingerprints.json"
 
 def record_or_check_data(run_dir: Path, plan: RunPlan, sources) -> None:
     """A fresh run records its data files' fingerprints (``data_fingerprints.json``,
-    :func:`opzoo.data.fingerprint.file_fingerprint` of each opened source); a resume refuses when a
-    file's content, size, shape or fields changed since, naming the file and what changed: a
-    trajectory trained on must never move into the test split."""
+    :func:`opzoo.data.fingerprint.file_fingerprint` of each opened source, every trajectory's values hash included);
+    a resume refuses when a file's content, size, shape, fields or any trajectory's values changed since, naming the
+    file and what changed: a trajectory trained on must never move into the test split. A resume whose record is
+    gone is refused too: nothing would show that the files are those its checkpoints trained on."""
     from ..data.fingerprint import file_fingerprint, fingerprint_changes
 
     current, seen = [], set()
@@ -372,7 +373,11 @@ def record_or_check_data(run_dir: Path, plan: RunPlan, sources) -> None:
             seen.add(src.path)
             current.append(file_fingerprint(src.path, src))
     path = Path(run_dir) / DATA_NAME
-    if plan.action == "resume" and path.is_file():
+    if plan.action == "resume" and not path.is_file():
+        raise RunDirError(f"{path} is gone: it records the data files this run trained on, and without it nothing "
+                          f"shows that the files now are those its checkpoints saw. Restore it, or pass --new to "
+                          f"start the run again")
+    if plan.action == "resume":
         recorded = {f["path"]: f for f in json.loads(path.read_text())}
         for now in current:
             before = recorded.get(now["path"])

@@ -207,3 +207,53 @@ def test_sizes_no_machine_holds_are_refused_in_one_line_before_allocation(monkey
 
     with torch.device("meta"):  # nothing is allocated on meta: counted, not refused for the free memory
         assert opzoo.load("simple-op") is not None
+
+
+def test_an_edit_of_any_trajectory_refuses_the_resume_even_where_the_sampled_hash_does_not_read(
+        tmp_path, datasets, monkeypatch):
+    """Issue 49 Failed 2: on a large file, rewriting trajectories in place that lie outside every block the sampled
+    content hash reads resumed silently. The run now records every trajectory's values hash and compares them. The
+    sampled hash is made to read almost nothing here (as on a large file) to show it is the trajectory hashes that
+    see the edit."""
+    import gc
+    import shutil
+
+    import h5py
+
+    from opzoo.data import fingerprint
+    from opzoo.training import Trainer, parse_run_config
+    from opzoo.training.run_dir import RunDirError
+
+    from .conftest import tiny_pot_args
+
+    monkeypatch.setattr(fingerprint, "FULL_HASH_BYTES", 0)
+    monkeypatch.setattr(fingerprint, "EDGE_BYTES", 8)
+    monkeypatch.setattr(fingerprint, "BLOCK_BYTES", 8)
+    monkeypatch.setattr(fingerprint, "SAMPLES", 2)
+    data = tmp_path / "heat.h5"
+    shutil.copy(datasets["heat"], data)
+    doc = run_document(tmp_path / "run", {"heat": str(data)}, model={"name": "pot", "args": tiny_pot_args()},
+                       training={"steps": 4, "batch_size": 2}, checkpoint={"every": 2, "keep_last": 3})
+    Trainer(parse_run_config(doc), show_progress=False).fit()
+    gc.collect()
+    out = tmp_path / "run"
+    shutil.rmtree(out / "checkpoints" / "step-00000004")
+    (out / "finished.json").unlink()
+    recorded = json.loads((out / "data_fingerprints.json").read_text())[0]
+    assert len(recorded["trajectories"]) == recorded["shape"][0]
+    content = fingerprint.content_hash(data)
+    with h5py.File(data, "r+") as f:  # two trajectories in the middle, the size and the sampled blocks unchanged
+        f["data"][10, 3, 3, 5, 0] += 1.0
+        f["data"][11, 2, 2, 7, 0] -= 1.0
+    assert fingerprint.content_hash(data) == content  # the sampled hash alone would have resumed
+    with pytest.raises(RunDirError, match=r"changed since this run started \(the values of 2 trajectory\(ies\) "
+                                          r"\(10, 11\)\)"):
+        Trainer(parse_run_config(doc), show_progress=False).fit()
+    # Failed 3: with the record deleted, the resume is refused, not re-recorded
+    with h5py.File(data, "r+") as f:
+        f["data"][10, 3, 3, 5, 0] -= 1.0
+        f["data"][11, 2, 2, 7, 0] += 1.0
+    (out / "data_fingerprints.json").unlink()
+    with pytest.raises(RunDirError, match=r"data_fingerprints.json is gone: .*pass --new"):
+        Trainer(parse_run_config(doc), show_progress=False).fit()
+    assert not (out / "data_fingerprints.json").exists()
