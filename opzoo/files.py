@@ -74,6 +74,35 @@ def new_file_mode(*paths: str | os.PathLike) -> None:
         os.chmod(path, 0o666 & ~mask)
 
 
+class NotRegularFile(OSError):
+    """A path that names a FIFO, a device, a directory or a socket where a file's bytes are to be read."""
+
+
+def open_regular(path: str | os.PathLike) -> IO[bytes]:
+    """``path`` opened for reading, only if it is a regular file (links followed): a FIFO planted in its place would
+    block the open forever, ``/dev/zero`` would read until memory runs out. Raises :class:`NotRegularFile`."""
+    import fcntl
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                    else "a directory" if stat.S_ISDIR(mode) else "not a regular file")
+            raise NotRegularFile(f"{path}: {kind}, not a regular file")
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~getattr(os, "O_NONBLOCK", 0))
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def check_regular(path: str | os.PathLike) -> None:
+    """:class:`NotRegularFile` unless ``path`` is a regular file (for readers that open it themselves)."""
+    open_regular(path).close()
+
+
 def _owner(name: str) -> tuple[int, str] | None:
     """``(pid, host)`` of a temporary name, or None when the name is not one of ours."""
     _, mark, rest = name.partition(TMP_MARK)

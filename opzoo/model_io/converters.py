@@ -38,7 +38,7 @@ def safe_torch_load(path: str | os.PathLike, allow: Iterable[type] = ()) -> Any:
     """
     path = Path(path)
     if not path.is_file():
-        raise CheckpointError(f"{path}: no such checkpoint file")
+        raise CheckpointError(f"{path}: {'not a regular file (a FIFO, device or directory)' if path.exists() else 'no such checkpoint file'}")
     try:
         with torch.serialization.safe_globals(list(allow)):
             return torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))

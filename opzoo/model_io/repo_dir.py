@@ -19,7 +19,15 @@ from .._version import __version__
 from ..config import CONFIG_NAME, read_config, write_config
 from ..disk_full import disk_full_as_error
 from ..errors import HubError, WeightsError
-from ..files import TMP_MARK, clean_dead_temporaries, new_file_mode, temporary_name
+from ..files import (
+    TMP_MARK,
+    NotRegularFile,
+    check_regular,
+    clean_dead_temporaries,
+    new_file_mode,
+    open_regular,
+    temporary_name,
+)
 from .checksums import sha256_file
 from .weights import unshared_state_dict
 
@@ -161,11 +169,14 @@ def open_repo(config_path: Path, weights_path: Path) -> Iterator[OpenRepo]:
     """Open both files of a repo once and parse the config from what was opened (see :class:`OpenRepo`).
     A file gone between the renames of a concurrent :func:`write_repo` raises RepoChanged."""
     try:
-        with open(config_path, "rb") as cf, open(weights_path, "rb") as wf:
+        with open_regular(config_path) as cf, open_regular(weights_path) as wf:
             document = read_config(config_path, cf.read())
             stable = Path(f"/proc/self/fd/{wf.fileno()}")
             yield OpenRepo(config_path, weights_path, document, stable if stable.exists() else Path(weights_path),
                            cf, wf)
+    except NotRegularFile as e:
+        raise WeightsError(f"{e}: the repo (or its entry in the Hugging Face cache) is damaged; delete it and save or "
+                           "download it again") from None
     except FileNotFoundError:
         if Path(config_path).parent.exists() and not wait_for_save(Path(config_path).parent, 0):
             raise
@@ -206,6 +217,12 @@ def replaced_since_opened(path: Path, f) -> bool:
 def check_repo_dir(path: Path) -> None:
     """HubError when directory ``path`` is not an opzoo repo, pointing at the one inside a run directory."""
     for name in (CONFIG_NAME, WEIGHTS_NAME):
+        if (path / name).exists() and not (path / name).is_file():  # a FIFO, a device, a directory: never read
+            try:
+                check_regular(path / name)
+            except NotRegularFile as e:
+                raise WeightsError(f"{e}: the repo (or its entry in the Hugging Face cache) is damaged; delete it "
+                                   "and save or download it again") from None
         if not (path / name).is_file() and not (wait_for_save(path) and (path / name).is_file()):
             inner = path / "model"
             hint = (f"; it looks like a training run directory: its model is {inner}"

@@ -12,6 +12,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 
 from ..errors import WeightsError
+from ..files import check_regular
 
 SHOWN = 8  # tensors named per kind in a mismatch message
 
@@ -56,6 +57,7 @@ def check_finite(state_dict: Mapping[str, torch.Tensor], source: str) -> None:
 def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     """The tensors of a safetensors file (WeightsError naming the file when it is not one)."""
     try:
+        check_regular(path)  # a FIFO or /dev/zero in a damaged cache would hang or fill the memory
         return load_file(str(path))
     except (SafetensorError, OSError) as e:
         raise WeightsError(f"{path}: not a readable safetensors file ({e})") from None
@@ -68,6 +70,7 @@ def load_weights(model: torch.nn.Module, path: str | os.PathLike, shown_as: str 
     byte), then the tensors. ``shown_as`` names it in messages."""
     path, where = Path(path), str(shown_as or path)
     try:
+        check_regular(path)
         with safe_open(str(path), framework="pt") as f:
             shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
     except (SafetensorError, OSError) as e:

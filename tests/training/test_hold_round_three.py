@@ -257,3 +257,40 @@ def test_an_edit_of_any_trajectory_refuses_the_resume_even_where_the_sampled_has
     with pytest.raises(RunDirError, match=r"data_fingerprints.json is gone: .*pass --new"):
         Trainer(parse_run_config(doc), show_progress=False).fit()
     assert not (out / "data_fingerprints.json").exists()
+
+
+def test_a_fifo_or_device_in_place_of_a_repos_file_is_refused_not_waited_on(tmp_path):
+    """Issue 49: a damaged cache entry (a FIFO, a link to /dev/zero) where a weights or config file should be made a
+    load hang or read until memory ran out, and `verify` called it "not in the cache". It is now named, at once."""
+    import subprocess
+    import sys
+
+    import opzoo
+
+    opzoo.load("simple-op").save_pretrained(tmp_path / "fifo")
+    (tmp_path / "fifo" / "model.safetensors").unlink()
+    os.mkfifo(tmp_path / "fifo" / "model.safetensors")
+    opzoo.load("simple-op").save_pretrained(tmp_path / "zero")
+    (tmp_path / "zero" / "model.safetensors").unlink()
+    (tmp_path / "zero" / "model.safetensors").symlink_to("/dev/zero")
+    opzoo.load("simple-op").save_pretrained(tmp_path / "config")
+    (tmp_path / "config" / "config.json").unlink()
+    os.mkfifo(tmp_path / "config" / "config.json")
+    code = "\n".join([
+        "import sys, opzoo",
+        "for name, kind in (('fifo', 'a FIFO'), ('zero', 'a device'), ('config', 'a FIFO')):",
+        f"    path = {str(tmp_path)!r} + '/' + name",
+        "    try:",
+        "        opzoo.load(path)",
+        "    except opzoo.WeightsError as e:",
+        "        assert kind + ', not a regular file' in str(e) and 'damaged' in str(e), str(e)",
+        "    else:",
+        "        sys.exit('loaded ' + name)",
+        "from opzoo.model_io.weights import read_state_dict",
+        "try:",
+        f"    read_state_dict({str(tmp_path / 'zero' / 'model.safetensors')!r})",
+        "except opzoo.WeightsError as e:",
+        "    assert 'a device, not a regular file' in str(e), str(e)",
+        "print('ok')"])
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
