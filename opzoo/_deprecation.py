@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import warnings
-from typing import Callable, Mapping
+from importlib import import_module
+from typing import Any, Callable, Mapping
 
 
 def renamed_arguments(renames: Mapping[str, str]) -> Callable[[Callable], Callable]:
@@ -26,3 +27,15 @@ def renamed_arguments(renames: Mapping[str, str]) -> Callable[[Callable], Callab
         return call
 
     return wrap
+
+
+def moved_module(old: str, new: str) -> Callable[[str], Any]:
+    """For a module ``old`` that moved to ``new``: warn once as it is imported, and return its ``__getattr__``, which
+    takes every name from ``new``."""
+    warnings.warn(f"{old} is deprecated; import {new} (or the public names in opzoo.__all__); removed in the next "
+                  "release", DeprecationWarning, stacklevel=3)
+
+    def __getattr__(name: str) -> Any:
+        return getattr(import_module(new), name)
+
+    return __getattr__

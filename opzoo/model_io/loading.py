@@ -44,7 +44,7 @@ def from_pretrained(
     ``hub_<arg>``.
     """
     ref = repo_or_dir if isinstance(repo_or_dir, ModelReference) else parse_model_reference(
-        Path(repo_or_dir) if isinstance(repo_or_dir, Path) else repo_or_dir, backbones=False, bare_repo_ids=True)
+        repo_or_dir, backbones=False, bare_repo_ids=True)
     if ref.kind == "preset":
         if revision is not None:
             raise ConfigError(f"from_pretrained({ref.given!r}, revision={revision!r}): revision applies to Hub repos; "

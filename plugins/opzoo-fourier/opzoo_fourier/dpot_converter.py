@@ -96,7 +96,15 @@ def infer_model_args(sd: Mapping[str, torch.Tensor], args: Any, path: Path) -> d
     out_ct = _shape(sd, "out_layer.4.weight", spatial_dims + 2, path)[0]
     if out_ct % out_channels:
         raise opzoo.CheckpointError(f"{path}: out_layer.4.weight has {out_ct} outputs, not a multiple of C_out={out_channels}")
-    modes = int(getattr(args, "modes", 32))
+    modes = getattr(args, "modes", 32)
+    if isinstance(modes, bool) or not isinstance(modes, int) or modes < 1:
+        raise opzoo.CheckpointError(f"{path}: args.modes is {modes!r}; DPOT's training script stores a positive int")
+    normalize = getattr(args, "normalize", False)
+    if normalize not in (True, False) or not isinstance(normalize, (bool, int)):  # a store_true flag, or 0/1
+        raise opzoo.CheckpointError(f"{path}: args.normalize is {normalize!r}; expected a boolean flag")
+    act = getattr(args, "act", "gelu")
+    if not isinstance(act, str):
+        raise opzoo.CheckpointError(f"{path}: args.act is {act!r}; expected the activation's name")
     return {
         "in_channels": in_plus_grid - spatial_dims - 1,
         "out_channels": out_channels,
@@ -110,9 +118,9 @@ def infer_model_args(sd: Mapping[str, torch.Tensor], args: Any, path: Path) -> d
         "mlp_ratio": mlp_hidden / width,
         "out_layer_dim": out_layer_dim,
         "n_cls": _shape(sd, "cls_head.4.weight", 2, path)[0],
-        "act": str(getattr(args, "act", "gelu")),
+        "act": act,
         "time_agg": "exp_mlp" if "time_agg_layer.gamma" in sd else "mlp",
-        "normalize": bool(getattr(args, "normalize", False)),
+        "normalize": bool(normalize),
         "block": "dpot",
         "mixer": "fourier-attention",
         "mixer_args": {"n_blocks": w1[1], "modes": modes},
