@@ -18,6 +18,7 @@ from ..evaluation.shape_check import check_frames, check_resolution
 from ..model_io.adapt import BOUNDARY_FIELDS, SHAPE_FIELDS
 from ..model_io.loading import load
 from ..model_io.size_check import check_batch_memory
+from ..registry.registry import get_registry
 from .config import DatasetSpec, RunConfig
 
 
@@ -25,12 +26,22 @@ def build_run_model(section) -> nn.Module:
     """A preset (``pretrained`` weights optional), a registered backbone, or a saved repo / Hub id."""
     ref = section.reference
     if ref.kind != "backbone":
-        # with adapt, the shape fields are targets of opzoo.model_io.adapt, not load overrides
-        args = {k: v for k, v in section.args.items() if not (section.adapt and k in SHAPE_FIELDS + BOUNDARY_FIELDS)}
+        # with adapt, the shape fields (and labels per channel) are targets of opzoo.model_io.adapt, not load overrides
+        adapted = SHAPE_FIELDS + BOUNDARY_FIELDS + label_fields(ref)
+        args = {k: v for k, v in section.args.items() if not (section.adapt and k in adapted)}
         return load(ref, pretrained=section.pretrained, **args, **_oversize(section))
     if section.pretrained:
         raise ConfigError(f"model.pretrained: {ref.given!r} is a bare backbone with no weights; name a preset or a repo")
     return load(ref, **section.args, **_oversize(section))
+
+
+def label_fields(ref) -> tuple[str, ...]:
+    """The fields of the preset's config that hold one entry per channel (``ModelConfig.per_channel_fields``): they
+    follow the channel count, so fine-tuning sets them with it."""
+    if ref.kind != "preset":
+        return ()
+    registry = get_registry()
+    return tuple(registry.get("backbone", registry.preset(ref.preset).backbone).config_class.per_channel_fields)
 
 
 def _oversize(section) -> dict:

@@ -116,7 +116,8 @@ def adapt_to_data(model: nn.Module, cfg: RunConfig, opened: list[OpenDataset] | 
     """
     mc = model.config
     dims = getattr(mc, "spatial_dims", None)
-    targets = {k: v for k, v in cfg.model.args.items() if k in SHAPE_FIELDS + BOUNDARY_FIELDS}
+    labels = tuple(getattr(mc, "per_channel_fields", ()))
+    targets = {k: v for k, v in cfg.model.args.items() if k in SHAPE_FIELDS + BOUNDARY_FIELDS + labels}
     widest = None
     for o in open_datasets(cfg) if opened is None else opened:
         for src in (o.train, o.test):

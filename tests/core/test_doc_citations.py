@@ -23,7 +23,7 @@ def test_no_code_or_card_cites_the_design_document_outside_the_repository():
 
 def test_every_cited_page_and_section_exists():
     sections = {int(m) for m in re.findall(r"^## (\d+)\. ", (ROOT / "docs" / "models.md").read_text(), re.M)}
-    assert sections == set(range(1, 9))
+    assert sections == set(range(1, max(sections) + 1))  # numbered 1..N, none skipped
     missing = []
     for p in cited_files():
         text = p.read_text(encoding="utf-8")
