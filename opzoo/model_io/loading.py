@@ -13,7 +13,7 @@ from ..registry.registry import Preset, get_registry
 from .adapt import SHAPE_FIELDS, adapt_model
 from .builder import build_backbone, build_model, build_preset
 from .hub import hub_download, hub_repo_files
-from .pretrained import load_checkpoint_file, load_preset_weights, overlaid
+from .pretrained import fetch_before_building, load_checkpoint_file, load_preset_weights, overlaid
 from .reference import ModelReference, model_reference, parse_model_reference
 from .repo_dir import WEIGHTS_NAME, check_repo_dir, open_repo, read_repo_retrying
 from .weights import load_weights
@@ -139,6 +139,7 @@ def load(name: "str | os.PathLike | ModelReference", pretrained: bool = False, *
     if "in_channels" in shape:  # labels per channel name the adapted channels: applied with them
         labels = getattr(get_registry().get("backbone", preset.backbone).config_class, "per_channel_fields", ())
         shape |= {k: overrides.pop(k) for k in labels if k in overrides}
+    fetch_before_building(preset)
     model = build_preset(preset, overrides)
     try:
         load_preset_weights(model, preset)

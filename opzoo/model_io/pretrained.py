@@ -65,6 +65,15 @@ def pretrained_files(source: PretrainedSource, local_files_only: bool = False, p
         yield {name: stack.enter_context(pretrained_file(source, name, local_files_only, preset)) for name in names}
 
 
+def fetch_before_building(preset: Preset) -> None:
+    """Fetch (or find in the cache) ``preset``'s published Hub files before its model is built, so that an offline
+    load, a missing file or a refused download fails at once, not after building a model of billions of parameters
+    (the load that follows reads them from the cache)."""
+    if preset.pretrained is not None and preset.pretrained.repo_id is not None:
+        with pretrained_files(preset.pretrained, preset=preset.name):
+            pass
+
+
 def convert_file(converter: str, path: str | os.PathLike, **options: Any) -> ConvertedCheckpoint:
     """Run registered converter ``converter`` on foreign checkpoint ``path``; ``options`` are its keyword
     arguments (a preset's ``PretrainedSource.converter_options``, or ``opzoo convert``'s flags)."""

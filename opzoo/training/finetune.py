@@ -136,13 +136,17 @@ def adapt_to_data(model: nn.Module, cfg: RunConfig, opened: list[OpenDataset] | 
             raise ConfigError(f"{widest[0]}: {widest[1].channels} channels, more than the model's {mc.in_channels}, "
                               f"and the model maps {mc.in_channels} -> {mc.out_channels} channels")
         targets["in_channels"] = targets["out_channels"] = widest[1].channels
+    if "in_channels" in targets and "out_channels" not in targets and mc.in_channels == mc.out_channels:
+        targets["out_channels"] = targets["in_channels"]  # a model of C -> C channels keeps predicting what it reads
     if cfg.data.resolution is not None and hasattr(mc, "img_size"):
         targets["img_size"] = tuple(cfg.data.resolution)
     if "img_size" in targets and hasattr(mc, "patch_size"):
-        bad = [s for s in targets["img_size"] if s % mc.patch_size]
-        if bad:
-            raise ConfigError(f"data.resolution: {list(targets['img_size'])} is not divisible by the model's "
-                              f"patch_size {mc.patch_size}; pick a multiple of {mc.patch_size}")
+        grid = list(targets["img_size"])
+        # one patch for every axis, or one per axis (the spatial ones last: GPhyT's is (time, height, width))
+        patch = list(mc.patch_size)[-len(grid):] if isinstance(mc.patch_size, (list, tuple)) else [mc.patch_size] * len(grid)
+        if any(s % p for s, p in zip(grid, patch)):
+            raise ConfigError(f"data.resolution: {grid} is not divisible by the model's patch_size "
+                              f"{mc.patch_size}; pick a multiple of {patch} on each axis")
     targets.update(_boundary_from_files(model, cfg, opened))
     adapted = adapt_model(model, seed=cfg.seed, **targets)
     if adapted is not model and "img_size" in targets:

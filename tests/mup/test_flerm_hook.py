@@ -238,7 +238,10 @@ def spatial_file(tmp_path, dims, channels=1):
     return write_canonical(tmp_path / f"d{dims}.h5", data, [f"c{i}" for i in range(shape[-1])], "random")
 
 
-@pytest.mark.parametrize("name", ["fno-1d", "fno-2d", "fno-3d", "dpot-ti", "aot-pot-t", "nestor-ti", "aot-moe-pot-t"])
+# one FNO, the POT backbone, and AOT with MoE (every component family) by default; the rest in the slow tier
+@pytest.mark.parametrize("name", ["fno-2d", "dpot-ti", "aot-moe-pot-t",
+                                  *(pytest.param(n, marks=pytest.mark.slow)
+                                    for n in ("fno-1d", "fno-3d", "aot-pot-t", "nestor-ti"))])
 def test_flerm_records_and_matches_on_small_versions_of_the_presets(tmp_path, name):
     dims = int(name[4]) if name.startswith("fno-") else 2
     data = {"d": spatial_file(tmp_path, dims, channels=1 if name.startswith("fno-") else 2)}

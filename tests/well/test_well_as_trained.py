@@ -66,7 +66,10 @@ def use_cache(monkeypatch, cache: Path, repos: dict[str, Path]) -> None:
 def fno_repos(tmp_path_factory) -> dict[str, Path]:
     """well-fno-shear_flow's repo as The Well would push it: blocks an init draw, the same scaled by 0.9, blocks
     trained (Adam with the blocks applied), and the init draw saved at the pre-2024-12 grid 128 x 256."""
-    root = tmp_path_factory.mktemp("fno-repos")
+    return make_fno_repos(tmp_path_factory.mktemp("fno-repos"))
+
+
+def make_fno_repos(root: Path) -> dict[str, Path]:
     model = well_model("fno", "shear_flow")
     model.save_pretrained(root / "init")
     scaled = well_model("fno", "shear_flow")
@@ -151,12 +154,13 @@ def opzoo_rollout(model, batch: dict, steps: int, dtype=torch.float32) -> torch.
 
 
 AS_TRAINED = [("fno", "shear_flow", (32, 64)), ("tfno", "acoustic_scattering_maze", (32, 32))]
+# the_well 1.1.0's rollouts of the AS_TRAINED cases (seeded init draws and batches), recorded by
+# `python -m tests.well.test_well_as_trained` in a process of its own; the slow test below reruns the_well 1.1.0
+RECORDED = Path(__file__).with_name("data") / "the_well_1_1_0_as_trained.safetensors"
 
 
-@pytest.fixture(scope="module")
-def as_trained(tmp_path_factory, fno_repos) -> dict[str, tuple[Path, dict, torch.Tensor]]:
-    """arch -> (the Hub repo at the published config, a physical batch, the_well 1.1.0's rollout of it)."""
-    root = tmp_path_factory.mktemp("as-trained")
+def as_trained_cases(root: Path, fno_repos: dict[str, Path]) -> list[tuple[Path, str, str, dict]]:
+    """(a Hub repo at the published config, the dataset, The Well's class, a physical batch) per AS_TRAINED case."""
     cases = []
     for arch, name, spatial in AS_TRAINED:
         if arch == "fno":
@@ -165,8 +169,24 @@ def as_trained(tmp_path_factory, fno_repos) -> dict[str, tuple[Path, dict, torch
             repo = root / f"{arch}-repo"
             well_model(arch, name).save_pretrained(repo)
         cases.append((repo, name, WELL_CLASS[arch], physical_batch(name, spatial, steps=3)))
-    predictions = run_the_well_1_1_0(cases, root)
-    return {arch: (repo, batch, pred) for (arch, _, _), (repo, _, _, batch), pred in zip(AS_TRAINED, cases, predictions)}
+    return cases
+
+
+@pytest.fixture(scope="module")
+def as_trained(tmp_path_factory, fno_repos) -> dict[str, tuple[Path, dict, torch.Tensor]]:
+    """arch -> (the Hub repo at the published config, a physical batch, the_well 1.1.0's rollout of it, recorded)."""
+    cases = as_trained_cases(tmp_path_factory.mktemp("as-trained"), fno_repos)
+    recorded = load_file(RECORDED)
+    return {arch: (repo, batch, recorded[arch]) for (arch, _, _), (repo, _, _, batch) in zip(AS_TRAINED, cases)}
+
+
+@pytest.mark.slow
+def test_the_recording_is_what_the_well_1_1_0_computes(tmp_path):
+    live = run_the_well_1_1_0(as_trained_cases(tmp_path, make_fno_repos(tmp_path / "fno")), tmp_path)
+    recorded = load_file(RECORDED)
+    for (arch, _, _), prediction in zip(AS_TRAINED, live):
+        scale = recorded[arch].abs().max().item()
+        assert (prediction - recorded[arch]).abs().max().item() <= 1e-5 * scale, arch
 
 
 @pytest.mark.parametrize("arch,name", [(arch, name) for arch, name, _ in AS_TRAINED])
@@ -500,3 +520,13 @@ def test_eval_every_window_is_the_wells_test_score(tmp_path, capsys):
     assert "grid: the model runs at 32x64 (--resolution)" in out and "the file's own grid (16x32)" in out
     assert "not The Well's test" in out
     assert json.loads((tmp_path / "resampled" / "eval_windows.json").read_text())["upstream_protocol"] is None
+
+
+if __name__ == "__main__":  # python -m tests.well.test_well_as_trained: record the_well 1.1.0's rollouts
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        live = run_the_well_1_1_0(as_trained_cases(Path(tmp), make_fno_repos(Path(tmp) / "fno")), Path(tmp))
+    RECORDED.parent.mkdir(exist_ok=True)
+    save_file({arch: p.contiguous() for (arch, _, _), p in zip(AS_TRAINED, live)}, str(RECORDED))
+    print(f"wrote {RECORDED}")

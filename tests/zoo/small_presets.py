@@ -58,6 +58,9 @@ def small_overrides(name: str) -> dict[str, Any]:
         out |= {"hidden_size": 16, "num_heads": 2, "depth": [1, 1, 1, 1, 1], "window_size": 4}  # per stage
     if {"mlp_dim", "max_patches", "heads_xa"} <= set(known):  # MORPH (opzoo-morph): narrow, a short position table
         out |= {"dim": 32, "heads": 2, "heads_xa": 2, "mlp_dim": 32, "max_patches": 64}
+    if {"hidden_dim", "num_layers", "use_derivatives"} <= set(known):  # GPhyT (opzoo-gphyt): narrow, coarse patches
+        out |= {"hidden_dim": 16, "mlp_dim": 16, "num_heads": 2, "num_layers": 1, "img_size": [16, 16],
+                "patch_size": [1, 8, 8]}
     if "normalization" in known and "mean_delta" in known:
         out["normalization"] = "none"
     return out
@@ -85,11 +88,12 @@ def all_presets() -> list[str]:
     """Every preset, except that of The Well's presets (four backbones x up to 15 datasets, which differ
     only in channel counts and normalization stats) one per backbone and number of spatial dims is taken, and of
     PDE-Transformer's one per backbone (its S/B/L differ only in the sizes small_overrides replaces), and of MORPH's
-    one per kind of position table (sliced or interpolated in time)."""
+    one per kind of position table (sliced or interpolated in time), and of GPhyT's one (its sizes are what
+    small_overrides replaces)."""
     registry, seen, out = opzoo.get_registry(), set(), []
     for name in opzoo.list_models():
         preset = registry.preset(name)
-        if preset.owner in ("opzoo-well", "opzoo-pdet", "opzoo-morph"):
+        if preset.owner in ("opzoo-well", "opzoo-pdet", "opzoo-morph", "opzoo-gphyt"):
             key = (preset.backbone, preset.args.get("spatial_dims"), preset.args.get("time_positions"))
             if key in seen:
                 continue

@@ -1,0 +1,217 @@
+"""The ``gphyt`` converter: a General Physics Transformer checkpoint ``.pth`` -> opzoo ``gphyt`` weights.
+
+A GPhyT file is ``torch.save({"samples_trained", "batches_trained", "cycle_idx", "model_state_dict",
+"optimizer_state_dict", "config", ...})`` (``gphyt/run/train.py`` ``Trainer.save_checkpoint`` @ 4374116), the tensor
+names prefixed by DDP's ``module.`` and ``torch.compile``'s ``_orig_mod.`` where it was trained so. Upstream reads it
+with a full unpickling ``torch.load`` (weights_only off) after allow-listing ``pathlib.PosixPath``/``WindowsPath``
+(``gphyt/run/run_utils.py`` ``load_stored_model``); opzoo reads it with ``weights_only=True`` and the same two path
+classes allowed (building a path object runs no code), and refuses anything that needs more, before any of its code
+runs. The network's sizes come from the tensor shapes, checked against the recorded ``config`` where the file has one.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+import opzoo
+
+from .provenance import pretrained_cfg
+
+# gphyt/model/model_specs.py @ 4374116: hidden, mlp, heads, layers per size (the heads are not in the tensors)
+SIZES = {
+    "GPT_S": {"hidden_dim": 192, "mlp_dim": 768, "num_heads": 3, "num_layers": 12},
+    "GPT_M": {"hidden_dim": 768, "mlp_dim": 3072, "num_heads": 12, "num_layers": 12},
+    "GPT_L": {"hidden_dim": 1024, "mlp_dim": 4096, "num_heads": 16, "num_layers": 24},
+    "GPT_XL": {"hidden_dim": 1280, "mlp_dim": 5120, "num_heads": 16, "num_layers": 32},
+}
+PREFIXES = ("module.", "_orig_mod.")
+BLOCK = re.compile(r"attention_blocks\.(\d+)\.(.+)")
+BLOCK_NAMES = {
+    "attention.to_qkv.weight": "attention.to_qkv.weight",
+    "attention.attention.in_proj_weight": "attention.attention.in_proj_weight",
+    "attention.attention.in_proj_bias": "attention.attention.in_proj_bias",
+    "attention.attention.out_proj.weight": "attention.attention.out_proj.weight",
+    "attention.attention.out_proj.bias": "attention.attention.out_proj.bias",
+    "norm1.weight": "norm1.weight", "norm1.bias": "norm1.bias", "norm2.weight": "norm2.weight",
+    "norm2.bias": "norm2.bias", "mlp.mlp.0.weight": "fc1.weight", "mlp.mlp.0.bias": "fc1.bias",
+    "mlp.mlp.2.weight": "fc2.weight", "mlp.mlp.2.bias": "fc2.bias",
+}
+GLOBAL_NAMES = {
+    "tokenizer.tokenizer.to_patch_embedding.1.weight": "net.tokenize.weight",
+    "tokenizer.tokenizer.to_patch_embedding.1.bias": "net.tokenize.bias",
+    "init_pos_encodings.pe": "net.pos_embed",
+    "detokenizer.detokenizer.from_patch_embedding.1.weight": "net.detokenize.weight",
+    "detokenizer.detokenizer.from_patch_embedding.1.bias": "net.detokenize.bias",
+}
+BUFFERS = ("derivatives.dt_filter", "derivatives.dh_filter", "derivatives.dw_filter", "tokenizer.patch_size")
+
+
+def opzoo_name(name: str) -> str | None:
+    if name in GLOBAL_NAMES:
+        return GLOBAL_NAMES[name]
+    m = BLOCK.fullmatch(name)
+    if m and m.group(2) in BLOCK_NAMES:
+        return f"net.blocks.{m.group(1)}.{BLOCK_NAMES[m.group(2)]}"
+    return None
+
+
+def upstream_name(name: str) -> str:
+    """The inverse of :func:`opzoo_name`."""
+    inverse = {v: k for k, v in GLOBAL_NAMES.items()}
+    if name in inverse:
+        return inverse[name]
+    m = re.fullmatch(r"net\.blocks\.(\d+)\.(.+)", name)
+    ours = {v: k for k, v in BLOCK_NAMES.items()}
+    if m and m.group(2) in ours:
+        return f"attention_blocks.{m.group(1)}.{ours[m.group(2)]}"
+    raise KeyError(name)
+
+
+def strip_prefixes(name: str) -> str:
+    """Without DDP's ``module.`` and torch.compile's ``_orig_mod.`` in front (in either order)."""
+    changed = True
+    while changed:
+        changed = False
+        for prefix in PREFIXES:
+            if name.startswith(prefix):
+                name, changed = name[len(prefix):], True
+    return name
+
+
+def read_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], Mapping[str, Any] | None]:
+    """``(model_state_dict without prefixes, the recorded config or None)``; nothing is executed."""
+    payload = opzoo.safe_torch_load(path, allow=[pathlib.PosixPath, pathlib.WindowsPath])
+    if not isinstance(payload, Mapping) or "model_state_dict" not in payload:
+        got = (f"a dict with keys {', '.join(map(str, list(payload)[:6]))}" if isinstance(payload, Mapping)
+               else type(payload).__name__)
+        raise opzoo.CheckpointError(f"{path}: not a GPhyT checkpoint: expected a dict with 'model_state_dict' (as "
+                                    f"upstream's Trainer saves), got {got}")
+    sd = payload["model_state_dict"]
+    if not isinstance(sd, Mapping) or not sd or not all(isinstance(v, torch.Tensor) for v in sd.values()):
+        raise opzoo.CheckpointError(f"{path}: 'model_state_dict' is not a non-empty dict of tensors")
+    config = payload.get("config")
+    if config is not None and not isinstance(config, Mapping):
+        raise opzoo.CheckpointError(f"{path}: 'config' is a {type(config).__name__}, not the run's config dict")
+    return {strip_prefixes(str(k)): v for k, v in sd.items()}, config
+
+
+def to_opzoo_names(sd: Mapping[str, torch.Tensor], path: Path) -> dict[str, torch.Tensor]:
+    """The network's tensors in opzoo's names, after checking the buffers upstream saves (the difference filters are
+    ``[-1, 0, 1]``; opzoo computes them) and refusing what is not GPhyT's linear-tokenizer network."""
+    for key in BUFFERS[:3]:
+        if key in sd:
+            want = torch.tensor([-1.0, 0.0, 1.0])
+            if sd[key].numel() % 3 or not torch.equal(sd[key].float().reshape(-1, 3), want.expand(sd[key].numel() // 3, 3)):
+                raise opzoo.CheckpointError(f"{path}: {key} is not the 2nd-order central difference [-1, 0, 1] opzoo "
+                                            "computes (a 4th-order filter is not implemented)")
+    out, unknown = {}, []
+    for k, v in sd.items():
+        if k in BUFFERS:
+            continue
+        name = opzoo_name(k)
+        (unknown.append(k) if name is None else out.__setitem__(name, v))
+    if unknown:
+        conv = [k for k in unknown if "conv" in k or "tokenizer" in k]
+        raise opzoo.CheckpointError(f"{path}: tensors that are not GPhyT's network with linear tokenizers and absolute "
+                                    f"positions: {', '.join(unknown[:5])}"
+                                    + (" (a conv_net tokenizer is not implemented by opzoo-gphyt)" if conv else ""))
+    return out
+
+
+def _shape(sd: Mapping[str, torch.Tensor], key: str, ndim: int, where: str) -> tuple[int, ...]:
+    if key not in sd:
+        raise opzoo.CheckpointError(f"{where}: tensor {key!r} is missing: not a GPhyT network")
+    if sd[key].ndim != ndim:
+        raise opzoo.CheckpointError(f"{where}: {key!r} has shape {list(sd[key].shape)}, expected {ndim} dims")
+    return tuple(sd[key].shape)
+
+
+def sizes_of(sd: Mapping[str, torch.Tensor], where: str) -> dict[str, Any]:
+    """The network's sizes read from its tensors (opzoo names)."""
+    dim, channels, pt, ph, pw = _shape(sd, "net.tokenize.weight", 5, where)
+    _, tt, th, tw, table_dim = _shape(sd, "net.pos_embed", 5, where)
+    fields = _shape(sd, "net.detokenize.weight", 5, where)[1]
+    mlp_dim = _shape(sd, "net.blocks.0.fc1.weight", 2, where)[0]
+    layers = len({k.split(".")[2] for k in sd if k.startswith("net.blocks.")})
+    if channels not in (fields, 4 * fields) or table_dim != dim:
+        raise opzoo.CheckpointError(f"{where}: the tensor shapes do not form a GPhyT network ({channels} input channels "
+                                    f"for {fields} fields, position table width {table_dim} for {dim})")
+    return {"in_channels": fields, "out_channels": fields, "use_derivatives": channels == 4 * fields,
+            "hidden_dim": dim, "mlp_dim": mlp_dim, "num_layers": layers, "patch_size": (pt, ph, pw),
+            "in_timesteps": tt * pt, "img_size": (th * ph, tw * pw)}
+
+
+def recorded_args(config: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """What the run's recorded ``config["model"]`` says about the network, in opzoo's names; refuses what opzoo does
+    not implement."""
+    model = config.get("model")
+    if not isinstance(model, Mapping) or not isinstance(model.get("transformer"), Mapping):
+        raise opzoo.CheckpointError(f"{where}: the recorded config has no model.transformer section")
+    tr, tok = model["transformer"], model.get("tokenizer", {}) or {}
+    if model.get("architecture", "gphyt") != "gphyt":
+        raise opzoo.CheckpointError(f"{where}: the recorded architecture is {model.get('architecture')!r}, not gphyt")
+    refused = {k: v for k, v in (("pos_enc_mode", tr.get("pos_enc_mode")), ("att_mode", tr.get("att_mode", "full")),
+                                 ("tokenizer_mode", tok.get("tokenizer_mode", "linear")),
+                                 ("detokenizer_mode", tok.get("detokenizer_mode", "linear")),
+                                 ("tokenizer_overlap", tok.get("tokenizer_overlap", 0)),
+                                 ("detokenizer_overlap", tok.get("detokenizer_overlap", 0)))
+               if v not in ("absolute", "full", "linear", 0)}
+    if refused:
+        raise opzoo.CheckpointError(f"{where}: the recorded config asks for what opzoo-gphyt does not implement: "
+                                    + ", ".join(f"{k}={v!r}" for k, v in refused.items())
+                                    + " (it implements absolute positions, full attention, linear tokenizers, no "
+                                    "overlap: the published runs' settings)")
+    if "model_size" in tr and tr["model_size"] not in SIZES:
+        raise opzoo.CheckpointError(f"{where}: model_size {tr['model_size']!r} is not one of {', '.join(SIZES)}")
+    integrator = tr.get("integrator", "Euler")
+    args = {**SIZES.get(tr.get("model_size"), {}), "in_channels": tr.get("input_channels"),
+            "use_derivatives": bool(tr.get("use_derivatives", False)), "integrator": integrator or "none",
+            "patch_size": tuple(tr.get("patch_size", ())), "dropout": float(tr.get("dropout", 0.0))}
+    img = model.get("img_size")
+    if img is not None:
+        args["in_timesteps"], args["img_size"] = int(img[0]), (int(img[1]), int(img[2]))
+    return {k: v for k, v in args.items() if v is not None and v != ()}
+
+
+def model_args(sd: Mapping[str, torch.Tensor], config: Mapping[str, Any] | None, where: str,
+               num_heads: int | None = None, integrator: str | None = None) -> dict[str, Any]:
+    """The ``gphyt`` config of a state dict (opzoo names) and its recorded config: sizes from the shapes, checked
+    against the record; heads and integrator from the record (or the size table, or the options)."""
+    args = sizes_of(sd, where)
+    said = recorded_args(config, where) if config is not None else {}
+    differ = {k: (v, args[k]) for k, v in said.items() if k in args and v != args[k]}
+    if differ:
+        raise opzoo.CheckpointError(f"{where}: the recorded config and the tensors disagree: "
+                                    + ", ".join(f"{k} {a!r} vs {b!r}" for k, (a, b) in differ.items()))
+    if num_heads is None:
+        num_heads = said.get("num_heads") or next((s["num_heads"] for s in SIZES.values()
+                                                   if s["hidden_dim"] == args["hidden_dim"]), None)
+    if num_heads is None:
+        raise opzoo.CheckpointError(f"{where}: width {args['hidden_dim']} is no size of GPhyT's table and the file "
+                                    "records no model_size: pass num_heads=N (opzoo convert gphyt FILE OUT --option "
+                                    "num_heads=N)")
+    integrator = integrator or said.get("integrator", "Euler")
+    return {**args, "num_heads": num_heads, "integrator": integrator,
+            **({"dropout": said["dropout"]} if "dropout" in said else {})}
+
+
+def convert_gphyt(path, num_heads: int | None = None, integrator: str | None = None) -> opzoo.ConvertedCheckpoint:
+    """Registered as converter ``gphyt``: a GPhyT ``.pth`` -> :class:`opzoo.ConvertedCheckpoint`."""
+    if num_heads is not None and (isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1):
+        raise opzoo.CheckpointError(f"num_heads: a positive integer, got {num_heads!r}")
+    if integrator is not None and integrator not in ("Euler", "Heun", "RK4", "none"):
+        raise opzoo.CheckpointError(f"integrator: 'Euler', 'Heun', 'RK4' or 'none', got {integrator!r}")
+    path = Path(path)
+    raw, config = read_checkpoint(path)
+    sd = to_opzoo_names(raw, path)
+    args = model_args(sd, config, str(path), num_heads, integrator)
+    match = opzoo.get_registry().matching_preset("gphyt", args)
+    cfg = pretrained_cfg(match.name if match is not None else None)
+    cfg["source"] = f"GPhyT checkpoint {path} (converted by opzoo's 'gphyt' converter)"
+    return opzoo.ConvertedCheckpoint(architecture="gphyt", model_args=args, state_dict=sd, pretrained_cfg=cfg,
+                                     preset=match.name if match is not None else None)

@@ -1,0 +1,45 @@
+"""The General Physics Transformer's four checkpoints as one table: each row is a preset, and its weights source,
+load check, provenance, ``pretrained_cfg`` and card are derived from it by the rules in ``provenance.py`` and
+``checks.py``.
+
+Rows: FloWsnr/General-Physics-Transformer ``gphyt/model/model_specs.py`` @ 4374116 (the sizes) and the Hub repo
+``flwi/Physics-Foundation-Model`` its README links (file names and sizes as the issue gives them; unverified here)."""
+
+from __future__ import annotations
+
+from importlib.resources import files
+
+import opzoo
+
+from .checks import config_agrees
+from .converter import SIZES
+from .network import parameter_count
+from .provenance import HUB_REPO, card_fields, facts, pretrained_cfg
+
+CARDS = files("opzoo_gphyt") / "model_cards"
+SHARED = {"in_channels": 5, "out_channels": 5, "in_timesteps": 4, "img_size": [256, 128], "patch_size": [1, 16, 16],
+          "use_derivatives": True, "integrator": "Euler"}
+
+
+def row(name: str, size: str, file: str, megabytes: int) -> opzoo.Variant:
+    args = dict(SIZES[f"GPT_{size}"])
+    params = parameter_count(fields=5, dim=args["hidden_dim"], mlp_dim=args["mlp_dim"], layers=args["num_layers"],
+                             patch=(1, 16, 16), tokens=(4, 16, 8), use_derivatives=True)
+    return opzoo.Variant(name, args=args, weights=file, converter_options={"num_heads": args["num_heads"]},
+                         data={"size": size, "file": file, "megabytes": megabytes, "params": params})
+
+
+GPHYT = opzoo.CheckpointFamily(
+    "gphyt", backbone="gphyt", args=SHARED, repo_id=HUB_REPO, converter="gphyt",
+    variants=(
+        #   preset     size  file           MB (the Hub's)
+        row("gphyt-s", "S", "gphyt-S.pth", 32),
+        row("gphyt-m", "M", "gphyt-M.pth", 446),
+        row("gphyt-l", "L", "gphyt-L.pth", 1500),
+        row("gphyt-xl", "XL", "gphyt-XL.pth", 3200),
+    ),
+    checks=(config_agrees(),), provenance=facts, pretrained_cfg=lambda v: pretrained_cfg(v.name),
+    card=CARDS / "gphyt.md", card_fields=card_fields,
+)
+
+FAMILIES = (GPHYT,)

@@ -1,0 +1,107 @@
+"""Where each fact about the gphyt-* presets comes from: FloWsnr/General-Physics-Transformer at a commit (fetched with
+its history).
+
+The rules here are functions of a row of the family's table (:class:`opzoo.Variant`, in ``families.py``): its
+``size``, ``file`` and ``megabytes``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import opzoo
+
+REPO = "FloWsnr/General-Physics-Transformer"
+WEIGHTS_COMMIT = "4374116"  # 2025-10-08 "Add weights link to README": the code that published the weights
+RESTRUCTURED = "c40702d"  # 2026-02-07 "Restructure to ML-Training-Suite architecture"; head df1527c needs Python 3.12+
+HUB_REPO = "flwi/Physics-Foundation-Model"
+FIELDS = ["pressure", "density", "temperature", "velocity_x", "velocity_y"]
+DATASETS = ["cylinder_sym_flow_water", "cylinder_pipe_flow_water", "object_periodic_flow_water",
+            "object_sym_flow_water", "object_sym_flow_air", "heated_object_pipe_flow_air", "cooled_object_pipe_flow_air",
+            "rayleigh_benard_obstacle", "twophase_flow", "rayleigh_benard", "shear_flow",
+            "euler_multi_quadrants_periodicBC", "acoustic_scattering_inclusions"]
+CITATION = "Florian Wiesner et al. Towards a Physics Foundation Model. arXiv:2509.13805, 2025 (README.md @ 4374116)"
+
+
+def at(path: str, commit: str = WEIGHTS_COMMIT) -> str:
+    return f"{REPO} {path} @ {commit}"
+
+
+CONFIG = at("gphyt/run/scripts/config.yaml")
+MODEL = at("gphyt/model/transformer/model.py")
+
+
+def facts(variant: opzoo.Variant) -> tuple[opzoo.Fact, ...]:
+    Fact = opzoo.Fact
+    a = variant.args
+    return (
+        Fact("Hub repo", f"{HUB_REPO}, file {variant['file']}", at("README.md") + " (the weights link, added in "
+             "4374116); the file names per size are the issue's lead, the Hub listing could not be read here",
+             verified=False, alternatives=("another file name: the load fails offline naming the file to fetch",)),
+        Fact("Hub revision", "not pinned: the Hub repo's commits could not be read here, so a load takes main; the "
+             "load check reads the file's recorded config and every tensor", f"huggingface.co/{HUB_REPO} (not "
+             "reachable offline)", verified=False,
+             alternatives=("weights replaced on main since: the config and tensor checks refuse another network",)),
+        Fact("code that trained the weights", f"the code at {WEIGHTS_COMMIT} (2025-10-08), which published them; "
+             f"the code was restructured at {RESTRUCTURED} (2026-02-07) and its head needs Python 3.12+",
+             at("README.md") + f" (git log); {REPO} @ {RESTRUCTURED} (git show)"),
+        Fact("weights file", "torch.save of {samples_trained, batches_trained, cycle_idx, model_state_dict, "
+             "optimizer_state_dict, config, ...}, names prefixed by 'module.' (DDP) and '_orig_mod.' (torch.compile) "
+             "where trained so; upstream unpickles it in full (weights_only off), opzoo with weights_only=True and only "
+             "pathlib's path classes allowed, as upstream allow-lists them",
+             at("gphyt/run/train.py") + " (Trainer.save_checkpoint); " + at("gphyt/run/run_utils.py")
+             + " (load_stored_model)"),
+        Fact("file size", f"~{variant['megabytes']} MB is {variant['params'] * 4 / 1e6:.0f} MB of float32 "
+             f"parameters for this network: the file holds the weights alone (no optimizer state), and the linear "
+             "tokenizer, absolute positions and derivative channels of the training config fit its size",
+             "the issue's file sizes (the Hub listing could not be read here); " + MODEL, verified=False),
+        Fact("architecture", f"GPhyT {variant['size']}: hidden {a['hidden_dim']}, MLP {a['mlp_dim']}, "
+             f"{a['num_heads']} heads, {a['num_layers']} blocks; patches 1x16x16 of 4 frames at 256x128; absolute "
+             "positions; full spatio-temporal attention; linear tokenizer and detokenizer without overlap; "
+             "2nd-order central differences in t, h, w as extra channels",
+             at("gphyt/model/model_specs.py") + " (GPT_S/M/L/XL); " + CONFIG + " (model: pos_enc_mode absolute, "
+             "patch_size [1, 16, 16], use_derivatives true, tokenizer linear, overlap 0)"),
+        Fact("integrator and step", "one explicit Euler step x + dt f(x) (integrator Euler in the training config; "
+             "Heun, RK4 and none also implemented); dt is 1: the model's forward takes a step_size but never passes "
+             "it to the integrator, so every published prediction used 1.0 (opzoo's step_size, default 1.0)",
+             MODEL + " (PhysicsTransformer.forward); " + at("gphyt/model/transformer/num_integration.py")),
+        Fact("input fields", "5 channels in this order: pressure, density, temperature (t0 fields), velocity x, y "
+             "(t1); 4 input frames, frame stride dt_stride drawn from [1, 8] in training",
+             at("gphyt/data/dataset_utils.py") + " (include_field_names); " + CONFIG + " (n_steps_input 4, "
+             "dt_stride [1, 8])"),
+        Fact("normalization", "each field z-scored by its dataset's stats.yaml mean and std ((x - mean) / (std + "
+             "1e-6), std clipped at min_std), by the data pipeline (use_normalization true); outputs in those "
+             "units. opzoo's default normalization='instance' is upstream's other mode (per sample and channel over "
+             "the window, used when use_normalization is false); 'none' takes fields you z-scored",
+             at("gphyt/data/well_dataset.py") + " (_reconstruct_fields); " + at("gphyt/data/phys_dataset.py")
+             + " (normalize_data); " + CONFIG + " (use_normalization: true)", verified=False,
+             alternatives=("dataset statistics: normalize with The Well's stats.yaml and use normalization='none'",)),
+        Fact("missing fields", "a dataset without one of the five fields: not established here (upstream's data "
+             "directory holds its own preprocessed copies); opzoo pads a missing channel with 0.0, the dataset mean "
+             "after the z-score", at("gphyt/data/well_dataset.py") + " (reads every listed field)", verified=False),
+        Fact("native grid", "256 x 128 (H x W), the position table's grid; other grids are resampled by opzoo's "
+             "data pipeline (and said), or the table is interpolated when fine-tuning at another grid",
+             CONFIG + " (out_shape [256, 128]); " + MODEL + " (AbsPositionalEmbedding)"),
+        Fact("training data", ", ".join(DATASETS) + " (The Well and the authors' own simulations)", CONFIG),
+        Fact("training", "AdamW lr 1e-4, weight decay 0.01, linear warm-up then cosine, batch 64 per GPU, bf16 "
+             "autocast, torch.compile, MSE on the next frame", CONFIG),
+        Fact("code license", "MIT", at("LICENSE")),
+        Fact("weights license", "not stated", f"the Hub card of {HUB_REPO} could not be read here", verified=False,
+             alternatives=("a license on the Hub card: check it before redistributing",)),
+    )
+
+
+def pretrained_cfg(preset: str | None) -> dict[str, Any]:
+    """The facts of a published checkpoint (``preset``), or of another GPhyT file (None)."""
+    cfg: dict[str, Any] = {"channels": 5, "in_timesteps": 4, "resolution": [256, 128], "finetune_lr": 1e-4,
+                           "finetune_lr_source": "the pretraining lr (" + CONFIG + ")"}
+    if preset is None:
+        return cfg
+    return {**cfg, "fields": list(FIELDS), "datasets": list(DATASETS),
+            "normalization": "each field z-scored by its dataset's stats.yaml, by the data pipeline",
+            "license": "MIT (code); weights: not stated"}
+
+
+def card_fields(variant: opzoo.Variant) -> dict[str, Any]:
+    a = variant.args
+    return {"size": variant["size"], "file": variant["file"], "hidden": a["hidden_dim"], "mlp": a["mlp_dim"],
+            "heads": a["num_heads"], "layers": a["num_layers"], "megabytes": variant["megabytes"]}
