@@ -16,9 +16,10 @@ PDET_PINS := pdetransformer==0.1.11 diffusers==0.33.1 transformers==4.52.4 huggi
 	antlr4-python3-runtime==4.9.3
 PYTEST_ARGS ?=
 # the default tiers run on every core (pytest-xdist), one intra-op thread per worker: on 2 cores, 1.5x faster than one
-# process with 2 threads (many small tensors); PYTEST_WORKERS=0 runs in one process
+# process with 2 threads (many small tensors); a worker that runs out takes queued tests from the other (worksteal: the
+# long tests do not leave one core idle at the end); PYTEST_WORKERS=0 runs in one process
 PYTEST_WORKERS ?= auto
-XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS))
+XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist worksteal)
 
 .PHONY: install test test-slow demo micro-weights micro-pot bench benchmark-tables model-cards clean
 

@@ -21,8 +21,9 @@ class RunLogger:
     """
 
     def __init__(self, run_dir: str | os.PathLike, enabled: bool = True, resume_step: int | None = None,
-                 tensorboard: bool = True):
+                 tensorboard: bool = True, home=None):
         self.enabled = enabled
+        self.home = home  # a RunHome: each record first checks the run directory is still where the run took it
         self.path = Path(run_dir) / "log.jsonl"
         self._tb = None
         if not enabled:
@@ -45,6 +46,8 @@ class RunLogger:
     def log(self, record: dict[str, Any], flush: bool = False) -> None:
         if not self.enabled:
             return
+        if self.home is not None:  # TensorBoard's writer reopens its file by path
+            self.home.check(f"logging {record.get('kind', 'a record')} step {record.get('step')}")
         self._fh.write(json.dumps(strict_json(record), allow_nan=False) + "\n")
         if flush:
             self._fh.flush()
@@ -62,11 +65,20 @@ class RunLogger:
                 self._tb.flush()
 
     def close(self) -> None:
-        if self.enabled:
-            self.flush()
+        if not self.enabled:
+            return
+        if self.home is not None and not self.home.holds():  # moved away: the open log follows it, TensorBoard cannot
             self._fh.close()
             if self._tb is not None:
-                self._tb.close()
+                try:
+                    self._tb.close()
+                except OSError:
+                    pass
+            return
+        self.flush()
+        self._fh.close()
+        if self._tb is not None:
+            self._tb.close()
 
 
 def _step_of(line: str) -> float:

@@ -71,6 +71,35 @@ class RunDirBusyError(RunDirError):
     """Another live process holds the run directory's lock."""
 
 
+class RunDirMovedError(RunDirError):
+    """The run directory was moved, removed or replaced while the run was going."""
+
+
+class RunHome:
+    """The run directory as the run took it: each write first checks that the path still names that directory (not
+    moved away, removed or replaced), so that a run never writes by path into whatever now has the name."""
+
+    def __init__(self, run_dir: str | os.PathLike):
+        self.path = Path(run_dir)
+        st = os.stat(self.path)
+        self.identity = (st.st_dev, st.st_ino)
+
+    def holds(self) -> bool:
+        """Whether the path still names the directory the run took."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == self.identity
+
+    def check(self, before: str) -> None:
+        if not self.holds():
+            raise RunDirMovedError(f"{self.path}: the run directory was moved, removed or replaced while the run was "
+                                   f"going; stopped before {before}, writing nothing at that path. To go on, run the "
+                                   "same command with output_dir where the directory is now: it resumes from its "
+                                   "last checkpoint")
+
+
 # ---- the lock ------------------------------------------------------------------------------------
 class RunDirLock:
     """An exclusive, non-blocking ``fcntl.flock`` on the run directory itself, released on close or exit.

@@ -177,6 +177,7 @@ class Trainer:
                 self._say(f"{self.run_dir} holds this run, finished: {t.steps} of {t.steps} steps done, model in "
                           f"{self.run_dir / 'model'}. Nothing to do (pass --new to start it again from step 0)")
                 return TrainResult(self.run_dir, t.steps, already_finished=True, model_dir=self.run_dir / "model")
+            self.home = rundir.RunHome(self.run_dir)
             if self.env.is_main:
                 sources = [p.source for p in self.data.train.datasets] + [te.source for _, te in self.data.test]
                 rundir.record_or_check_data(self.run_dir, plan, sources)
@@ -184,12 +185,14 @@ class Trainer:
             result = TrainResult(self.run_dir, t.steps, resumed_from=start or None)
             if start and self.evaluation.recall_step_zero():
                 result.evals.setdefault(0, self.evaluation.zero_shot)
-            logger = RunLogger(self.run_dir, enabled=self.env.is_main, resume_step=start if start else None)
+            logger = RunLogger(self.run_dir, enabled=self.env.is_main, resume_step=start if start else None,
+                               home=self.home)
             try:
                 with StopSignals() as stop:
                     self._loop(start, result, logger, stop)
             finally:
                 logger.close()
+            self.home.check("marking the run finished")
             if self.env.is_main:
                 rundir.mark_finished(self.run_dir, t.steps, result.model_dir,
                                      {"divergence": result.divergence} if result.divergence else {})
@@ -236,15 +239,22 @@ class Trainer:
                 print(progress_line(step, t.steps, start, record["loss"], record["lr"], time.perf_counter() - t0),
                       flush=True)
             if ckpt_every and step % ckpt_every == 0 and step < t.steps:
-                self.state.save(step)
+                self._save(step)
                 last_saved = step
             if t.eval_every and step % t.eval_every == 0 and step < t.steps:
+                self.home.check(f"evaluating step {step}")
                 self._evaluate_and_log(step, result, logger)
         bar.close()
         if step > start:
-            self.state.save(t.steps)
+            self._save(t.steps)
+        self.home.check(f"evaluating step {t.steps}")
         self._evaluate_and_log(t.steps, result, logger)
+        self.home.check("exporting the model")
         self._export_finished(result)
+
+    def _save(self, step: int) -> None:
+        self.home.check(f"writing the checkpoint of step {step}")
+        self.state.save(step)
 
     def _step(self, i: int, batch: Mapping[str, Tensor], logger: RunLogger) -> dict:
         """One update on ``batch`` (iteration ``i``); returns its log record (``loss``, ``lr``, ...)."""
@@ -294,7 +304,7 @@ class Trainer:
     def _stop(self, done: int, last_saved: int, stop: StopSignals, logger: RunLogger) -> None:
         """After ``done`` steps: checkpoint (unless just written), log, raise RunStopped."""
         if done > last_saved:
-            self.state.save(done)
+            self._save(done)
         msg = (f"{stop.name or 'signal'}: stopped at step {done}; last checkpoint {self.state.last_checkpoint()}; "
                "re-run the same command to resume")
         logger.log({"kind": "stopped", "step": done, "message": msg}, flush=True)

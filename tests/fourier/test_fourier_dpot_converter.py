@@ -131,6 +131,7 @@ def test_malicious_pickle_is_refused_and_nothing_runs(tmp_path, legacy, capsys):
 
 
 
+@pytest.mark.slow  # a full-size (31M) official file through a fresh process: the converter's logic is the small tests'
 def test_load_pretrained_dpot_s_from_the_hub_cache(tmp_path):
     sd = official_state_dict(width=1024, depth=6, n_blocks=8, mlp_ratio=1.0, out_layer_dim=32, patch=8, img=128,
                              c_in=4, c_out=4, t_in=10, t_out=1, n_cls=12,
@@ -150,7 +151,7 @@ def test_load_pretrained_dpot_s_from_the_hub_cache(tmp_path):
         "except opzoo.HubError as e:\n"
         "    print('UNCACHED', e)\n"
     )
-    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1", "OPZOO_PLUGINS": "opzoo-fourier"}
     proc = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     first, uncached = proc.stdout.split("\n", 1)

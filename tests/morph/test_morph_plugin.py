@@ -218,10 +218,11 @@ def test_features_head_and_intermediates_agree_with_forward():
         model.forward_head(f)
 
 
-@pytest.mark.parametrize("kind, res", [("burgers", 64), ("ns", 16)])
+@pytest.mark.parametrize("kind, res", [("burgers", 64), ("diffusion-reaction", 16)])
 def test_readme_path_finetunes_morph_ti_on_a_1d_and_a_2d_file(kind, res, monkeypatch, tmp_path, capsys):
     """inspect, zero-shot eval, fine-tune (the Hub-cached checkpoint, small sizes: the recorded one stands in),
-    eval, push."""
+    eval, push. The 2-D file's two channels (u, v) are grouped as one 2-component field: ``field_components`` is set
+    with the file's channel count (a label per channel, like ``in_channels`` a target of the adaptation)."""
     use_cache(monkeypatch, tmp_path / "hub", DATA / "morph-small-slice.pth")
     data = tmp_path / f"{kind}.h5"
     assert main(["data", "generate", kind, "--n", "4", "--res", str(res), "--steps", "5", "--out", str(data),
@@ -232,11 +233,14 @@ def test_readme_path_finetunes_morph_ti_on_a_1d_and_a_2d_file(kind, res, monkeyp
                  "heads_xa=4"]) == 0
     assert main(["eval", str(tmp_path / "converted"), "--data", str(data), "--out", str(tmp_path / "zero")]) == 0
     assert "persistence" in capsys.readouterr().out
-    sets = [f"model.args.{k}={json.dumps(v)}" for k, v in SMALL.items()]
+    grouping = {"field_components": [2]} if kind == "diffusion-reaction" else {}
+    sets = [f"model.args.{k}={json.dumps(v)}" for k, v in {**SMALL, **grouping}.items()]
     assert main(["finetune", "morph-ti", "--data", str(data), "--out", str(tmp_path / "run"), "--steps", "3",
                  "--batch-size", "2", "--test-fraction", "0.5", "--set", *sets, "evaluation.plots=false"]) == 0
     out = capsys.readouterr().out
     assert "zero-shot -> fine-tuned" in out
+    config = json.loads((tmp_path / "run" / "model" / "config.json").read_text())["model_args"]
+    assert (config["in_channels"], config["field_components"]) == ((2, [2]) if grouping else (1, None))
     assert main(["eval", str(tmp_path / "run" / "model"), "--data", str(data), "--out", str(tmp_path / "eval")]) == 0
     assert "persistence" in capsys.readouterr().out
     import opzoo.model_io.hub as hub
@@ -260,16 +264,3 @@ def test_readme_path_finetunes_morph_ti_on_a_1d_and_a_2d_file(kind, res, monkeyp
     assert main(["push", str(tmp_path / "run" / "model"), f"me/morph-{kind}"]) == 0
     assert f"base_model: {REPO}" in uploaded["card"] and "model-index" in uploaded["card"]
 
-
-def test_finetune_groups_a_files_channels_into_a_vector_field(tmp_path):
-    """``model.args.field_components`` is set with the file's channel count (a label per channel, like
-    ``in_channels`` a target of the adaptation, not an override of the 1-channel preset)."""
-    data = tmp_path / "dr.h5"
-    assert main(["data", "generate", "diffusion-reaction", "--n", "2", "--res", "16", "--steps", "3", "--out",
-                 str(data), "--quiet"]) == 0
-    sets = [f"model.args.{k}={json.dumps(v)}" for k, v in {**SMALL, "field_components": [2]}.items()]
-    assert main(["finetune", "morph-ti", "--no-pretrained", "--data", str(data), "--out", str(tmp_path / "run"),
-                 "--steps", "1", "--batch-size", "1", "--test-fraction", "0.5", "--set", *sets,
-                 "evaluation.plots=false"]) == 0
-    config = json.loads((tmp_path / "run" / "model" / "config.json").read_text())["model_args"]
-    assert (config["in_channels"], config["field_components"]) == (2, [2])

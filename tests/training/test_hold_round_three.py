@@ -294,3 +294,37 @@ def test_a_fifo_or_device_in_place_of_a_repos_file_is_refused_not_waited_on(tmp_
         "print('ok')"])
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+@pytest.mark.parametrize("preset, repo, files, damaged", [
+    ("pdet-mc-s", "thuerey-group/pde-transformer", ("mc-s/config.json", "mc-s/diffusion_pytorch_model.safetensors"),
+     "mc-s/diffusion_pytorch_model.safetensors"),
+    ("morph-ti", "mahindrautela/MORPH", ("models/FM/morph-Ti-FM-max_ar1_ep225.pth",),
+     "models/FM/morph-Ti-FM-max_ar1_ep225.pth"),
+])
+def test_verify_names_a_damaged_cache_blob_as_damaged_not_missing(preset, repo, files, damaged, tmp_path, capsys,
+                                                                   monkeypatch):
+    """The Hugging Face cache's layout (a snapshot's names link to blobs): a blob that is a FIFO is reported as not a
+    regular file, never as missing and never opened."""
+    from huggingface_hub import constants
+
+    root = tmp_path / "hub" / f"models--{repo.replace('/', '--')}"
+    snapshot = root / "snapshots" / ("0" * 40)
+    (root / "blobs").mkdir(parents=True)
+    (root / "refs").mkdir()
+    (root / "refs" / "main").write_text("0" * 40)
+    for i, name in enumerate(files):
+        blob = root / "blobs" / f"blob{i}"
+        if name == damaged:
+            os.mkfifo(blob)
+        else:
+            blob.write_text(json.dumps({"_class_name": "PDETransformer"}))
+        (snapshot / name).parent.mkdir(parents=True, exist_ok=True)
+        (snapshot / name).symlink_to(os.path.relpath(blob, (snapshot / name).parent))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert main(["verify", preset, "--json"]) == 1
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["status"] for r in rows] == ["FAILED"]
+    assert "not a regular file (a FIFO, device or directory)" in rows[0]["message"]
+    assert "missing" not in rows[0]["message"]

@@ -409,3 +409,37 @@ def test_finetune_out_follows_the_same_rules(tmp_path, datasets, capsys):
     code, fresh, err = _cli(capsys, *args, "--lr", "2e-3", "--new")
     assert code == 0, err
     assert f"moved the previous contents of {out} to {out}.replaced-" in fresh and "test l2 heat (random init -> trained; persistence)" in fresh
+
+
+class MoveRunDirAt(OptimizerHook):
+    """Moves the run directory to ``<dir>.moved`` after optimizer step ``at`` (0-based; -1: never)."""
+
+    at = -1
+
+    def after_optimizer_step(self, ctx):
+        if ctx.step == MoveRunDirAt.at:
+            os.rename(ctx.run_dir, ctx.run_dir.with_name(ctx.run_dir.name + ".moved"))
+
+
+def test_a_run_whose_directory_is_moved_stops_before_writing_at_its_old_path_and_resumes_where_it_went(
+        tmp_path, datasets, capsys):
+    registry = opzoo.get_registry()
+    with registry.owned_by("tests"):
+        registry.register_optimizer_hook("test-move", MoveRunDirAt)
+    out, moved = tmp_path / "run", tmp_path / "run.moved"
+    doc = _doc(out, datasets, steps=4)
+    doc["optimizer"] = {"hooks": [{"name": "test-move"}]}
+    try:
+        MoveRunDirAt.at = 0
+        with pytest.raises(RunDirError, match=r"moved, removed or replaced while the run was going; stopped before "
+                                              r"logging train step 1, writing nothing at that path") as info:
+            _fit(doc)
+        assert "\n" not in str(info.value)
+        assert not out.exists()  # nothing was written at the old path
+        assert (moved / "run_config.json").is_file() and not list_checkpoints(moved / "checkpoints")
+        MoveRunDirAt.at = -1
+        resumed = _fit({**doc, "output_dir": str(moved)})
+        assert resumed.steps == 4 and (moved / "model" / "model.safetensors").is_file()
+    finally:
+        MoveRunDirAt.at = -1
+        registry.forget("tests")

@@ -78,7 +78,8 @@ def test_a_plugin_using_the_old_pot_preset_args_still_loads_with_a_deprecation_w
             "    m = opzoo.load('old-style-pot')\n"
             "print(m.config.width, m.config.depth, m.config.mixer_args['n_blocks'], m.config.block)\n"
             "print(opzoo.pot_preset_args('Ti', block='sandwich') == opzoo.get_registry().preset('old-style-pot').args)")
-    done = run_python(code, env={"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])})
+    done = run_python(code, env={"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+                                 "OPZOO_PLUGINS": "opzoo-old-style,opzoo-fourier"})  # and DPOT's mixer
     lines = done.stdout.splitlines()
     assert done.returncode == 0, done.stderr
     assert lines[0].startswith("['old-style-pot'] ['pot_preset_args(width, depth, n_blocks,")

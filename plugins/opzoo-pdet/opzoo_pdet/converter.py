@@ -33,7 +33,8 @@ def repo_files(path: Path) -> tuple[Path, Path]:
     config = folder / CONFIG_FILE
     for f in (config, weights):
         if not f.is_file():
-            raise opzoo.CheckpointError(f"{folder} is not a PDE-Transformer checkpoint directory: {f.name} is missing "
+            what = "is not a regular file (a FIFO, device or directory)" if f.exists() else "is missing"
+            raise opzoo.CheckpointError(f"{folder} is not a PDE-Transformer checkpoint directory: {f.name} {what} "
                                         f"(a diffusers save_pretrained directory holds {CONFIG_FILE} and "
                                         f"{WEIGHTS_FILE})")
     return config, weights

@@ -53,10 +53,13 @@ def repo_files(path: Path) -> tuple[Path | None, Path]:
         config, weights = path / CONFIG_FILE, path / WEIGHTS_FILE
         for f in (config, weights):
             if not f.is_file():
-                raise opzoo.CheckpointError(f"{path} is not laid out like a Hub repo of The Well: {f.name} is missing")
+                raise opzoo.CheckpointError(f"{path} is not laid out like a Hub repo of The Well: {f.name} "
+                                            + ("is not a regular file (a FIFO, device or directory)" if f.exists()
+                                               else "is missing"))
         return config, weights
     if not path.is_file():
-        raise opzoo.CheckpointError(f"{path}: no such file or directory")
+        raise opzoo.CheckpointError(f"{path}: " + ("not a regular file (a FIFO, device or directory)" if path.exists()
+                                                   else "no such file or directory"))
     config = path.parent / CONFIG_FILE
     return (config if config.is_file() else None), path
 
