@@ -258,6 +258,9 @@ class Backbone(nn.Module, metaclass=abc.ABCMeta):
     # ---- data of another shape: the grid a file runs at, the channels it lacks ----
     channel_pad_value: float = 1.0  # what fills a channel the data lacks (DPOT's ones); it is left out of the loss
     takes_any_channel_count: bool = False  # True: a file's own channel count is used, never padded
+    # a model that names its fields (pretrained_cfg["fields"]) and was trained with a field a dataset lacked filled
+    # with a value (GPhyT's zeros): a file without that field reads it as this value (and says so); None: refused
+    missing_field_value: float | None = None
 
     def grid_for(self, data_grid: Sequence[int]) -> tuple[tuple[int, ...] | None, str]:
         """``(grid, why)``: the grid this model runs data of ``data_grid`` at when the user names none. ``None``

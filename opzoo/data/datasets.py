@@ -53,12 +53,14 @@ class TrajectoryDataset(Dataset):
         self.indices = list(range(self.shape[0])) if indices is None else [int(i) for i in _as_samples(
             indices, self.shape[0], self.path)]
 
-    def select_channels(self, names: Sequence[str]) -> None:
+    def select_channels(self, names: Sequence[str], fill: float | None = None) -> list[str]:
         """Read only the channels ``names``, in that order, matched by name (e.g. a model's
-        ``pretrained_cfg['fields']``): :meth:`opzoo.data.TrajectorySource.select_channels`. Subsets
-        sharing the file share the selection."""
-        self.source.select_channels(list(names))
+        ``pretrained_cfg['fields']``; ``fill``: the value of a name the file lacks, else it is refused):
+        :meth:`opzoo.data.TrajectorySource.select_channels`. Subsets sharing the file share the selection.
+        Returns the names filled."""
+        filled = self.source.select_channels(list(names), fill)
         self.shape = tuple(self.source.shape)
+        return filled
 
     def subset(self, indices: Sequence[int]) -> "TrajectoryDataset":
         """The trajectories ``indices`` (of the file) of this file, on the same open file."""

@@ -8,7 +8,7 @@ takes any channel count is brought to the files' own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from torch import nn
 
@@ -25,6 +25,7 @@ class FittedData:
     frame_shape: FrameShape  # the frames the model runs on: its grid, channels, steps and pad value
     grid: "GridChoice"  # the grid and why
     sources: list[TrajectoryDataset]
+    fields: list[str] = field(default_factory=list)  # a line per file with fields it lacks, read filled
 
 
 def fit_data(model: nn.Module, sources: list[TrajectoryDataset], resolution=None, flag: str = "--resolution",
@@ -34,7 +35,7 @@ def fit_data(model: nn.Module, sources: list[TrajectoryDataset], resolution=None
     ``grid_from`` or all the sources; ``resolution`` names one, ``flag`` says where from), the grid's number of
     dimensions, and (``adapt_channels``) a model that takes any channel count brought to the files' own. ``channels``:
     the frames' channel count (the model's by default). A file that does not fit is a ConfigError naming it."""
-    select_model_fields(model, sources)
+    fields = select_model_fields(model, sources)
     grid = choose_grid(model, grid_from or sources, resolution, flag)
     res = grid.resolution
     for src in sources:
@@ -45,7 +46,7 @@ def fit_data(model: nn.Module, sources: list[TrajectoryDataset], resolution=None
                               f"the file's axis order (layout array:<axes>) or use a {len(src.spatial)}-D model")
     if adapt_channels:
         model = with_file_channels(model, sources)
-    return FittedData(model, frame_shape(model, res, channels), grid, sources)
+    return FittedData(model, frame_shape(model, res, channels), grid, sources, fields)
 
 
 def array_order_lines(paths, layout: str | None) -> list[str]:
@@ -70,6 +71,8 @@ def fit_files(model: nn.Module, paths, resolution=None, layout: str | None = Non
     for line in array_order_lines(paths, layout):
         say(line)
     fitted = fit_data(model, [open_trajectories(p, layout, fields) for p in paths], resolution)
+    for line in fitted.fields:
+        say(line)
     say(fitted.grid.line(fitted.sources))
     return fitted.model, fitted.frame_shape, fitted.sources
 
@@ -152,15 +155,23 @@ def open_trajectories(path: str, layout: str | None = None, fields: list[str] | 
         raise ConfigError(str(e) if str(e).startswith(str(path)) else f"{path}: {e}") from None
 
 
-def select_model_fields(model: nn.Module, sources: list[TrajectoryDataset]) -> None:
+def select_model_fields(model: nn.Module, sources: list[TrajectoryDataset]) -> list[str]:
     """A model that names its channels (``pretrained_cfg['fields']``, one per input channel) reads every
     file's channels by name, in its own order: a file in another order is reordered, one missing a field
-    is refused naming it. Files of a model without names (or with fewer names than channels: channels
-    padded for a mixture) are read as they are."""
+    is refused naming it, or, for a model trained with missing fields filled (``missing_field_value``), reads
+    it as that value. Files of a model without names (or with fewer names than channels: channels
+    padded for a mixture) are read as they are. Returns a line per file with filled fields, saying so."""
     fields = list(getattr(model, "pretrained_cfg", {}).get("fields") or [])
+    fill = getattr(model, "missing_field_value", None)
+    lines = []
     if fields and getattr(model.config, "in_channels", None) == len(fields):
         for src in sources:
             try:
-                src.select_channels(fields)
+                filled = src.select_channels(fields, fill)
             except DataFormatError as e:
                 raise ConfigError(str(e)) from None
+            if filled:
+                name = getattr(model, "preset_name", None) or type(model).__name__
+                lines.append(f"fields: {src.path} has no {', '.join(filled)}: read as {fill:g}, as {name} was trained "
+                             "with missing fields")
+    return lines

@@ -116,4 +116,5 @@ def build_data(cfg: RunConfig, model: nn.Module, opened: list[OpenDataset] | Non
              for k, (d, tr, _) in enumerate(splits)]
     mixture = MixtureDataset(parts, [d.weight for d, _, _ in splits], names=[d.name for d, _, _ in splits])
     return RunData(shape, mixture, [(d.name, te) for d, _, te in splits], test_frames,
-                   grid.line([src for _, tr, te in splits for src in (tr, te)], training=True))
+                   "\n".join([*dict.fromkeys(fitted.fields),
+                               grid.line([src for _, tr, te in splits for src in (tr, te)], training=True)]))

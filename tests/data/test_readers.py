@@ -174,3 +174,28 @@ def test_convert_foreign_layout_to_canonical(tmp_path, rng):
     assert out.info.dt == pytest.approx(0.05) and out.info.attrs["source_layout"] == "pdebench-cfd"
     for i in range(N):
         np.testing.assert_array_equal(out.read(i), data[i])
+
+
+def test_select_channels_by_name_fills_a_missing_field_only_when_asked(tmp_path, rng):
+    """A model trained with missing fields filled (GPhyT: zero) reads a file lacking one as that value; without
+    ``fill`` the name is refused, and a file with none of the names is refused either way. A trajectory's content
+    hash is the file's own channels, whatever the selection."""
+    from opzoo.data.errors import DataFormatError
+
+    data = rng.standard_normal((2, 8, 8, 3, 2)).astype(np.float32)
+    path = tmp_path / "f.h5"
+    write_canonical(path, data, ["pressure", "velocity_x"])
+    src = open_source(path)
+    before = src.trajectory_hash(0)
+    with pytest.raises(DataFormatError, match="needs field\\(s\\) density"):
+        src.select_channels(["velocity_x", "density", "pressure"])
+    with pytest.raises(DataFormatError, match="needs field\\(s\\) density, temperature"):
+        src.select_channels(["density", "temperature"], fill=0.0)
+    assert src.select_channels(["velocity_x", "density", "pressure"], fill=0.0) == ["density"]
+    window = src.read(1, 0, 2)
+    assert window.shape == (8, 8, 2, 3) and src.fields == ["velocity_x", "density", "pressure"]
+    np.testing.assert_array_equal(window[..., 0], data[1, ..., :2, 1])
+    np.testing.assert_array_equal(window[..., 2], data[1, ..., :2, 0])
+    assert not window[..., 1].any()
+    src._hashes = {}  # recomputed under the selection: the same file content, the same hash
+    assert src.trajectory_hash(0) == before

@@ -195,14 +195,10 @@ def test_readme_path_finetunes_gphyt_s_on_a_well_file_and_a_users_file(kind, mon
     file = upstream_file(tmp_path / "gphyt-S.pth")
     use_cache(monkeypatch, tmp_path / "hub", file)
     data = tmp_path / f"{kind}.h5"
-    if kind == "the-well":  # GPhyT's five fields by name, stored in another order (the pipeline reorders them)
-        import numpy as np
+    if kind == "the-well":  # shear_flow's fields (tracer, pressure, velocity): no density or temperature
+        from ..well.well_files import write_well_file
 
-        from ..data.foreign_layouts import write_the_well
-
-        rng = np.random.default_rng(0)
-        scalars = {name: rng.standard_normal((4, 6, 32, 16)) for name in ("temperature", "pressure", "density")}
-        write_the_well(data, scalars, {"velocity": rng.standard_normal((4, 6, 32, 16, 2))}, {}, 0.1 * np.arange(6))
+        write_well_file(data, "shear_flow", (32, 16), n_traj=4, n_steps=6)
     else:
         assert main(["data", "generate", "ns", "--n", "4", "--res", "32", "--steps", "6", "--out", str(data),
                      "--quiet"]) == 0
@@ -210,6 +206,17 @@ def test_readme_path_finetunes_gphyt_s_on_a_well_file_and_a_users_file(kind, mon
     assert main(["convert", "gphyt", str(file), str(tmp_path / "converted"), "--option", "num_heads=2"]) == 0
     assert main(["eval", str(tmp_path / "converted"), "--data", str(data), "--out", str(tmp_path / "zero")]) == 0
     assert "persistence" in capsys.readouterr().out
+    if kind == "the-well":  # the preset names its fields: the file's are read by name, the missing ones as zero
+        with torch.device("meta"):
+            preset = opzoo.load("gphyt-s", **NARROW)
+        from opzoo.evaluation.fit import open_trajectories, select_model_fields
+
+        src = open_trajectories(data)
+        assert select_model_fields(preset, [src]) == [f"fields: {data} has no density, temperature: read as 0, as "
+                                                      "gphyt-s was trained with missing fields"]
+        frames = src.read(0)
+        assert src.channel_names == ["pressure", "density", "temperature", "velocity_x", "velocity_y"]
+        assert not frames[..., 1:3].any() and frames[..., 0].std() > 0
     # the narrow sizes and the file's own grid (the position table is interpolated to it); another PDE's file: its
     # own channel count (the patch convolutions adapted, new channels starting at zero)
     own = {"img_size": [32, 16]} if kind == "the-well" else {"img_size": [32, 32], "in_channels": 1}

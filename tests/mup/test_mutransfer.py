@@ -47,6 +47,7 @@ def _rows(path):
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow  # the whole sweep and its resume; test_cli_command_with_device_and_batch_size_sweep is the quick one
 def test_sweep_transfer_outputs_and_resume(tmp_path, burgers_file, capsys):
     cfg = load_config(_write(tmp_path, _config(tmp_path, burgers_file)))
     summary = run_mutransfer(cfg, progress=False)

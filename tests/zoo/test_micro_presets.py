@@ -142,6 +142,7 @@ def test_micro_presets_ship_their_weights_in_the_plugin(name, package):
     assert model.config.img_size == (32, 32) and model.pretrained_cfg["resolution"] == [32, 32]
 
 
+@pytest.mark.slow  # a fresh offline process; in-process: test_every_preset's test_shipped_weights_load_by_name_...
 def test_micro_presets_load_offline_by_name(tmp_path):
     code = """
 import opzoo

@@ -161,20 +161,34 @@ class TrajectorySource(abc.ABC):
         """Whether :meth:`select_channels` chose the channels read."""
         return self._channels is not None
 
-    def select_channels(self, names: list[str] | tuple[str, ...]) -> None:
+    def select_channels(self, names: list[str] | tuple[str, ...], fill: float | None = None) -> list[str]:
         """Read only the channels ``names``, in that order, matched by name (never by position): a file
-        with a model's fields in another order is reordered. A name the file lacks is refused, naming it.
-        ``fields`` and every later :meth:`read` follow the selection."""
+        with a model's fields in another order is reordered. A name the file lacks is refused, naming it, unless
+        ``fill`` is given (a model trained with missing fields so filled): that channel then reads as ``fill``
+        everywhere. ``fields`` and every later :meth:`read` follow the selection. Returns the names filled."""
         have = self._all_fields
         missing = [n for n in names if n not in have]
-        if missing:
+        if missing and (fill is None or len(missing) == len(names)):
             raise DataFormatError(f"{self.path}: the model needs field(s) {', '.join(missing)}, which the file does "
                                   f"not have (it has {', '.join(have)}); fields are matched by name")
         if len(set(names)) != len(names) or len(set(have)) != len(have):
             raise DataFormatError(f"{self.path}: field names must be unique to be matched by name; the file has "
                                   f"{have}, the model asks for {list(names)}")
-        self._channels = [have.index(n) for n in names]
+        self._channels = [have.index(n) if n in have else None for n in names]
+        self._fill = fill
         self.info.fields = list(names)
+        return missing
+
+    def _selected(self, window: np.ndarray) -> np.ndarray:
+        """``window [..., C_file]`` -> the selected channels (a filled one: the fill value)."""
+        if None not in self._channels:
+            return window[..., self._channels]
+        window = np.asarray(window)
+        out = np.full((*window.shape[:-1], len(self._channels)), self._fill, dtype=np.float32)
+        for j, c in enumerate(self._channels):
+            if c is not None:
+                out[..., j] = window[..., c]
+        return out
 
     def read(self, sample: int, t_start: int = 0, t_stop: int | None = None) -> np.ndarray:
         """Frames ``t_start:t_stop`` of trajectory ``sample`` as float32 ``[*S, t, C]``.
@@ -196,14 +210,16 @@ class TrajectorySource(abc.ABC):
         try:
             window = self._read(self._h5(), sample, t_start, t_stop)
             if self._channels is not None:
-                window = window[..., self._channels]
+                window = self._selected(window)
         except OSError as exc:
             raise DataFormatError(
                 f"{self.path}: key '{self._key_of(sample)}': reading sample {sample} "
                 f"frames {t_start}:{t_stop} failed ({exc}); the file is truncated or corrupt"
             ) from exc
         window = np.asarray(window, dtype=np.float32)
-        expected = (*self.info.spatial_shape, t_stop - t_start, self.n_channels)
+        # the selection's channels, or (a content hash reads without it) the file's own
+        channels = len(self._channels) if self._channels is not None else len(self._all_fields)
+        expected = (*self.info.spatial_shape, t_stop - t_start, channels)
         if window.shape != expected:  # a reader bug, not a user error; fail loudly anyway
             raise DataFormatError(
                 f"{self.path}: key '{self._key_of(sample)}': read {describe_shape(window.shape)}, "

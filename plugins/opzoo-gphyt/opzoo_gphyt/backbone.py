@@ -75,7 +75,10 @@ class GPhyT(opzoo.Backbone):
     config_class = GPhyTConfig
     supports_grad_checkpointing = True
     no_weight_decay_keys = ("net.pos_embed",)
-    channel_pad_value = 0.0  # a missing field is its dataset mean after the z-score (unverified: see the facts)
+    channel_pad_value = 0.0
+    # a dataset without one of the five fields has it all zero (upstream's tests/test_data/test_ind_datasets.py @
+    # 4374116: shear_flow's density and temperature): a file lacking a field reads it as 0.0
+    missing_field_value = 0.0
 
     def __init__(self, config: GPhyTConfig):
         super().__init__(config)

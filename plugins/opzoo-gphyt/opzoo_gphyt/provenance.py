@@ -75,9 +75,10 @@ def facts(variant: opzoo.Variant) -> tuple[opzoo.Fact, ...]:
              at("gphyt/data/well_dataset.py") + " (_reconstruct_fields); " + at("gphyt/data/phys_dataset.py")
              + " (normalize_data); " + CONFIG + " (use_normalization: true)", verified=False,
              alternatives=("dataset statistics: normalize with The Well's stats.yaml and use normalization='none'",)),
-        Fact("missing fields", "a dataset without one of the five fields: not established here (upstream's data "
-             "directory holds its own preprocessed copies); opzoo pads a missing channel with 0.0, the dataset mean "
-             "after the z-score", at("gphyt/data/well_dataset.py") + " (reads every listed field)", verified=False),
+        Fact("missing fields", "a dataset without one of the five fields has it all zero (shear_flow's density and "
+             "temperature are checked to be zero by upstream's own tests); opzoo reads a field the file lacks as 0.0 "
+             "and says so (missing_field_value)", at("tests/test_data/test_ind_datasets.py") + " (test_shear_flow_"
+             "dataset); " + at("gphyt/data/dataset_utils.py") + " (include_field_names)"),
         Fact("native grid", "256 x 128 (H x W), the position table's grid; other grids are resampled by opzoo's "
              "data pipeline (and said), or the table is interpolated when fine-tuning at another grid",
              CONFIG + " (out_shape [256, 128]); " + MODEL + " (AbsPositionalEmbedding)"),
