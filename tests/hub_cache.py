@@ -28,3 +28,29 @@ def place_in_hf_cache(cache: Path, repo_id: str, files: Mapping[str, Path], comm
 def repo_files(repo_dir: Path) -> dict[str, Path]:
     """The files of a saved repo directory, by name."""
     return {p.name: p for p in Path(repo_dir).iterdir() if p.is_file()}
+
+
+def record_pushes(monkeypatch) -> dict:
+    """What ``opzoo push`` hands to huggingface_hub, recorded instead of sent (no network here): returns a dict that
+    gets ``repo`` (the repo id created) and ``card`` (the README.md uploaded)."""
+    from huggingface_hub import constants
+
+    import opzoo.model_io.hub as hub
+
+    uploaded: dict = {}
+
+    class RecordingApi:
+        def __init__(self, token=None):
+            pass
+
+        def create_repo(self, repo_id, private=None, exist_ok=False):
+            uploaded["repo"] = repo_id
+
+        def upload_folder(self, repo_id, folder_path, **kwargs):
+            uploaded["card"] = (Path(folder_path) / "README.md").read_text()
+            return "commit-info"
+
+    monkeypatch.setattr(hub, "HfApi", RecordingApi)
+    monkeypatch.setattr(hub, "hub_unreachable", lambda wait=None: None)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    return uploaded

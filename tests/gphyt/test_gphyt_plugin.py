@@ -18,7 +18,7 @@ from opzoo.cli import main
 from opzoo_gphyt.converter import convert_gphyt, upstream_name
 from opzoo_gphyt.families import GPHYT
 
-from ..hub_cache import place_in_hf_cache
+from ..hub_cache import place_in_hf_cache, record_pushes
 
 DATA = Path(__file__).parent / "data"
 REPO = "flwi/Physics-Foundation-Model"
@@ -226,24 +226,7 @@ def test_readme_path_finetunes_gphyt_s_on_a_well_file_and_a_users_file(kind, mon
     out = capsys.readouterr().out
     assert "zero-shot -> fine-tuned" in out
     assert main(["eval", str(tmp_path / "run" / "model"), "--data", str(data), "--out", str(tmp_path / "eval")]) == 0
-    import opzoo.model_io.hub as hub
-
-    uploaded = {}
-
-    class RecordingApi:
-        def __init__(self, token=None):
-            pass
-
-        def create_repo(self, repo_id, private=None, exist_ok=False):
-            uploaded["repo"] = repo_id
-
-        def upload_folder(self, repo_id, folder_path, **kwargs):
-            uploaded["card"] = (Path(folder_path) / "README.md").read_text()
-            return "commit-info"
-
-    monkeypatch.setattr(hub, "HfApi", RecordingApi)
-    monkeypatch.setattr(hub, "hub_unreachable", lambda wait=None: None)
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    uploaded = record_pushes(monkeypatch)  # what `opzoo push` hands to huggingface_hub (no network here)
     assert main(["push", str(tmp_path / "run" / "model"), f"me/gphyt-{kind}"]) == 0
     assert f"base_model: {REPO}" in uploaded["card"] and "model-index" in uploaded["card"]
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -15,7 +14,7 @@ import opzoo
 from opzoo.cli import main
 from opzoo_pdet import TASKS
 
-from ..hub_cache import place_in_hf_cache
+from ..hub_cache import place_in_hf_cache, record_pushes
 from .conftest import SMALL
 
 PUBLISHED = {"pdet-mc-s": 33e6, "pdet-mc-b": 130e6, "pdet-mc-l": 518e6}  # docs/pretrained-weights.md: ~33M ...
@@ -246,25 +245,7 @@ def test_readme_path_finetunes_pdet_sc_s_on_a_pde_it_never_saw(reference, monkey
     assert "adapted pdet-sc from in_channels=2" in out and "zero-shot -> fine-tuned" in out
     assert main(["eval", str(tmp_path / "run" / "model"), "--data", str(data), "--out", str(tmp_path / "eval")]) == 0
     assert "persistence" in capsys.readouterr().out
-    # push: what `opzoo push` hands to huggingface_hub (no network here)
-    import opzoo.model_io.hub as hub
-
-    uploaded = {}
-
-    class RecordingApi:
-        def __init__(self, token=None):
-            pass
-
-        def create_repo(self, repo_id, private=None, exist_ok=False):
-            uploaded["repo"] = repo_id
-
-        def upload_folder(self, repo_id, folder_path, **kwargs):
-            uploaded["card"] = (Path(folder_path) / "README.md").read_text()
-            return "commit-info"
-
-    monkeypatch.setattr(hub, "HfApi", RecordingApi)
-    monkeypatch.setattr(hub, "hub_unreachable", lambda wait=None: None)
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    uploaded = record_pushes(monkeypatch)  # what `opzoo push` hands to huggingface_hub (no network here)
     assert main(["push", str(tmp_path / "run" / "model"), "me/pdet-sc-ns"]) == 0
     assert uploaded["repo"] == "me/pdet-sc-ns" and "base_model: thuerey-group/pde-transformer" in uploaded["card"]
     assert "model-index" in uploaded["card"] and "license: unknown" in uploaded["card"]  # the base's, not MIT

@@ -101,14 +101,12 @@ def tiny_pot_args(channels: int = 2, t_in: int = 4) -> dict:
 
 
 def run_cli(*args: str, env: dict | None = None, timeout: float = 300, module: str = "opzoo"):
-    """Run ``python -m opzoo ARGS`` in a subprocess (the core and opzoo-fourier alone: the runs here use POT with DPOT's
-    mixer, and a fresh process imports less; ``env`` may
-    name plugins with OPZOO_PLUGINS); returns the CompletedProcess."""
+    """Run ``python -m opzoo ARGS`` in a subprocess; returns the CompletedProcess."""
     import os
     import subprocess
     import sys
 
-    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "OPZOO_PLUGINS": "opzoo-fourier", **(env or {})}
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, env=full_env,
                           timeout=timeout)
 

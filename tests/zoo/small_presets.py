@@ -57,7 +57,9 @@ def small_overrides(name: str) -> dict[str, Any]:
     if {"hidden_size", "window_size", "num_heads"} <= set(known):  # PDE-Transformer (opzoo-pdet): narrow, one block
         out |= {"hidden_size": 16, "num_heads": 2, "depth": [1, 1, 1, 1, 1], "window_size": 4}  # per stage
     if {"mlp_dim", "max_patches", "heads_xa"} <= set(known):  # MORPH (opzoo-morph): narrow, a short position table
-        out |= {"dim": 32, "heads": 2, "heads_xa": 2, "mlp_dim": 32, "max_patches": 64}
+        # dropout off (upstream trains with 0.1): these tests compare train-mode steps across dtypes and backends
+        out |= {"dim": 32, "heads": 2, "heads_xa": 2, "mlp_dim": 32, "max_patches": 64, "dropout": 0.0,
+                "emb_dropout": 0.0}
     if {"hidden_dim", "num_layers", "use_derivatives"} <= set(known):  # GPhyT (opzoo-gphyt): narrow, coarse patches
         out |= {"hidden_dim": 16, "mlp_dim": 16, "num_heads": 2, "num_layers": 1, "img_size": [16, 16],
                 "patch_size": [1, 8, 8]}
