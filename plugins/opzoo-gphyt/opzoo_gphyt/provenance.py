@@ -82,9 +82,10 @@ def facts(variant: opzoo.Variant) -> tuple[opzoo.Fact, ...]:
         Fact("native grid", "256 x 128 (H x W), the position table's grid; other grids are resampled by opzoo's "
              "data pipeline (and said), or the table is interpolated when fine-tuning at another grid",
              CONFIG + " (out_shape [256, 128]); " + MODEL + " (AbsPositionalEmbedding)"),
-        Fact("training data", ", ".join(DATASETS) + " (The Well and the authors' own simulations)", CONFIG),
+        Fact("training data", ", ".join(DATASETS) + " (the datasets the training config lists)", CONFIG),
         Fact("training", "AdamW lr 1e-4, weight decay 0.01, linear warm-up then cosine, batch 64 per GPU, bf16 "
-             "autocast, torch.compile, MSE on the next frame", CONFIG),
+             "autocast (amp), torch.compile, MSE on the next frame", CONFIG + "; " + at("gphyt/run/train.py")
+             + " (torch.autocast dtype=torch.bfloat16)"),
         Fact("code license", "MIT", at("LICENSE")),
         Fact("weights license", "not stated", f"the Hub card of {HUB_REPO} could not be read here", verified=False,
              alternatives=("a license on the Hub card: check it before redistributing",)),
