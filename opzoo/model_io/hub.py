@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+import httpx2
 from huggingface_hub import HfApi, constants, hf_hub_download
 from huggingface_hub.errors import (
     EntryNotFoundError,
@@ -23,6 +24,8 @@ from huggingface_hub.errors import (
 
 from ..config import CONFIG_NAME, read_config
 from ..errors import HubError
+from . import hub_deadlines
+from .hub_deadlines import HubStalled, hub_operation
 from .repo_dir import WEIGHTS_NAME, check_repo_dir
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
@@ -87,43 +90,15 @@ def _http_silent(endpoint: str, timeout: float) -> str | None:
         return f"{endpoint}: no HTTP answer within {timeout:.1f} s ({reason})"
 
 
-def bounded_hub_session() -> None:
-    """Give huggingface_hub's shared HTTP client timeouts (it has none by default): a connection must open
-    within :func:`hub_wait` seconds and a read must not stall for more than ``READ_TIMEOUT``."""
-    global _BOUNDED
-    if _BOUNDED:
-        return
-    try:  # huggingface_hub >= 1.0 (httpx); older releases use requests with their own timeouts
-        import httpx2
-        from huggingface_hub import set_client_factory
-        from huggingface_hub.utils._http import default_client_factory
-    except ImportError:
-        _BOUNDED = True
-        return
-
-    def factory():
-        client = default_client_factory()
-        client.timeout = httpx2.Timeout(READ_TIMEOUT, connect=max(hub_wait(), 1.0))
-        return client
-
-    set_client_factory(factory)
-    _BOUNDED = True
-
-
-def _transport_errors() -> type:
-    try:
-        import httpx2
-    except ImportError:
-        return OSError
-    return httpx2.TransportError
-
-
-_BOUNDED = False
-READ_TIMEOUT = 60.0  # seconds a Hub read may stall before it fails
-
-
 def _fetch_command(repo_id: str, filename: str, revision: str | None) -> str:
     return f"hf download {repo_id} {filename}{' --revision ' + revision if revision else ''}"
+
+
+def _cached(repo_id: str, filename: str, revision: str | None, cache_dir) -> Path | None:
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(repo_id, filename, revision=revision, cache_dir=cache_dir)
+    return Path(cached) if isinstance(cached, str) else None
 
 
 def hub_download(repo_id: str, filename: str, revision: str | None = None, *, companions: Sequence[str] = (),
@@ -140,17 +115,21 @@ def hub_download(repo_id: str, filename: str, revision: str | None = None, *, co
              f"`{_fetch_command(repo_id, files, revision)}` (into the same cache), or {local_copy}")
     offline = constants.is_offline_mode()
     if not offline and not kwargs.get("local_files_only"):
-        from huggingface_hub import try_to_load_from_cache
-
-        cached = try_to_load_from_cache(repo_id, filename, revision=revision, cache_dir=kwargs.get("cache_dir"))
-        if not isinstance(cached, str):
+        if _cached(repo_id, filename, revision, kwargs.get("cache_dir")) is None:
             reason = hub_unreachable()
             if reason is not None:
                 raise HubError(f"{missing} and the Hub could not be reached ({reason}, tried for "
                                f"{hub_wait():g} s; {HUB_WAIT_ENV} sets how long); {fetch}")
-    bounded_hub_session()
+    hub_deadlines.install()
     try:
-        return Path(hf_hub_download(repo_id, filename, revision=revision, etag_timeout=max(hub_wait(), 1.0), **kwargs))
+        with hub_operation():
+            return Path(hf_hub_download(repo_id, filename, revision=revision, etag_timeout=max(hub_wait(), 0.1),
+                                        **kwargs))
+    except HubStalled as e:
+        cached = _cached(repo_id, filename, revision, kwargs.get("cache_dir"))
+        if cached is not None:  # as huggingface_hub does when the Hub times out: the cached file
+            return cached
+        raise HubStalled(f"{missing} and {e} ({HUB_WAIT_ENV} sets how long); run the command again, or {fetch}") from None
     except LocalEntryNotFoundError:
         reason = ("HF_HUB_OFFLINE=1 is set" if offline else "only the cache was asked (local_files_only)"
                   if kwargs.get("local_files_only") else "the Hub could not be reached")
@@ -200,16 +179,20 @@ def upload_folder(folder: str | os.PathLike, repo_id: str, *, token: str | None 
     if reason is not None:
         raise HubError(f"{what}: the Hub could not be reached ({reason}, tried for {hub_wait():g} s); run "
                        f"`opzoo push {folder} {repo_id}` again on a machine with network")
-    bounded_hub_session()
+    hub_deadlines.install()
     api = HfApi(token=token)
     try:
-        api.create_repo(repo_id, private=private, exist_ok=True)
-        return api.upload_folder(repo_id=repo_id, folder_path=str(folder), **kwargs)
+        with hub_operation():
+            api.create_repo(repo_id, private=private, exist_ok=True)
+            return api.upload_folder(repo_id=repo_id, folder_path=str(folder), **kwargs)
+    except HubStalled as e:
+        raise HubStalled(f"{what}: {e} ({HUB_WAIT_ENV} sets how long); run `opzoo push {folder} {repo_id}` again") \
+            from None
     except HfHubHTTPError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         login = " (log in with `hf auth login`, with write access to the repo)" if "401" in first or "403" in first else ""
         raise HubError(f"{what}: {first}{login}") from None
-    except (OSError, _transport_errors()) as e:  # the connection dropped or stalled half-way
+    except (OSError, httpx2.TransportError) as e:  # the connection dropped or stalled half-way
         raise HubError(f"{what}: the connection failed or stalled ({type(e).__name__}: {e}); run "
                        f"`opzoo push {folder} {repo_id}` again") from None
 
