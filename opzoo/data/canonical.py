@@ -29,6 +29,7 @@ import h5py
 import numpy as np
 
 from opzoo.data.errors import DataFormatError, describe_shape
+from opzoo.disk_full import DiskFullError, is_disk_full
 from opzoo.files import clean_dead_temporaries, new_file_mode, temporary_name
 
 LAYOUT_VERSION = 1
@@ -55,7 +56,9 @@ class CanonicalWriter:
                 w.append(block)
 
     The file appears at ``path`` only when the ``with`` block exits normally and all ``N``
-    trajectories were written; otherwise the temporary file is removed.
+    trajectories were written; otherwise the temporary file is removed. A directory without room for the
+    ``N`` trajectories is refused before anything is written, and a disk that fills up while writing is a
+    :class:`~opzoo.disk_full.DiskFullError` naming the file, with the temporary file removed.
     """
 
     def __init__(
@@ -107,9 +110,13 @@ class CanonicalWriter:
         directory = os.path.dirname(os.path.abspath(self.path))
         os.makedirs(directory, exist_ok=True)
         clean_dead_temporaries(directory, target=os.path.basename(self.path))  # what killed writers left
+        self._check_room(directory)
         self._tmp = str(temporary_name(os.path.join(directory, os.path.basename(self.path))))
         try:
-            self._file = h5py.File(self._tmp, "w-")  # a fresh name: never an existing file or a planted link
+            # A fresh name: never an existing file or a planted link. No chunk cache: each append writes its whole
+            # chunks at once, so a full disk fails that write, and HDF5 can still close the file (with dirty chunks
+            # cached, closing after a failed write crashes the interpreter).
+            self._file = h5py.File(self._tmp, "w-", rdcc_nbytes=0)
             self._data = self._file.create_dataset(
                 DATA_KEY,
                 shape=self.shape,
@@ -142,8 +149,32 @@ class CanonicalWriter:
             raise DataFormatError(
                 f"{self.path}: key '{DATA_KEY}': refusing to write NaN/Inf values (trajectories {bad})"
             )
-        self._data[self.count : self.count + block.shape[0]] = block
+        try:
+            self._data[self.count : self.count + block.shape[0]] = block
+        except Exception as e:
+            if not is_disk_full(e):
+                raise
+            self._abort()
+            raise self._disk_full(f"trajectories {self.count}-{self.count + block.shape[0] - 1} of {self.shape[0]}") \
+                from None
         self.count += block.shape[0]
+
+    def _check_room(self, directory: str) -> None:
+        """DiskFullError, before anything is written, when ``directory`` has no room for the data."""
+        need = 4 * int(np.prod(self.shape, dtype=np.int64))
+        st = os.statvfs(directory)
+        free = st.f_bavail * st.f_frsize
+        if need > free:
+            raise DiskFullError(f"not enough space to write {self.path}: {self.shape[0]} trajectories of "
+                                f"{describe_shape(self.shape[1:])} float32 need {need / 2**20:.1f} MiB, "
+                                f"{free / 2**20:.1f} MiB free there; nothing was written: free space or write "
+                                "elsewhere")
+
+    def _disk_full(self, what: str) -> DiskFullError:
+        st = os.statvfs(os.path.dirname(os.path.abspath(self.path)))
+        return DiskFullError(f"disk full writing {self.path} ({what}; {st.f_bavail * st.f_frsize / 2**20:.1f} MiB "
+                             "free there): nothing was saved and the temporary file is removed; free space or write "
+                             "elsewhere")
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
@@ -155,7 +186,13 @@ class CanonicalWriter:
                 f"{self.path}: only {self.count} of {self.shape[0]} trajectories were written; "
                 "nothing was saved"
             )
-        self._file.close()
+        try:
+            self._file.close()
+        except Exception as e:
+            if not is_disk_full(e):
+                raise
+            self._abort()
+            raise self._disk_full("closing the file") from None
         self._file = None
         if not self.overwrite and os.path.exists(self.path):
             os.unlink(self._tmp)

@@ -22,6 +22,7 @@ from opzoo.training.checkpoint import list_checkpoints, write_checkpoint
 from opzoo.training.run_dir import HARMLESS_KEYS, RunDirBusyError, RunDirError, RunDirLock, config_changes
 from opzoo.training.stop import RunStopped
 
+from ..small_disk import small_disk
 from .conftest import run_document, tiny_pot_args, train_losses, write_canonical
 
 
@@ -355,13 +356,8 @@ def test_saved_repos_record_and_verify_the_weights_sha256(tmp_path):
 # ---- a full disk ----------------------------------------------------------------------------------
 @pytest.fixture
 def tiny_disk(tmp_path):
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(disk)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("needs root and a mountable tmpfs to fill a disk")
-    yield disk
-    subprocess.run(["umount", str(disk)], check=False)
+    with small_disk(tmp_path / "disk", "16k") as disk:
+        yield disk
 
 
 def test_disk_full_is_named_and_leaves_nothing_half_written(tiny_disk):

@@ -25,6 +25,7 @@ import pytest
 
 from opzoo.training.checkpoint import SLEEP_ENV
 
+from ..small_disk import small_disk as small_disk_at
 from .conftest import run_cli, run_document, tiny_pot_args, train_losses, write_canonical, write_json
 
 STEPS = 6
@@ -232,21 +233,10 @@ def test_nan_in_eval_data_is_named_or_skipped(tmp_path, poisoned):
     assert np.isfinite(result["l2_full"])
 
 
-def _mount_tmpfs(path: Path, size: str) -> bool:
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        return False
-    path.mkdir()
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                          capture_output=True).returncode == 0
-
-
 @pytest.fixture
 def small_disk(tmp_path):
-    disk = tmp_path / "disk"
-    if not _mount_tmpfs(disk, "48k"):
-        pytest.skip("needs root and a mountable tmpfs to fill a disk")
-    yield disk
-    subprocess.run(["umount", str(disk)], check=False)
+    with small_disk_at(tmp_path / "disk", "48k") as disk:
+        yield disk
 
 
 @pytest.mark.slow
