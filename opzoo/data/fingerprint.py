@@ -11,6 +11,7 @@ price of not reading it all. The hash says which kind it is (``sha256:`` or ``sh
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -58,6 +59,19 @@ def trajectory_hashes(dataset) -> list[str]:
     """:meth:`~opzoo.data.TrajectorySource.trajectory_hash` of every trajectory of a :class:`~opzoo.data.TrajectoryDataset`
     (its subset, in its order)."""
     return [dataset.source.trajectory_hash(i) for i in dataset.indices]
+
+
+def generation_recipe(source) -> dict | None:
+    """How an opzoo generator made the file of ``source`` (a :class:`~opzoo.data.TrajectorySource`), or None when no
+    generator wrote it: ``{"generator", "generator_version", "seed", "params", "trajectory_shape"}``. Trajectory ``i``
+    of two files with one recipe is the same trajectory (each is seeded by ``(seed, i)`` alone), even where another CPU
+    or solver precision rounds its values differently, so their content hashes differ."""
+    attrs, info = source.info.attrs, source.info
+    if not attrs.get("generator") or attrs.get("seed") is None:
+        return None
+    return {"generator": str(attrs["generator"]), "generator_version": str(attrs.get("generator_version", "")),
+            "seed": int(attrs["seed"]), "params": json.loads(json.dumps(info.params, sort_keys=True, default=str)),
+            "trajectory_shape": [*map(int, info.spatial_shape), int(info.n_steps), len(info.fields)]}
 
 
 def file_fingerprint(path: str | os.PathLike, source=None) -> dict:
@@ -108,4 +122,4 @@ def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
     return content_hash(pa) == content_hash(pb)
 
 
-__all__ = ["content_hash", "same_file", "file_fingerprint", "fingerprint_changes"]
+__all__ = ["content_hash", "same_file", "file_fingerprint", "fingerprint_changes", "generation_recipe"]

@@ -4,7 +4,9 @@
 A record names each file by its name and content hash (:func:`opzoo.data.fingerprint.content_hash`), not its local
 path, and each trajectory by its own content hash (:meth:`opzoo.data.TrajectorySource.trajectory_hash`): a trajectory
 is recognised as seen in training wherever it lies (another file, another layout, a re-saved copy, a cut-out of the
-training trajectories). A fine-tune carries its base's record forward (entries marked ``"by"``: the base that trained
+training trajectories). A file an opzoo generator wrote is also recorded by its generation recipe
+(:func:`opzoo.data.fingerprint.generation_recipe`): the same recipe makes the same trajectories at the same positions,
+so a regenerated file is recognised where another CPU rounds its values differently. A fine-tune carries its base's record forward (entries marked ``"by"``: the base that trained
 on them), so a chain of fine-tunes never forgets what its ancestors saw; a fine-tune's own test split leaves out what
 its base trained on.
 """
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..data.datasets import train_test_split
-from ..data.fingerprint import content_hash, trajectory_hashes
+from ..data.fingerprint import content_hash, generation_recipe, trajectory_hashes
 from ..errors import ConfigError
 
 
@@ -47,21 +49,28 @@ def training_record(datasets: Sequence[Any], trains: Sequence[Any], tests: Seque
     out = []
     for spec, train, test in zip(datasets, trains, tests):
         if spec.test_path:
-            out.append({"file": Path(spec.path).name, "content_hash": content_hash(spec.path),
-                        "trajectories": int(train.source.n_samples), "train": _part(train.indices, train.source.n_samples),
-                        "test": None, "train_hashes": trajectory_hashes(train), "test_hashes": []})
-            out.append({"file": Path(spec.test_path).name, "content_hash": content_hash(spec.test_path),
-                        "trajectories": int(test.source.n_samples), "train": None,
-                        "test": _part(test.indices, test.source.n_samples), "train_hashes": [],
-                        "test_hashes": trajectory_hashes(test)})
+            out.append(_entry(spec.path, train.source, train=_part(train.indices, train.source.n_samples), test=None,
+                              train_hashes=trajectory_hashes(train), test_hashes=[]))
+            out.append(_entry(spec.test_path, test.source, train=None, test=_part(test.indices, test.source.n_samples),
+                              train_hashes=[], test_hashes=trajectory_hashes(test)))
         else:
             n = int(test.source.n_samples)
-            out.append({"file": Path(spec.path).name, "content_hash": content_hash(spec.path), "trajectories": n,
-                        "train": _part(train.indices, n), "test": _part(test.indices, n),
-                        "train_hashes": trajectory_hashes(train), "test_hashes": trajectory_hashes(test)})
+            out.append(_entry(spec.path, test.source, train=_part(train.indices, n), test=_part(test.indices, n),
+                              train_hashes=trajectory_hashes(train), test_hashes=trajectory_hashes(test)))
     for entry in (base or {}).get("training_data") or []:
         out.append({**entry, "by": entry.get("by") or base_id})
     return out
+
+
+def _entry(path, source, **parts) -> dict[str, Any]:
+    """One file's record: its name, content hash, trajectory count, the split's parts and hashes, and (for a file an
+    opzoo generator wrote) its generation recipe."""
+    entry = {"file": Path(path).name, "content_hash": content_hash(path), "trajectories": int(source.n_samples),
+             **parts}
+    recipe = generation_recipe(source)
+    if recipe is not None:
+        entry["recipe"] = recipe
+    return entry
 
 
 def _records(model) -> list[dict[str, Any]]:
@@ -78,13 +87,26 @@ def seen_hashes(model, own: str = "this model") -> dict[str, str]:
     return out
 
 
-def record_for(model, path: str) -> dict[str, Any] | None:
-    """The model's own training record of the file at ``path`` (matched by content), or None."""
+def record_for(model, path: str, source=None) -> dict[str, Any] | None:
+    """The model's own training record of the file at ``path``, or None: matched by content, else (given ``source``,
+    the file's :class:`~opzoo.data.TrajectorySource`) by the generation recipe of a file with as many trajectories,
+    when the record says ``"matched": "recipe"``."""
     records = [r for r in _records(model) if not r.get("by")]
     if not records:
         return None
     digest = content_hash(path)
-    return next((r for r in records if r.get("content_hash") == digest), None)
+    found = next((r for r in records if r.get("content_hash") == digest), None)
+    if found is not None or source is None:
+        return found
+    recipe = generation_recipe(source)
+    found = next((r for r in records if recipe is not None and r.get("recipe") == recipe
+                  and r.get("trajectories") == source.n_samples), None)
+    return None if found is None else {**found, "matched": "recipe"}
+
+
+def describe_recipe(recipe: dict[str, Any]) -> str:
+    """``opzoo.data.generators.ns v1, seed 0`` (the params are compared, not printed)."""
+    return f"{recipe['generator']} v{recipe['generator_version']}, seed {recipe['seed']}"
 
 
 def _indices(part, n: int) -> list[int]:
@@ -107,25 +129,34 @@ def _describe(idx: list[int]) -> str:
 
 
 def seen_in(model, source, own: str = "this model") -> dict[int, str]:
-    """Positions (in the file) of ``source``'s trajectories the model or an ancestor trained on -> who did."""
+    """Positions (in the file) of ``source``'s trajectories the model or an ancestor trained on -> who did: by each
+    trajectory's content, and, for a generated file, by the positions a record of the same recipe trained on."""
+    file = source.source if hasattr(source, "source") else source
+    out: dict[int, str] = {}
+    recipe = generation_recipe(file) if _records(model) else None
+    if recipe is not None:
+        for r in _records(model):
+            if r.get("recipe") == recipe:
+                n = int(r.get("trajectories") or 0)
+                for i in _indices(r.get("train"), n):
+                    if i < file.n_samples:
+                        out.setdefault(i, r.get("by") or own)
     seen = seen_hashes(model, own)
-    if not seen:
-        return {}
-    out = {}
-    for i in range(source.source.n_samples if hasattr(source, "source") else len(source)):
-        who = seen.get((source.source if hasattr(source, "source") else source).trajectory_hash(i))
-        if who:
-            out[i] = who
+    if seen:
+        for i in range(file.n_samples):
+            who = seen.get(file.trajectory_hash(i))
+            if who:
+                out.setdefault(i, who)
     return out
 
 
 def trained_by(model, source, index: int) -> str | None:
     """Who trained on trajectory ``index`` of the file ``source`` (a ``TrajectoryDataset``): the model ("this model")
     or an ancestor, by the model's record of the file or by the trajectory's content; None: nobody."""
-    record = record_for(model, source.path)
+    record = record_for(model, source.path, source.source)
     if record is not None and index in _indices(record.get("train"), source.source.n_samples):
         return "this model"
-    return seen_hashes(model).get(source.source.trajectory_hash(index)) if seen_hashes(model) else None
+    return seen_in(model, source).get(index)
 
 
 def _who(seen: dict[int, str], idx: Sequence[int]) -> str:
@@ -141,14 +172,14 @@ def choose_split(model, source, split: str | None, test_fraction: float | None,
     For a file the model records: the held-out part by default (``split`` None or ``"test"``); ``"train"`` and
     ``"all"`` score trajectories it trained on, so they need ``include_training`` and are labelled so. For any other
     file: ``split`` as asked (default all), the test split being training's rule (the last ``test_fraction``, default
-    0.1). Either way, a trajectory the model or an ancestor trained on (recognised by its content, wherever it lies) is
+    0.1). Either way, a trajectory the model or an ancestor trained on (recognised by its content wherever it lies, or by the position a record of the same generation recipe trained on) is
     never scored as held-out: it is left out, or with ``include_training`` scored and labelled as seen.
     """
     if test_fraction is not None and not 0 < test_fraction < 1:
         raise ConfigError(f"--test-fraction must be in (0, 1), as finetune's; got {test_fraction:g}")
     path, n = source.path, source.source.n_samples
     seen = seen_in(model, source)
-    record = record_for(model, path)
+    record = record_for(model, path, source.source)
     if record is None:
         asked, none = split or "all", "the model records no training on this file"
         if asked == "all":
@@ -176,7 +207,8 @@ def choose_split(model, source, split: str | None, test_fraction: float | None,
                               f"evaluate on another file, or pass --split all --include-training to score training "
                               f"trajectories (labelled as seen in training)")
         label = (f"held-out split the model records: {_describe(held_out)} of {n} (it trained on "
-                 f"{_describe(trained) if trained else 'none'} of this file)")
+                 f"{_describe(trained) if trained else 'none'} of this file"
+                 f"{_by_recipe(record)})")
         return _without_seen(path, held_out, label, seen, include_training=False)
     chosen = trained if split == "train" else list(range(n))
     if not include_training:
@@ -189,6 +221,13 @@ def choose_split(model, source, split: str | None, test_fraction: float | None,
                     f"(--include-training)"), len(hit)
 
 
+def _by_recipe(record: dict[str, Any]) -> str:
+    if record.get("matched") != "recipe":
+        return ""
+    return (f"; matched by its generation recipe, {describe_recipe(record['recipe'])}, not by content: the same "
+            f"trajectories, regenerated")
+
+
 def _without_seen(path: str, idx: list[int], label: str, seen: dict[int, str],
                   include_training: bool) -> tuple[list[int], str, int]:
     """``idx`` with the trajectories seen in training left out (or, ``include_training``, kept and labelled)."""
@@ -197,14 +236,14 @@ def _without_seen(path: str, idx: list[int], label: str, seen: dict[int, str],
         return idx, label, 0
     if include_training:
         return idx, (f"{label}; {len(hit)} of them SEEN IN TRAINING (by {_who(seen, hit)}, recognised by their "
-                     f"content; --include-training)"), len(hit)
+                     f"content or generation recipe; --include-training)"), len(hit)
     kept = [i for i in idx if i not in seen]
     if not kept:
         raise ConfigError(f"{path}: every trajectory to score ({_describe(idx)}) was trained on by {_who(seen, hit)} "
-                          f"(recognised by its content), so none is held out; evaluate on other data, or pass "
-                          f"--include-training to score them, labelled as seen in training")
+                          f"(recognised by content or generation recipe), so none is held out; evaluate on other data, "
+                          f"or pass --include-training to score them, labelled as seen in training")
     return kept, (f"{label}, without {_describe(hit)} trained on by {_who(seen, hit)} (recognised by their "
-                  f"content; --include-training scores them, labelled)"), 0
+                  f"content or generation recipe; --include-training scores them, labelled)"), 0
 
 
 def drop_seen_from_tests(model, opened: Sequence[Any]) -> list[str]:
@@ -221,11 +260,11 @@ def drop_seen_from_tests(model, opened: Sequence[Any]) -> list[str]:
         kept = [i for i in o.test.indices if i not in seen]
         if not kept:
             raise ConfigError(f"{o.test.path}: every trajectory of its test split ({_describe(o.test.indices)}) was "
-                              f"trained on by {_who(seen, hit)} (recognised by content): nothing would be held out. "
+                              f"trained on by {_who(seen, hit)} (recognised by content or generation recipe): nothing would be held out. "
                               f"Hold out other trajectories (another test_fraction or test_path)")
         opened[k] = dataclasses.replace(o, test=o.test.subset(kept))
         said.append(f"{o.test.path}: {_describe(hit)} of the test split were trained on by {_who(seen, hit)} "
-                    f"(recognised by content): left out of the held-out scores")
+                    f"(recognised by content or generation recipe): left out of the held-out scores")
     return said
 
 
@@ -255,11 +294,12 @@ def lineage_lines(pretrained_cfg: dict, own: str = "this model") -> list[str]:
         return f"{part[0]}-{part[1]}"
 
     for r in records:
+        recipe = f"; generated: {describe_recipe(r['recipe'])}" if isinstance(r.get("recipe"), dict) else ""
         lines.append(f"    {r.get('file')} ({r.get('trajectories')} trajectories): trained on {span(r.get('train'))} by "
                      f"{r.get('by') or own} ({len(r.get('train_hashes') or [])} hashed), held out "
-                     f"{span(r.get('test'))} ({len(r.get('test_hashes') or [])} hashed)")
+                     f"{span(r.get('test'))} ({len(r.get('test_hashes') or [])} hashed){recipe}")
     return lines
 
 
-__all__ = ["training_record", "record_for", "seen_hashes", "seen_in", "trained_by", "choose_split", "split_to_score", "lineage_lines",
+__all__ = ["training_record", "record_for", "describe_recipe", "seen_hashes", "seen_in", "trained_by", "choose_split", "split_to_score", "lineage_lines",
            "drop_seen_from_tests"]

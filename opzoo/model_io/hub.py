@@ -25,23 +25,10 @@ from huggingface_hub.errors import (
 from ..config import CONFIG_NAME, read_config
 from ..errors import HubError
 from . import hub_deadlines
-from .hub_deadlines import HubStalled, hub_operation
+from .hub_deadlines import HUB_WAIT_ENV, HubStalled, hub_operation, hub_wait
 from .repo_dir import WEIGHTS_NAME, check_repo_dir
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
-
-
-HUB_WAIT_ENV = "OPZOO_HUB_WAIT"  # seconds opzoo waits for the Hub to answer before it gives up (default 3)
-DEFAULT_HUB_WAIT = 3.0
-
-
-def hub_wait() -> float:
-    """How long to keep trying to reach the Hub: ``$OPZOO_HUB_WAIT`` seconds (default 3)."""
-    value = os.environ.get(HUB_WAIT_ENV, "")
-    try:
-        return max(0.0, float(value)) if value else DEFAULT_HUB_WAIT
-    except ValueError:
-        raise HubError(f"{HUB_WAIT_ENV}={value!r} is not a number of seconds") from None
 
 
 def hub_unreachable(wait: float | None = None) -> str | None:

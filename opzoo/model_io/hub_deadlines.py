@@ -2,7 +2,7 @@
 goes): an answer within ``$OPZOO_HUB_WAIT``, a transfer that keeps moving, and no retry of a request that went
 unanswered, so that a Hub which accepts connections and then stalls or trickles fails in one line.
 
-With ``w`` = :func:`opzoo.model_io.hub.hub_wait` (3 s by default):
+With ``w`` = :func:`hub_wait` (3 s by default):
 
 - a GET or HEAD must answer (its status line and headers) within ``w``; a POST or PUT within ``STALL_FACTOR * w``,
   since the Hub works before it answers a commit or an upload;
@@ -17,6 +17,7 @@ The way in is huggingface_hub's public ``set_client_factory`` and httpx's event 
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import time
 from contextlib import contextmanager
@@ -25,6 +26,19 @@ from typing import Iterator
 import httpx2
 
 from ..errors import HubError
+
+HUB_WAIT_ENV = "OPZOO_HUB_WAIT"  # seconds opzoo waits for the Hub to answer before it gives up (default 3)
+DEFAULT_HUB_WAIT = 3.0
+
+
+def hub_wait() -> float:
+    """How long to keep trying to reach the Hub: ``$OPZOO_HUB_WAIT`` seconds (default 3)."""
+    value = os.environ.get(HUB_WAIT_ENV, "")
+    try:
+        return max(0.0, float(value)) if value else DEFAULT_HUB_WAIT
+    except ValueError:
+        raise HubError(f"{HUB_WAIT_ENV}={value!r} is not a number of seconds") from None
+
 
 STALL_FACTOR = 20  # a transfer stalls after STALL_FACTOR * OPZOO_HUB_WAIT seconds without MIN_PROGRESS bytes
 MIN_PROGRESS = 64 * 1024  # bytes a transfer must move in each such interval (about 1 KiB/s by default)
@@ -86,8 +100,6 @@ def hub_operation() -> Iterator[None]:
 
 
 def _wait() -> float:
-    from .hub import hub_wait
-
     return max(hub_wait(), 0.1)
 
 
@@ -165,4 +177,4 @@ def install() -> None:
     _INSTALLED = True
 
 
-__all__ = ["HubStalled", "hub_operation", "install", "MIN_PROGRESS", "STALL_FACTOR"]
+__all__ = ["HUB_WAIT_ENV", "hub_wait", "HubStalled", "hub_operation", "install", "MIN_PROGRESS", "STALL_FACTOR"]

@@ -12,6 +12,7 @@ from importlib.resources import as_file
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
+from ..config import CONFIG_NAME, read_config
 from ..errors import CheckpointError, ConfigError, HubError, OpzooError
 from ..registry.provenance import PretrainedArtifacts, refuse_failed, run_checks, snapshot_revision
 from ..registry.registry import Preset, PretrainedSource, get_registry
@@ -125,6 +126,20 @@ def load_preset_weights(model: "nn.Module", preset: Preset) -> None:
         # the checks first: where an assumption fails they say which and what to do, before a bare shape error
         refuse_failed(preset.name, run_checks(preset.pretrained.checks, artifacts))
         load_state_dict_strict(model, artifacts.state_dict, where)
+        record = _shipped_training_record(preset.pretrained, next(iter(artifacts.files.values())))
+        if record is not None:
+            model.pretrained_cfg = {**getattr(model, "pretrained_cfg", {}), "training_data": record}
+
+
+def _shipped_training_record(src: PretrainedSource, weights: Path) -> list | None:
+    """The training record (``pretrained_cfg["training_data"]``) in the ``config.json`` beside weights that ship in a
+    directory in opzoo's format (a package's micro weights): what those weights trained on, which the preset's table
+    does not hold."""
+    config = weights.with_name(CONFIG_NAME)
+    if src.converter is not None or src.directory is None or not config.is_file():
+        return None
+    record = (read_config(config).get("pretrained_cfg") or {}).get("training_data")
+    return record if isinstance(record, list) else None
 
 
 def overlaid(preset: Preset, overlay: Mapping[str, Any]) -> tuple[Preset, str | None]:

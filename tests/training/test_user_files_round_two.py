@@ -39,6 +39,9 @@ def test_the_fine_tuned_model_records_its_data_and_eval_scores_only_the_held_out
     root, data = tuned
     model = root / "run" / "model"
     record = json.loads((model / "config.json").read_text())["pretrained_cfg"]["training_data"]
+    assert [(r["file"], r["by"]) for r in record[1:]] == [  # the base's own record, carried
+        (name, "dpot-micro") for name in ("ns-nu1e-3.h5", "ns-nu1e-4.h5", "diffusion-reaction.h5", "swe.h5")]
+    record = record[:1]
     hashes = {k: record[0].pop(k) for k in ("train_hashes", "test_hashes")}  # one content hash per trajectory
     assert record == [{"file": "heat.h5", "content_hash": record[0]["content_hash"], "trajectories": 8,
                        "train": [0, 5], "test": [6, 7]}]
