@@ -14,6 +14,11 @@ PDET_0_1_11 := $(VENV)/reference/pdetransformer-0.1.11
 PDET_PINS := pdetransformer==0.1.11 diffusers==0.33.1 transformers==4.52.4 huggingface_hub==0.33.0 tokenizers==0.21.1 \
 	regex importlib_metadata zipp lightning==2.5.1 lightning-utilities==0.14.3 torchmetrics==1.7.1 omegaconf==2.3.0 \
 	antlr4-python3-runtime==4.9.3
+# transformers 4.29.2, the version Poseidon's weights were trained with (scOT imports its Swin-v2 parts): for the
+# Poseidon recordings, its live parity test (slow) and its benchmark beside opzoo, with OPZOO_POSEIDON_REPO naming a
+# checkout of camlab-ethz/poseidon at v1-paper (`make poseidon-reference`; not part of install)
+POSEIDON_REF := $(VENV)/reference/poseidon-transformers-4.29.2
+POSEIDON_PINS := transformers==4.29.2 huggingface_hub==0.33.0 tokenizers==0.13.3 regex
 PYTEST_ARGS ?=
 # the default tiers run on every core (pytest-xdist), one intra-op thread per worker: on 2 cores, 1.5x faster than one
 # process with 2 threads (many small tensors); a worker that runs out takes queued tests from the other (worksteal: the
@@ -21,7 +26,7 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= auto
 XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist worksteal)
 
-.PHONY: install test test-slow demo micro-weights micro-pot bench benchmark-tables model-cards clean
+.PHONY: install poseidon-reference test test-slow demo micro-weights micro-pot bench benchmark-tables model-cards clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +39,9 @@ $(STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS)) | $(PY)
 	touch $(STAMP)
 
 install: $(STAMP)
+
+poseidon-reference: install
+	$(PY) -m pip install --no-deps --upgrade --target $(POSEIDON_REF) $(POSEIDON_PINS)
 
 # the core's tests run with no plugin loaded (OPZOO_PLUGINS empty): the core builds, tests and demos alone.
 # Every tier runs even when an earlier one fails, and the failed tiers are named at the end.

@@ -38,8 +38,26 @@ def cmd_list(args) -> int:
 
         names = list_models(args.pattern, pretrained=args.pretrained, include_aliases=args.aliases)
     what = "models with published weights" if args.pretrained else "models"
-    print("\n".join(names) if names else f"no {what} match {args.pattern!r}")
+    if not names:
+        print(f"no {what} match {args.pattern!r}")
+    elif args.pretrained:  # with the weights' license, as timm's pretrained_cfg has one
+        licenses = [_license_of(index, name) for name in names]
+        width = max(map(len, names))
+        print("\n".join(f"{name.ljust(width)}  {lic}" for name, lic in zip(names, licenses)))
+    else:
+        print("\n".join(names))
     return 0
+
+
+def _license_of(index: dict | None, name: str) -> str:
+    """The license a preset's ``pretrained_cfg`` states for its weights, or "license not stated"."""
+    if index is not None:
+        cfg = index["presets"][index["aliases"].get(name, name)]["pretrained_cfg"]
+    else:
+        from ..registry.registry import get_registry
+
+        cfg = get_registry().preset(name).pretrained_cfg or {}
+    return str(cfg.get("license") or "license not stated")
 
 
 def _preset_info(name: str, overrides: dict) -> tuple[dict, object]:

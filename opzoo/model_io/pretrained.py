@@ -60,10 +60,22 @@ def pretrained_file(source: PretrainedSource, filename: str | None = None, local
 @contextlib.contextmanager
 def pretrained_files(source: PretrainedSource, local_files_only: bool = False, preset: str | None = None
                      ) -> Iterator[dict[str, Path]]:
-    """Local paths of the weights file (first) and of ``source.extra_files``, by name."""
-    names = [source.filename or WEIGHTS_NAME, *source.extra_files]
+    """Local paths of the weights file (first) and of ``source.extra_files``, by name. A Hub repo without the weights
+    file (at the revision, or in the cache offline) is read through its first ``fallback_filenames`` it has; when none
+    is there, the error is the first file's."""
     with contextlib.ExitStack() as stack:
-        yield {name: stack.enter_context(pretrained_file(source, name, local_files_only, preset)) for name in names}
+        weights, first_error = None, None
+        for name in (source.filename or WEIGHTS_NAME, *source.fallback_filenames):
+            try:
+                weights = (name, stack.enter_context(pretrained_file(source, name, local_files_only, preset)))
+                break
+            except HubError as e:
+                first_error = first_error or e
+        if weights is None:
+            raise first_error
+        yield {weights[0]: weights[1], **{name: stack.enter_context(pretrained_file(source, name, local_files_only,
+                                                                                     preset))
+                                          for name in source.extra_files}}
 
 
 def fetch_before_building(preset: Preset) -> None:
@@ -126,9 +138,30 @@ def load_preset_weights(model: "nn.Module", preset: Preset) -> None:
         # the checks first: where an assumption fails they say which and what to do, before a bare shape error
         refuse_failed(preset.name, run_checks(preset.pretrained.checks, artifacts))
         load_state_dict_strict(model, artifacts.state_dict, where)
+        license_notice(preset)
         record = _shipped_training_record(preset.pretrained, next(iter(artifacts.files.values())))
         if record is not None:
             model.pretrained_cfg = {**getattr(model, "pretrained_cfg", {}), "training_data": record}
+
+
+class LicenseNotice(UserWarning):
+    """Said once per process for each license that restricts the use of weights being loaded (non-commercial)."""
+
+
+_NOTICED: set[str] = set()
+
+
+def license_notice(preset: Preset) -> None:
+    """Say once per process that ``preset``'s weights are for non-commercial use when its ``pretrained_cfg`` license
+    is a non-commercial one (CC-BY-NC-*): the user decides at load time, not after reading a card."""
+    import warnings
+
+    license = str((preset.pretrained_cfg or {}).get("license") or "")
+    if "-NC" not in license.upper() or license in _NOTICED:
+        return
+    _NOTICED.add(license)
+    warnings.warn(f"{preset.name}: the weights are licensed {license}: non-commercial use only (said once per "
+                  f"process; `opzoo info {preset.name}` gives the source)", LicenseNotice, stacklevel=3)
 
 
 def _shipped_training_record(src: PretrainedSource, weights: Path) -> list | None:
@@ -161,7 +194,7 @@ def overlaid(preset: Preset, overlay: Mapping[str, Any]) -> tuple[Preset, str | 
         if "repo_id" in source:
             base.pop("directory", None)
         if "directory" in source:
-            base.update(repo_id=None, revision=None)
+            base.update(repo_id=None, revision=None, fallback_filenames=())
         try:
             new = PretrainedSource(**{**base, **source})
         except (TypeError, ValueError) as e:

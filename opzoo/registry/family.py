@@ -77,6 +77,7 @@ class CheckpointFamily:
     converter: str | None = None
     converter_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     extra_files: PerVariant[Sequence[str]] = ()
+    fallback_filenames: Sequence[str] = ()  # weights files read instead when a row's is not in its Hub repo
     checks: PerVariant[Sequence[PretrainedCheck]] = ()
     provenance: PerVariant[Sequence[Fact]] = ()
     results: PerVariant[Sequence[Result]] = ()

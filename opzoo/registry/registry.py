@@ -43,7 +43,9 @@ class PretrainedSource:
     local files by :func:`opzoo.model_io.pretrained.pretrained_files` and then loaded by the same code.
 
     ``extra_files`` are other files of the repo that the converter or the checks read (e.g. the
-    foreign ``config.json``); they are fetched with the weights, into the same snapshot. ``checks``
+    foreign ``config.json``); they are fetched with the weights, into the same snapshot. ``fallback_filenames`` are
+    weights files read instead, in order, when a Hub repo has no ``filename`` at the revision (e.g. a pickled
+    ``pytorch_model.bin`` before a repo gained ``model.safetensors``; the converter reads either). ``checks``
     (:class:`opzoo.PretrainedCheck`) run on the fetched files and tensors before a model is returned:
     weights that fail one are refused (``opzoo verify`` runs them all and prints a table).
     """
@@ -56,6 +58,7 @@ class PretrainedSource:
     converter_options: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
     extra_files: tuple[str, ...] = ()
     checks: tuple[PretrainedCheck, ...] = dataclasses.field(default=(), hash=False)
+    fallback_filenames: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if (self.repo_id is None) == (self.directory is None):
@@ -65,6 +68,9 @@ class PretrainedSource:
         if isinstance(self.directory, str):
             object.__setattr__(self, "directory", Path(self.directory))
         object.__setattr__(self, "extra_files", tuple(self.extra_files))
+        object.__setattr__(self, "fallback_filenames", tuple(self.fallback_filenames))
+        if self.fallback_filenames and self.repo_id is None:
+            raise ValueError("PretrainedSource: fallback_filenames apply to Hub repos only, not to a directory")
         object.__setattr__(self, "checks", tuple(self.checks))
         for check in self.checks:
             if not isinstance(check, PretrainedCheck):
@@ -277,7 +283,7 @@ class Registry:
                     repo_id, v.weights, revision=v.revision or family.revision, converter=family.converter,
                     converter_options={**family.converter_options, **v.converter_options},
                     extra_files=(*family.rule("extra_files", v), *v.extra_files),
-                    checks=tuple(family.rule("checks", v)))
+                    checks=tuple(family.rule("checks", v)), fallback_filenames=tuple(family.fallback_filenames))
                 registered.append(self.register_model(
                     v.name, backbone=family.backbone, args=family.model_args(v), pretrained=pretrained,
                     card=family.card, pretrained_cfg=family.rule("pretrained_cfg", v), aliases=v.aliases,

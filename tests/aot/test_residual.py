@@ -401,6 +401,7 @@ class TwoSubLayers(torch.nn.Module):
         return self.streams.collapse(state)
 
 
+@pytest.mark.slow
 def test_residuals_compile_as_one_graph_and_match_float64():
     """Two sub-layers traced whole by dynamo + AOTAutograd (fullgraph: no graph break anywhere in
     the residual, its state or its hand-written backward), run by aot_eager, against float64;

@@ -71,6 +71,7 @@ def _widths(done) -> list[int]:
     return out
 
 
+@pytest.mark.slow
 def test_info_follows_an_edit_of_the_core_anywhere_in_the_package_and_of_a_plugin(tmp_path):
     """The key stamped the folder of preset_index.py alone (model_io/, 13 of the core's files): an edited
     host/builtins.py kept printing the old width. A copy of the opzoo package first on the path is edited here."""

@@ -69,6 +69,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_adding_a_variant_to_a_family_touches_its_table_and_nothing_else(installed_plugin, tmp_path):
     """Issue 44: a third-party plugin's checkpoint family is one table (opzoo.CheckpointFamily). A new size is one
     more row: every other line of the plugin is unchanged, and the new preset gets its config, weights source, load

@@ -12,6 +12,7 @@ from .conftest import cli_module, micro_pot_args, run_document
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_short_pretraining_lowers_test_l2_full(tmp_path, datasets):
     from opzoo.training import Trainer, parse_run_config
 

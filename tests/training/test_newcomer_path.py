@@ -148,8 +148,10 @@ def test_timm_names():
 
 def test_opzoo_list_pretrained(capsys):
     assert main(["list", "--pretrained", "dpot-*"]) == 0
-    names = capsys.readouterr().out.split()
+    rows = [line.split(None, 1) for line in capsys.readouterr().out.splitlines()]
+    names = [row[0] for row in rows]
     assert "dpot-micro" in names and names == opzoo.list_models("dpot-*", pretrained=True)
+    assert all(len(row) == 2 for row in rows)  # a license column: the weights' license, or that none is stated
     assert main(["list", "--pretrained", "nestor-*"]) == 0
     assert capsys.readouterr().out.strip() == "no models with published weights match 'nestor-*'"
 

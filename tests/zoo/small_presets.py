@@ -63,6 +63,9 @@ def small_overrides(name: str) -> dict[str, Any]:
     if {"hidden_dim", "num_layers", "use_derivatives"} <= set(known):  # GPhyT (opzoo-gphyt): narrow, coarse patches
         out |= {"hidden_dim": 16, "mlp_dim": 16, "num_heads": 2, "num_layers": 1, "img_size": [16, 16],
                 "patch_size": [1, 8, 8]}
+    if {"embed_dim", "skip_connections", "lead_time"} <= set(known):  # Poseidon (opzoo-poseidon): narrow, a 32^2 grid
+        out |= {"embed_dim": 8, "depths": [1, 1, 1, 1], "num_heads": [1, 1, 2, 2], "image_size": 32,
+                "window_size": 4}
     if "normalization" in known and "mean_delta" in known:
         out["normalization"] = "none"
     return out
@@ -90,12 +93,12 @@ def all_presets() -> list[str]:
     """Every preset, except that of The Well's presets (four backbones x up to 15 datasets, which differ
     only in channel counts and normalization stats) one per backbone and number of spatial dims is taken, and of
     PDE-Transformer's one per backbone (its S/B/L differ only in the sizes small_overrides replaces), and of MORPH's
-    one per kind of position table (sliced or interpolated in time), and of GPhyT's one (its sizes are what
-    small_overrides replaces)."""
+    one per kind of position table (sliced or interpolated in time), and of GPhyT's and Poseidon's one (their sizes are
+    what small_overrides replaces)."""
     registry, seen, out = opzoo.get_registry(), set(), []
     for name in opzoo.list_models():
         preset = registry.preset(name)
-        if preset.owner in ("opzoo-well", "opzoo-pdet", "opzoo-morph", "opzoo-gphyt"):
+        if preset.owner in ("opzoo-well", "opzoo-pdet", "opzoo-morph", "opzoo-gphyt", "opzoo-poseidon"):
             key = (preset.backbone, preset.args.get("spatial_dims"), preset.args.get("time_positions"))
             if key in seen:
                 continue

@@ -1,0 +1,44 @@
+"""Poseidon's three pretrained checkpoints as one table: each row is a preset, and its weights source, load check,
+provenance, ``pretrained_cfg`` and card are derived from it by the rules in ``provenance.py`` and ``checks.py``.
+
+Rows: camlab-ethz/poseidon ``scOT/train.py`` ``MODEL_MAP`` @ v1-paper (the sizes; its "S" size was not published)
+and the Hub repos ``camlab-ethz/Poseidon-T/B/L`` its README names."""
+
+from __future__ import annotations
+
+from importlib.resources import files
+
+import opzoo
+
+from .checks import config_and_tensors_agree
+from .network import parameter_count
+from .provenance import FIELD_MEAN, FIELD_STD, LEAD_TIME, card_fields, facts, hub_repo, pretrained_cfg
+
+CARDS = files("opzoo_poseidon") / "model_cards"
+SHARED = {"in_channels": 4, "out_channels": 4, "image_size": 128, "patch_size": 4, "num_heads": (3, 6, 12, 24),
+          "skip_connections": (2, 2, 2, 0), "window_size": 16, "mlp_ratio": 4.0, "lead_time": LEAD_TIME,
+          "field_mean": FIELD_MEAN, "field_std": FIELD_STD}
+
+
+def row(name: str, size: str, embed_dim: int, depth: int) -> opzoo.Variant:
+    args = {"embed_dim": embed_dim, "depths": (depth,) * 4}
+    params = parameter_count(4, 4, embed_dim, args["depths"], SHARED["num_heads"], SHARED["skip_connections"])
+    return opzoo.Variant(name, args=args, repo_id=hub_repo(size), weights="model.safetensors",
+                         extra_files=("config.json",), data={"size": size, "params": params,
+                                                             "args": {**SHARED, **args}})
+
+
+POSEIDON = opzoo.CheckpointFamily(
+    "poseidon", backbone="poseidon", args=SHARED, converter="poseidon",
+    fallback_filenames=("pytorch_model.bin",),  # the repos' first uploads; read with weights_only
+    variants=(
+        #   preset       size embed depth (MODEL_MAP)
+        row("poseidon-t", "T", 48, 4),
+        row("poseidon-b", "B", 96, 8),
+        row("poseidon-l", "L", 192, 8),
+    ),
+    checks=(config_and_tensors_agree(),), provenance=facts, pretrained_cfg=lambda v: pretrained_cfg(v.name),
+    card=CARDS / "poseidon.md", card_fields=card_fields,
+)
+
+FAMILIES = (POSEIDON,)
