@@ -85,7 +85,7 @@ class CosineSelfAttention(nn.Module):
     def __init__(self, dim: int, heads: int, window: int):
         super().__init__()
         self.heads, self.window = heads, window
-        self.logit_scale = nn.Parameter(torch.log(10 * torch.ones((heads, 1, 1))))
+        self.logit_scale = nn.Parameter(torch.full((heads, 1, 1), math.log(10.0)))  # log 10, as Swin-v2 starts
         self.continuous_position_bias_mlp = nn.Sequential(nn.Linear(2, 512, bias=True), nn.ReLU(inplace=True),
                                                           nn.Linear(512, heads, bias=False))
         self.register_buffer("relative_coords_table", position_table(window), persistent=False)
@@ -233,7 +233,7 @@ class ConvNeXtBlock(nn.Module):
         self.norm = ConditionalLayerNorm(dim, eps)
         self.pwconv1 = nn.Linear(dim, 4 * dim)
         self.pwconv2 = nn.Linear(4 * dim, dim)
-        self.weight = nn.Parameter(1e-6 * torch.ones(dim))
+        self.weight = nn.Parameter(torch.full((dim,), 1e-6))
 
     def forward(self, x: Tensor, time: Tensor) -> Tensor:
         b, n, d = x.shape
