@@ -6,6 +6,7 @@ import sys
 
 import h5py
 import numpy as np
+import pytest
 
 from opzoo.data import open_source, write_canonical
 from opzoo.data.cli import add_data_commands, main
@@ -63,6 +64,7 @@ def test_add_data_commands_plugs_into_a_parser():
     assert args.max_samples == 3 and callable(args.func)
 
 
+@pytest.mark.slow
 def test_module_runs_standalone(tmp_path):
     out = tmp_path / "b.h5"
     result = subprocess.run(

@@ -10,19 +10,15 @@ import sys
 from ..small_disk import small_disk
 
 
-def _opzoo(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "opzoo", *argv], capture_output=True, text=True, timeout=300,
-                          env={**__import__("os").environ, "OPZOO_PLUGINS": ""})
+def test_data_generate_without_room_is_refused_before_solving(tmp_path, capsys):
+    from opzoo.data.cli import main
 
-
-def test_data_generate_without_room_is_refused_before_solving(tmp_path):
     with small_disk(tmp_path / "disk", "512k") as disk:
         out = disk / "b.h5"
-        done = _opzoo("data", "generate", "burgers", "--n", "1024", "--res", "128", "--out", str(out), "--quiet")
-        assert done.returncode == 2, done.stderr
-        [line] = done.stderr.strip().splitlines()
-        assert line.startswith(f"opzoo data: error: not enough space to write {out}: 1024 trajectories of [128, 11, 1]"
-                               " float32 need 5.5 MiB, 0.5 MiB free there; nothing was written"), line
+        assert main(["data", "generate", "burgers", "--n", "1024", "--res", "128", "--out", str(out), "--quiet"]) == 2
+        [line] = capsys.readouterr().err.strip().splitlines()
+        assert line.endswith(f"data: error: not enough space to write {out}: 1024 trajectories of [128, 11, 1] float32 "
+                             "need 5.5 MiB, 0.5 MiB free there; nothing was written: free space or write elsewhere"), line
         assert list(disk.iterdir()) == []
 
 

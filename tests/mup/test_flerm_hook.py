@@ -211,6 +211,7 @@ def test_resumed_recording_equals_an_uninterrupted_one(tmp_path, datasets):
         np.testing.assert_allclose(b["fslr"][name], a["fslr"][name], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_plot_command_writes_a_png(tmp_path, datasets, capsys):
     from opzoo.cli import main
 

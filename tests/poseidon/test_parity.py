@@ -60,24 +60,16 @@ def test_the_offset_tables_are_upstreams_within_one_float32_step():
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_the_network_is_upstreams_in_float64(case):
-    net = network().net
+def test_the_network_is_upstreams_in_float64_and_in_float32_within_its_own_rounding(case):
+    """float64 to 1e-12; float32 against upstream's float32 within 4x the larger of each side's own float32-vs-float64
+    rounding (the same operations; opzoo's order differs only where it reshapes), 1e-6 floor."""
+    x, t = RECORDED[f"{case}.x"], RECORDED[f"{case}.t"]
     with torch.no_grad():
-        y = net(RECORDED[f"{case}.x"].double(), RECORDED[f"{case}.t"])
-    want = RECORDED[f"{case}.output64"]
-    assert y.shape == want.shape
-    assert (y - want).abs().max().item() <= 1e-12 * max(1.0, want.abs().max().item())
-
-
-@pytest.mark.parametrize("case", CASES)
-def test_the_network_is_upstreams_in_float32_within_its_own_rounding(case):
-    """float32 against upstream's float32: within 4x the larger of each side's own float32-vs-float64 rounding (the
-    same operations; opzoo's order differs only where it reshapes), 1e-6 floor."""
-    net = network(torch.float32, recorded_tables=False).net
-    with torch.no_grad():
-        y32 = net(RECORDED[f"{case}.x"].float(), RECORDED[f"{case}.t"].float()).double()
-        y64 = network().net(RECORDED[f"{case}.x"].double(), RECORDED[f"{case}.t"])
+        y64 = network().net(x.double(), t)
+        y32 = network(torch.float32, recorded_tables=False).net(x.float(), t.float()).double()
     truth, theirs = RECORDED[f"{case}.output64"], RECORDED[f"{case}.output32"].double()
+    assert y64.shape == truth.shape
+    assert (y64 - truth).abs().max().item() <= 1e-12 * max(1.0, truth.abs().max().item())
     own, upstream_own = (y32 - y64).abs().max().item(), (theirs - truth).abs().max().item()
     assert (y32 - theirs).abs().max().item() <= max(4 * own, 4 * upstream_own, 1e-6)
     assert own <= 1e-4 * max(1.0, truth.abs().max().item())

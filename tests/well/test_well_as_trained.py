@@ -237,6 +237,7 @@ def test_load_check_refuses_a_config_json_that_disagrees(tmp_path, monkeypatch, 
         opzoo.load("well-fno-shear_flow", pretrained=True)
 
 
+@pytest.mark.slow
 def test_opzoo_verify_prints_a_table_of_every_check(tmp_path, monkeypatch, capsys, fno_repos):
     unet = tmp_path / "unet"
     well_model("unet-classic", "gray_scott_reaction_diffusion").save_pretrained(unet)

@@ -64,6 +64,7 @@ def opzoo_register_models(registry):
 '''
 
 
+@pytest.mark.slow
 def test_a_plugin_using_the_old_pot_preset_args_still_loads_with_a_deprecation_warning(tmp_path):
     from ..core.fake_dists import write_dist
     from ..core.subprocess_utils import run_python
