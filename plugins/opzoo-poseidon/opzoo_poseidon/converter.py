@@ -78,11 +78,10 @@ def model_args(config: Mapping[str, Any], where: str) -> dict[str, Any]:
                                         f"got {value!r}")
         return kind(value)
 
-    image_size = config["image_size"]
-    if isinstance(image_size, list) and len(image_size) == 2 and image_size[0] == image_size[1]:
-        image_size = image_size[0]
+    if isinstance(config["image_size"], list) and len(set(config["image_size"])) == 1:  # [n, n]: square
+        config = {**config, "image_size": config["image_size"][0]}
     args = {"in_channels": one("num_channels"), "out_channels": one("num_out_channels"),
-            "image_size": one("image_size") if not isinstance(image_size, int) else image_size,
+            "image_size": one("image_size"),
             "patch_size": one("patch_size"), "embed_dim": one("embed_dim"), "depths": ints("depths"),
             "num_heads": ints("num_heads"), "skip_connections": ints("skip_connections"),
             "window_size": one("window_size"), "mlp_ratio": one("mlp_ratio", float),
