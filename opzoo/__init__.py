@@ -22,6 +22,7 @@ from .errors import (
     WeightsError,
 )
 from .files import atomic_write, atomic_writer
+from .registry.contract import DataContract, Normalization, TrainingSet
 from .registry.family import CheckpointFamily, Variant
 from .registry.provenance import CheckFailed, Fact, PretrainedArtifacts, PretrainedCheck, Result
 from .registry.registry import PretrainedSource, Registry
@@ -110,6 +111,6 @@ __all__ = [
     "OpzooError", "UnknownNameError", "RegistryConflictError", "ConfigError", "WeightsError", "HubError",
     "CheckpointError", "OptimizerHook", "StepContext", "SpectralLayer", "SpectralWeight", "find_spectral_weights",
     "PretrainedCfg", "Fact", "PretrainedCheck", "PretrainedArtifacts", "CheckFailed", "Result",
-    "Upstream", "UpstreamUnavailable", "CheckpointFamily", "Variant",
+    "Upstream", "UpstreamUnavailable", "CheckpointFamily", "Variant", "DataContract", "Normalization", "TrainingSet",
     "atomic_write", "atomic_writer",
 ]

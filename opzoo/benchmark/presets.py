@@ -97,6 +97,7 @@ def measure_preset(name: str, *, model_kwargs: dict, resolution: Sequence[int] |
                    max_gflop: float, with_upstream: bool) -> BenchmarkRow:
     import torch
 
+    from ..evaluation.fit import neutral_statistics
     from ..model_io.loading import load
     from ..registry.registry import get_registry
     from .measure import ADAM_BYTES_PER_PARAM, H100_BF16
@@ -106,6 +107,10 @@ def measure_preset(name: str, *, model_kwargs: dict, resolution: Sequence[int] |
     if set(model_kwargs) - set(known):
         notes.append(f"--model-kwargs {', '.join(sorted(set(model_kwargs) - set(known)))}: not fields of this model")
         model_kwargs = {k: v for k, v in model_kwargs.items() if k in known}
+    neutral = neutral_statistics(name, model_kwargs)
+    if neutral:  # the cost does not depend on the values the statistics take
+        notes.append("normalization statistics set to mean 0, std 1 (random inputs)")
+        model_kwargs = {**model_kwargs, **neutral}
     with torch.device("meta"):
         meta = load(name, **model_kwargs)
     grid, note = input_grid(meta, resolution)

@@ -164,6 +164,20 @@ FIELDS_HELP = ("the names of a plain array's channels, in order, comma-separated
                "array per field names them itself")
 
 
+FIELD_MAP_HELP = ("read the file's fields as the model's, FILE=MODEL pairs, comma-separated (e.g. u=velocity_x,"
+                  "v=velocity_y); docs/data-contract.md")
+TRAINING_SET_HELP = ("read the file as the model's upstream read its training set NAME (its field expressions, "
+                     "transposes and constants; `opzoo info MODEL` and docs/data-contract.md list them); a file of "
+                     "The Well that names one is read so by default, 'none' reads it by name")
+
+
+def add_fit_options(parser: argparse.ArgumentParser) -> None:
+    """``--field-map`` and ``--training-set``: how a command that fits data to a model reads the file's fields (the
+    one fit: :func:`opzoo.evaluation.fit.fit_data`)."""
+    parser.add_argument("--field-map", metavar="FILE=MODEL,...", help=FIELD_MAP_HELP)
+    parser.add_argument("--training-set", metavar="NAME", help=TRAINING_SET_HELP)
+
+
 def fields_of(args: argparse.Namespace) -> list[str] | None:
     """``--fields a,b``: the channels' names of a plain array."""
     value = getattr(args, "fields", None)
@@ -222,4 +236,4 @@ def output_dir(path: str, flag: str = "--out") -> Path:
 
 
 __all__ = ["Parser", "DefaultsHelpFormatter", "at_least", "output_file", "output_dir", "parse_overrides", "run_parser", "run_command", "command_group_main",
-           "LAYOUT_HELP", "FIELDS_HELP", "fields_of", "say"]
+           "LAYOUT_HELP", "FIELDS_HELP", "FIELD_MAP_HELP", "TRAINING_SET_HELP", "add_fit_options", "fields_of", "say"]

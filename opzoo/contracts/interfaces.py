@@ -287,20 +287,26 @@ class Backbone(nn.Module, metaclass=abc.ABCMeta):
         """Autoregressive prediction: ``x [B, *S, T_in, C] -> [B, *S, steps, C_out]``.
 
         Each forward's ``T_out`` frames are appended to the window, which slides forward.
-        Requires ``C_out == C_in``. ``channel_mask [C]`` (bool, False for channels the data lacks and were padded)
-        lets a backbone treat padding as it was trained to (:meth:`mask_padded_channels`); ``inputs`` are passed to
-        every forward (a backbone's keyword inputs, e.g. per-sample labels).
+        Requires ``C_out == C_in``. ``channel_mask [C]`` (bool, False for channels that hold no data: padding, or a
+        field the file lacks read as a fill value) lets a backbone treat them as it was trained to
+        (:meth:`mask_padded_channels`), and such channels are refilled in every frame fed back with what the input
+        window holds there (their fill value), as every training window held it (docs/data-contract.md, the one
+        rollout rule); ``inputs`` are passed to every forward (a backbone's keyword inputs, e.g. per-sample labels).
         """
         if steps < 1:
             raise ValueError(f"rollout needs steps >= 1, got {steps}")
         window, preds, made = x, [], 0
+        masked = channel_mask is not None and not bool(channel_mask.all())
         while made < steps:
             out = self(window, **inputs)
-            if channel_mask is not None and not bool(channel_mask.all()):
+            if masked:
                 out = self.mask_padded_channels(out, channel_mask)
             preds.append(out)
             made += out.shape[-2]
-            window = torch.cat([window, self.feedback(out, **inputs)], dim=-2)[..., -x.shape[-2]:, :]
+            fed = self.feedback(out, **inputs)
+            if masked:  # the fill values, not the model's prediction of them
+                fed = torch.where(channel_mask.to(fed.device), fed, window[..., -1:, :].expand_as(fed))
+            window = torch.cat([window, fed], dim=-2)[..., -x.shape[-2]:, :]
         return torch.cat(preds, dim=-2)[..., :steps, :]
 
     def aux_loss(self) -> Tensor:

@@ -46,7 +46,6 @@ class TrajectoryDataset(Dataset):
         self.source = source if isinstance(source, TrajectorySource) else open_source(
             source, layout=layout, check_finite=check_finite, **({"fields": list(fields)} if fields else {}))
         self.path, self.layout = self.source.path, layout
-        self.shape = tuple(self.source.shape)
         if len(self.shape) < 4:
             raise DataFormatError(f"{self.path}: trajectories shaped {list(self.shape[1:])}; expected [*S, T, C] "
                                   "with 1-3 spatial dims")
@@ -58,17 +57,31 @@ class TrajectoryDataset(Dataset):
         ``pretrained_cfg['fields']``; ``fill``: the value of a name the file lacks, else it is refused):
         :meth:`opzoo.data.TrajectorySource.select_channels`. Subsets sharing the file share the selection.
         Returns the names filled."""
-        filled = self.source.select_channels(list(names), fill)
-        self.shape = tuple(self.source.shape)
-        return filled
+        return self.source.select_channels(list(names), fill)
 
     def subset(self, indices: Sequence[int]) -> "TrajectoryDataset":
         """The trajectories ``indices`` (of the file) of this file, on the same open file."""
         return TrajectoryDataset(self.source, self.layout, indices)
 
     @property
+    def shape(self) -> tuple[int, ...]:
+        """``(N_file, *S, T, C)`` as the file is read (after a field map: its channels and grid)."""
+        return tuple(self.source.shape)
+
+    @property
     def channel_names(self) -> list[str]:
         return list(self.source.fields)
+
+    @property
+    def present(self) -> list[bool]:
+        """Per channel: True where it holds the file's data, False where it is a fill value (a field the file lacks,
+        read as its model was trained with it)."""
+        return self.source.present
+
+    def frames(self, i: int, shape, t0: int = 0, t1: int | None = None):
+        """Frames ``t0:t1`` of trajectory ``i`` brought to a model's ``shape`` (:class:`FrameShape`): ``(frames
+        [*R, t, C_model], mask [C_model])``, the mask False for padding and fill values."""
+        return shape.frames(self.read(i, t0, t1), self.present)
 
     @property
     def spatial(self) -> tuple[int, ...]:
@@ -129,6 +142,7 @@ class WindowDataset(Dataset):
         resolution: int | Sequence[int] | None = None,
         n_channels: int | None = None,
         pad_value: float = 1.0,
+        resample: str = "bilinear",
         samples: Sequence[int] | range | None = None,
         stride: int = 1,
         nan_policy: str = "raise",
@@ -151,6 +165,7 @@ class WindowDataset(Dataset):
                 f"{self.source.path}: n_channels {self.n_channels} < the file's {self.source.n_channels} channels"
             )
         self.pad_value = float(pad_value)
+        self.resample = resample
         self.dataset_index = int(dataset_index)
         self.nan_policy = nan_policy
         self.samples = _as_samples(samples, self.source.n_samples, self.source.path)
@@ -198,7 +213,8 @@ class WindowDataset(Dataset):
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
         sample, start = self.window_position(i)
         frames = torch.from_numpy(self.source.read(sample, start, start + self.t_in + self.t_out))
-        frames, mask = pad_channels(resize(frames, self.resolution), self.n_channels, self.pad_value)
+        frames, mask = pad_channels(resize(frames, self.resolution, self.resample), self.n_channels, self.pad_value,
+                                    self.source.present)
         return {
             "x": frames[..., : self.t_in, :],
             "y": frames[..., self.t_in :, :],

@@ -17,8 +17,10 @@ from .._lazy import lazy_exports
 
 # imported on first use (PEP 562), so that the `opzoo` parser needs no torch: name -> the module that defines it
 _LAZY = {
-    **dict.fromkeys(["FittedData", "GridChoice", "fit_data", "fit_files", "choose_grid", "open_trajectories"], ".fit"),
+    **dict.fromkeys(["FittedData", "GridChoice", "fit_data", "fit_files", "choose_grid", "open_trajectories",
+                     "contract_of"], ".fit"),
     **dict.fromkeys(["DatasetResult", "Persistence", "evaluate_dataset", "evaluate_windows", "with_persistence",
+                     "persistence_result",
                      "headline", "read_results", "write_results"], ".rollouts"),
     **dict.fromkeys(["l2_full", "l2_per_step"], ".l2"),
     **dict.fromkeys(["vrmse", "vrmse_fields"], ".vrmse"),
@@ -31,7 +33,7 @@ _LAZY = {
 
 if TYPE_CHECKING:  # names for readers and IDEs: each is imported from its module on first use (below)
     from .bad_data import bad_trajectories_of, scan_trajectories
-    from .fit import FittedData, GridChoice, choose_grid, fit_data, fit_files, open_trajectories
+    from .fit import FittedData, GridChoice, choose_grid, contract_of, fit_data, fit_files, open_trajectories
     from .l2 import l2_full, l2_per_step
     from .pdebench_metrics import TrajectoryMetrics, bootstrap
     from .plots import field2d, plot_error_curves, plot_rollout_panels, pyplot, save_figure
@@ -41,6 +43,7 @@ if TYPE_CHECKING:  # names for readers and IDEs: each is imported from its modul
         evaluate_dataset,
         evaluate_windows,
         headline,
+        persistence_result,
         read_results,
         with_persistence,
         write_results,
@@ -53,9 +56,9 @@ __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
 
 __all__ = [
     "DatasetResult", "FittedData", "GridChoice", "Persistence", "TrajectoryMetrics", "bad_trajectories_of",
-    "bootstrap", "choose_grid", "choose_split", "evaluate_dataset", "evaluate_every_window", "evaluate_files",
+    "bootstrap", "choose_grid", "choose_split", "contract_of", "evaluate_dataset", "evaluate_every_window", "evaluate_files",
     "evaluate_windows", "field2d", "fit_data",
-    "fit_files", "headline", "l2_full", "l2_per_step", "open_trajectories", "plot_error_curves",
+    "fit_files", "headline", "l2_full", "persistence_result", "l2_per_step", "open_trajectories", "plot_error_curves",
     "plot_rollout_panels", "pyplot", "read_results", "rollout_trajectory", "save_figure", "scan_trajectories", "split_to_score",
     "trained_by", "vrmse", "vrmse_fields", "with_persistence", "write_results",
 ]

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from ..cli.common import FIELDS_HELP, LAYOUT_HELP, at_least, command_group_main, fields_of, say
+from ..cli.common import FIELDS_HELP, LAYOUT_HELP, add_fit_options, at_least, command_group_main, fields_of, say
 from ..errors import OpzooError
 
 
@@ -64,7 +64,8 @@ def cmd_eval(args) -> int:
                           batch_size=args.batch_size, split=args.split, test_fraction=args.test_fraction,
                           include_training=args.include_training, max_trajectories=args.max_trajectories,
                           skip_bad_trajectories=args.skip_bad_trajectories, channel=args.channel,
-                          plot_steps=args.plot_steps, say=say)
+                          plot_steps=args.plot_steps, say=say, field_map=args.field_map,
+                          training_set=args.training_set)
 
 
 def cmd_rollout(args) -> int:
@@ -75,7 +76,8 @@ def cmd_rollout(args) -> int:
     model = _load_model(args.model, args.pretrained)
     return rollout_trajectory(model, args.model, args.data, index=args.index, steps=args.steps,
                               resolution=args.resolution, layout=args.layout, fields=fields_of(args), plot=args.plot,
-                              save=args.save, channel=args.channel, plot_steps=args.plot_steps, say=say)
+                              save=args.save, channel=args.channel, plot_steps=args.plot_steps, say=say,
+                              field_map=args.field_map, training_set=args.training_set)
 
 
 def add_evaluation_commands(subparsers) -> None:
@@ -92,6 +94,7 @@ def add_evaluation_commands(subparsers) -> None:
         p.add_argument("--channel", type=int, default=0, help="channel shown in the panels")
         p.add_argument("--layout", help=LAYOUT_HELP)
         p.add_argument("--fields", help=FIELDS_HELP)
+        add_fit_options(p)
         if name == "eval":
             p.add_argument("--data", nargs="+", required=True)
             p.add_argument("--out", default="eval_out", help="directory of the CSV/JSON results and PNG plots")

@@ -119,13 +119,23 @@ class Persistence(nn.Module):
         return last.expand(*last.shape[:-2], steps, last.shape[-1]).clone()
 
 
+def persistence_result(name: str, source: TrajectoryDataset, frame_shape: FrameShape, horizon: int | None = None,
+                       batch_size: int = 8, device="cpu", max_trajectories: int | None = None,
+                       exclude: Sequence[int] = ()) -> DatasetResult:
+    """The persistence baseline on ``source``: the last input frame repeated, at the file's own grid (never resampled
+    through a model's grid). The one function every command's persistence comes from (``eval``, ``finetune``'s
+    evaluations, ``validate``, ``rollout``)."""
+    return evaluate_dataset(Persistence(), name, source, frame_shape.at(source.spatial), horizon, batch_size, device,
+                            max_trajectories, exclude=exclude)
+
+
 def with_persistence(result: DatasetResult, source: TrajectoryDataset, frame_shape: FrameShape, horizon: int | None = None,
                      batch_size: int = 8, device="cpu", max_trajectories: int | None = None,
                      exclude: Sequence[int] = ()) -> DatasetResult:
-    """``result`` with ``persistence`` set: the same trajectories and horizon scored by :class:`Persistence`, which
-    repeats the last input frame at the file's own grid (never resampled)."""
-    result.persistence = evaluate_dataset(Persistence(), result.name, source, frame_shape.at(source.spatial), horizon,
-                                          batch_size, device, max_trajectories, exclude=exclude)
+    """``result`` with ``persistence`` set (:func:`persistence_result`: the same trajectories and horizon) and the
+    paired differences from it."""
+    result.persistence = persistence_result(result.name, source, frame_shape, horizon, batch_size, device,
+                                            max_trajectories, exclude)
     mine, theirs = result.per_trajectory, result.persistence.per_trajectory
     if mine is not None and theirs is not None and len(mine) == len(theirs) and len(mine) > 1:
         from .pdebench_metrics import bootstrap
@@ -159,13 +169,13 @@ def rollout_trajectories(model: nn.Module, source: TrajectoryDataset, frame_shap
     order = [i for i in range(n) if i not in skip]
     for start in tqdm(range(0, len(order), batch_size), desc=f"rollout {os.path.basename(source.path)}", unit="batch",
                       disable=None, leave=False):
-        frames, mask = zip(*(at_file.frames(source.read(i, 0, t_in + h)) for i in order[start:start + batch_size]))
+        frames, mask = zip(*(source.frames(i, at_file, 0, t_in + h) for i in order[start:start + batch_size]))
         frames, mask = torch.stack(frames).to(device), mask[0].to(device)
-        padded = {} if bool(mask.all()) else {"channel_mask": mask}  # a model told which channels are padding
-        x = resize_batch(frames[..., :t_in, :], frame_shape.resolution)
+        padded = {} if bool(mask.all()) else {"channel_mask": mask}  # a model told which channels hold no data
+        x = resize_batch(frames[..., :t_in, :], frame_shape.resolution, frame_shape.resample)
         with torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16, enabled=autocast):
             pred = model.rollout(x, h, **padded)
-        yield frames[..., t_in:, :].float(), resize_batch(pred.float(), source.spatial), mask
+        yield frames[..., t_in:, :].float(), resize_batch(pred.float(), source.spatial, frame_shape.resample), mask
 
 
 @renamed_arguments({"adapt": "frame_shape"})
@@ -263,12 +273,13 @@ def evaluate_windows(model: nn.Module, sources: Sequence[TrajectoryDataset], fra
         for start in tqdm(range(0, len(windows), batch_size), desc=f"every window of {name}", unit="batch",
                           disable=None, leave=False):
             batch = windows[start:start + batch_size]
-            frames, mask = zip(*(frame_shape.at(src.spatial).frames(src.read(i, t, t + t_in + 1)) for src, i, t in batch))
+            frames, mask = zip(*(src.frames(i, frame_shape.at(src.spatial), t, t + t_in + 1) for src, i, t in batch))
             if len({f.shape for f in frames}) > 1:
                 raise ConfigError(f"{name}: a batch holds windows of files at different grids; score them apart")
             frames = torch.stack(frames).to(device)  # at the files' own grid
             truth, x = frames[..., t_in:, :].float(), frames[..., :t_in, :]
-            pred = resize_batch(model(resize_batch(x, frame_shape.resolution)).float(), frames.shape[1:-2])
+            pred = resize_batch(model(resize_batch(x, frame_shape.resolution, frame_shape.resample)).float(),
+                                frames.shape[1:-2], frame_shape.resample)
             for key, pred in (("model", pred), ("persistence", x[..., -1:, :].float())):
                 per = vrmse(pred, truth)[:, 0, fields].double().mean(0)  # [fields]: this batch's mean
                 sums[key][:-1] += per
@@ -305,13 +316,14 @@ def _result_document(r: DatasetResult) -> dict:
 
 
 def write_results(results: Sequence[DatasetResult], out_dir: str | os.PathLike, stem: str = "eval",
-                  model: str | None = None) -> dict[str, Path]:
-    """``<stem>.json`` (everything, with the ``model`` scored), ``<stem>.csv`` (one row per dataset),
-    ``<stem>_per_step.csv``."""
+                  model: str | None = None, fit: Sequence[str] | None = None) -> dict[str, Path]:
+    """``<stem>.json`` (everything, with the ``model`` scored and the ``fit`` block of the data to it),
+    ``<stem>.csv`` (one row per dataset), ``<stem>_per_step.csv``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / f"{stem}.json", "csv": out / f"{stem}.csv", "per_step_csv": out / f"{stem}_per_step.csv"}
-    summary = {**({"model": model} if model else {}), "l2_full_mean": sum(r.l2_full for r in results) / len(results),
+    summary = {**({"model": model} if model else {}), **({"fit": list(fit)} if fit else {}),
+               "l2_full_mean": sum(r.l2_full for r in results) / len(results),
                "datasets": {r.name: _result_document(r) for r in results}}
     atomic_write(paths["json"], json.dumps(strict_json(summary), indent=2, allow_nan=False))
     with atomic_writer(paths["csv"]) as f:

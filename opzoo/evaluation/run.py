@@ -50,20 +50,22 @@ def evaluate_files(model: "nn.Module", model_name: str, data: Sequence[str], out
                    batch_size: int | None = None, split: str | None = None, test_fraction: float | None = None,
                    include_training: bool = False, max_trajectories: int | None = None,
                    skip_bad_trajectories: bool = False, channel: int = 0, plot_steps: Sequence[int] = (1, 5, 10),
-                   say: Callable[[str], None] = print) -> int:
+                   say: Callable[[str], None] = print, field_map=None, training_set: str | None = None) -> int:
     """What ``opzoo eval`` does with a loaded ``model`` (named ``model_name`` in the results): fit ``data`` to it
     (:func:`fit_files`), score each file's held-out trajectories at the file's own grid (or, ``windows="all"``, one
     step from every window, pooled), beside persistence, and write the results (JSON, CSV) and PNG plots into ``out``;
     every line it reports goes to ``say``. Returns the exit code (0)."""
     from .bad_data import bad_trajectories_of
-    from .fit import fit_files
+    from .fit import fit_files_block
     from .plots import plot_error_curves, plot_rollout_panels, rollout_title
     from .rollouts import evaluate_dataset, headline, metric_table, with_persistence, write_results
     from .splits import split_to_score
     from .vrmse import vrmse_fields
 
     data = list(data)
-    model, frame_shape, sources = fit_files(model, data, resolution, layout, fields, say=say)
+    fitted = fit_files_block(model, data, resolution, layout, fields, say=say, field_map=field_map,
+                             training_set=training_set, test_fraction=test_fraction)
+    model, frame_shape, sources = fitted.model, fitted.frame_shape, fitted.sources
     _check_channel(channel, sources)
     split_name = split
     split = [split_to_score(model, src, split_name, test_fraction, include_training) for src in sources]
@@ -109,7 +111,7 @@ def evaluate_files(model: "nn.Module", model_name: str, data: Sequence[str], out
             say(f"{name}: headline {what}: {note}")
         for line in metric_table(r):
             say(line)
-    paths = write_results(results, out, stem="eval", model=model_identity(model_name))
+    paths = write_results(results, out, stem="eval", model=model_identity(model_name), fit=fitted.lines)
     plot_error_curves({r.name: r.per_step for r in results}, out / "error-vs-step.png",
                       persistence={r.name: r.persistence.per_step for r in results},
                       title=f"{model_name}: rollout error per step ({split_name or 'held-out or all'})")
@@ -173,7 +175,7 @@ def rollout_trajectory(model: "nn.Module", model_name: str, data: str, *, index:
                        resolution: Sequence[int] | None = None, layout: str | None = None,
                        fields: Sequence[str] | None = None, plot: str | None = None, save: str | None = None,
                        channel: int = 0, plot_steps: Sequence[int] = (1, 5, 10),
-                       say: Callable[[str], None] = print) -> int:
+                       say: Callable[[str], None] = print, field_map=None, training_set: str | None = None) -> int:
     """What ``opzoo rollout`` does with a loaded ``model``: roll out trajectory ``index`` of ``data`` (``steps``,
     default to its end) at the model's grid and score it back at the file's own grid; ``plot`` the panels, ``save``
     the prediction (safetensors, with its grid and provenance as metadata). Returns the exit code (0)."""
@@ -185,7 +187,8 @@ def rollout_trajectory(model: "nn.Module", model_name: str, data: str, *, index:
 
     if steps is not None and steps < 1:
         raise OpzooError(f"--steps must be >= 1, got {steps}")
-    model, frame_shape, (src,) = fit_files(model, [data], resolution, layout, fields, say=say)
+    model, frame_shape, (src,) = fit_files(model, [data], resolution, layout, fields, say=say, field_map=field_map,
+                                           training_set=training_set)
     _check_channel(channel, [src])
     t_in = frame_shape.in_timesteps
     if not 0 <= index < len(src):
@@ -206,11 +209,11 @@ def rollout_trajectory(model: "nn.Module", model_name: str, data: str, *, index:
     avail = min(steps, src.n_steps - t_in)
     from ..data.transforms import resize_batch
 
-    frames, mask = frame_shape.at(src.spatial).frames(src.read(index, 0, t_in + avail))  # the file's own grid
+    frames, mask = src.frames(index, frame_shape.at(src.spatial), 0, t_in + avail)  # the file's own grid
     with torch.no_grad():
-        x = resize_batch(frames[None, ..., :t_in, :], frame_shape.resolution)
+        x = resize_batch(frames[None, ..., :t_in, :], frame_shape.resolution, frame_shape.resample)
         pred = model.rollout(x, steps, **({} if bool(mask.all()) else {"channel_mask": mask}))
-        pred = resize_batch(pred, src.spatial)[0]  # back to the file's grid, where it is scored and saved
+        pred = resize_batch(pred, src.spatial, frame_shape.resample)[0]  # back to the file's grid, scored and saved
     from .splits import trained_by
 
     who = trained_by(model, src, index)

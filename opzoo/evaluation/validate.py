@@ -67,17 +67,29 @@ def models_matching(patterns: Sequence[str]) -> list[str]:
 
 
 def score(model, name: str, path: str, layout: str | None, horizon: int | None, indices: Sequence[int], split_label: str,
-          batch_size: int, max_trajectories: int | None) -> ValidateRow:
-    """One model on the trajectories ``indices`` of one file, as ``opzoo eval`` scores them (l2, VRMSE, persistence,
-    at the file's grid)."""
+          batch_size: int, max_trajectories: int | None, field_map=None, training_set: str | None = None,
+          say=print) -> ValidateRow:
+    """One model on the trajectories ``indices`` of one file, as ``opzoo eval`` scores them (the same fit, l2, VRMSE,
+    persistence, at the file's grid); non-finite data or predictions fail the row."""
+    from .bad_data import scan_trajectories
     from .fit import fit_files
     from .rollouts import evaluate_dataset, with_persistence
     from .vrmse import vrmse_fields
 
-    model, frame_shape, (src,) = fit_files(model, [path], None, layout)
+    model, frame_shape, (src,) = fit_files(model, [path], None, layout, say=say, field_map=field_map,
+                                           training_set=training_set)
     src = src.subset(indices)
+    frames = src.n_steps if horizon is None else min(src.n_steps, frame_shape.in_timesteps + horizon)
+    bad = scan_trajectories(src, max_trajectories, frames)
+    if bad:  # a table row of NaN would pass for a score
+        more = f" (and {len(bad) - 1} more trajectory(ies))" if len(bad) > 1 else ""
+        raise OpzooError(f"non-finite data: {bad[0].describe()}{more}; repair the file, or score the others with "
+                         f"opzoo eval --skip-bad-trajectories")
     r = evaluate_dataset(model, Path(path).stem, src, frame_shape, horizon, batch_size=batch_size,
                          max_trajectories=max_trajectories, vrmse_fields=vrmse_fields(model, src))
+    if not math.isfinite(r.l2_full):
+        raise OpzooError(f"{path}: the model's predictions are not finite (l2 full {r.l2_full}): it diverged on this "
+                         f"file; nothing to score")
     with_persistence(r, src, frame_shape, horizon, batch_size=batch_size, max_trajectories=max_trajectories)
     one_step = [v["one_step"] for v in r.vrmse.values() if "one_step" in v]
     at = {k: r.per_step[k - 1] if len(r.per_step) >= k else math.nan for k in (1, 5)}
@@ -130,7 +142,8 @@ def common_split(models: dict, path: str, layout: str | None, split: str | None,
 
 def validate(patterns: Sequence[str], data: Sequence[str], out: Path, *, layout: str | None = None,
              horizon: int | None = None, split: str | None = None, test_fraction: float | None = None,
-             batch_size: int = 8, max_trajectories: int | None = None) -> list[ValidateRow]:
+             batch_size: int = 8, max_trajectories: int | None = None, field_map=None,
+             training_set: str | None = None) -> list[ValidateRow]:
     """Every model of ``patterns`` on every file of ``data``, all on the same trajectories of each file
     (:func:`common_split`); writes ``out`` (CSV) and returns the rows."""
     from ..model_io.loading import load
@@ -158,7 +171,8 @@ def validate(patterns: Sequence[str], data: Sequence[str], out: Path, *, layout:
                 rows.append(ValidateRow(name, path, "failed", reason=failure))
                 continue
             try:
-                row = score(model, name, path, layout, horizon, indices, label, batch_size, max_trajectories)
+                row = score(model, name, path, layout, horizon, indices, label, batch_size, max_trajectories,
+                            field_map, training_set)
                 print(f"{name} on {Path(path).name}: l2 full {row.l2_full:.4g} (persistence "
                       f"{row.persistence_l2_full:.4g}), {row.trajectories} trajectories at {row.grid}", flush=True)
             except (OpzooError, OSError, ValueError) as e:
@@ -190,7 +204,8 @@ def cmd_validate(args) -> int:
     out = output_file(args.out)
     rows = validate(args.models, args.data, out, layout=args.layout, horizon=args.horizon, split=args.split,
                     test_fraction=args.test_fraction, batch_size=args.batch_size,
-                    max_trajectories=args.max_trajectories)
+                    max_trajectories=args.max_trajectories, field_map=args.field_map,
+                    training_set=args.training_set)
     failed = [r for r in rows if r.status != "ok"]
     print(f"wrote {out}: {len(rows) - len(failed)} scored, {len(failed)} failed")
     for r in failed:
@@ -201,7 +216,7 @@ def cmd_validate(args) -> int:
 def add_validate_command(subparsers) -> None:
     """Add ``validate`` to an argparse sub-parser group (the ``opzoo`` command's)."""
     from ..cli.common import LAYOUT_HELP as layout_help
-    from ..cli.common import at_least
+    from ..cli.common import add_fit_options, at_least
 
     p = subparsers.add_parser("validate", help="score many models on the same files (same split and metrics): one "
                                                "CSV row per model and file, persistence alongside")
@@ -210,6 +225,7 @@ def add_validate_command(subparsers) -> None:
     p.add_argument("--data", nargs="+", required=True)
     p.add_argument("--out", default="validate.csv", help="the CSV written")
     p.add_argument("--layout", help=layout_help)
+    add_fit_options(p)
     p.add_argument("--horizon", type=at_least(1), help="rollout steps (default: whole trajectories)")
     p.add_argument("--split", choices=("test", "all"), help="as eval's --split (default: the held-out part of a file "
                                                            "a model trained on, else all); every model is scored on "

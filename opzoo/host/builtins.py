@@ -12,6 +12,7 @@ from ..layers.feedforward import MlpFeedForward
 from ..layers.mixers import PointwiseMLPMixer
 from ..layers.residual import PlainResidual
 from ..models.blocks import DpotBlock, SandwichBlock
+from ..models.contracts import POT, SIMPLE
 from ..models.pot import PotBackbone
 from ..models.simple import SimpleOperator
 
@@ -25,8 +26,8 @@ def opzoo_register_components(registry):
     registry.register_feedforward("mlp", MlpFeedForward)
     registry.register_block("dpot", DpotBlock)
     registry.register_block("sandwich", SandwichBlock)
-    registry.register_backbone("simple", SimpleOperator)
-    registry.register_backbone("pot", PotBackbone)
+    registry.register_backbone("simple", SimpleOperator, contract=SIMPLE)
+    registry.register_backbone("pot", PotBackbone, contract=POT)
 
 
 @hookimpl

@@ -26,7 +26,7 @@ class's :meth:`opzoo.Backbone.io_layout` (the POT backbone's in the core, FNO's 
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -67,13 +67,20 @@ def _remap(old: Tensor, fresh: Tensor, maps: Sequence[DimMap], name: str) -> Ten
     return torch.where(keep.expand_as(out), src, out)
 
 
-def adapt_model(model: nn.Module, *, seed: int = 0, **changes: Any) -> nn.Module:
+def adapt_model(model: nn.Module, *, seed: int = 0, config: Mapping[str, Any] | None = None,
+                **changes: Any) -> nn.Module:
     """``model`` rebuilt with new ``in_channels``/``out_channels``/``in_timesteps``/``img_size`` (see module doc).
 
+    ``config``: other config fields to set that change no tensor (a data contract's normalization statistics, e.g.
+    ``{"field_mean": [...], "field_std": [...]}``); they apply after the labels per channel are reset.
     Returns ``model`` itself when nothing changes. The weights are copied by the rule above; every
     tensor is checked before the new model is returned, so a failure leaves ``model`` untouched.
     """
     old_cfg = model.config
+    config = dict(config or {})
+    lacking = [k for k in config if not hasattr(old_cfg, k)]
+    if lacking:
+        raise ConfigError(f"adapt_model: {type(model).__name__}'s config has no {', '.join(lacking)}")
     labels = tuple(getattr(old_cfg, "per_channel_fields", ()))
     unknown = sorted(set(changes) - set(SHAPE_FIELDS) - set(BOUNDARY_FIELDS) - set(labels))
     if unknown:
@@ -90,6 +97,7 @@ def adapt_model(model: nn.Module, *, seed: int = 0, **changes: Any) -> nn.Module
     if changes.get("in_channels", old_cfg.in_channels) != old_cfg.in_channels:  # labels of the old channels go
         relabelled = {k: None for k in labels if getattr(old_cfg, k) is not None}
     relabelled |= {k: v for k, v in given_labels.items() if v != getattr(old_cfg, k)}
+    relabelled |= {k: v for k, v in config.items() if _as_cmp(v) != _as_cmp(relabelled.get(k, getattr(old_cfg, k)))}
     if not changes and not relabelled:
         return model
     cls = type(model)
@@ -114,8 +122,10 @@ def adapt_model(model: nn.Module, *, seed: int = 0, **changes: Any) -> nn.Module
         old = old_state[name]
         rule = layout.get(name)
         if rule is not None and old.shape != fresh.shape:
+            fresh_only = rule != "resize" and all(j is None for m in rule for j in m.index)
             reshaped.append(f"{name} {list(old.shape)} -> {list(fresh.shape)}"
-                            + (" (interpolated)" if rule == "resize" else " (matching slices copied, rest initialized)"))
+                            + (" (interpolated)" if rule == "resize" else " (new: initialized afresh, nothing copied)"
+                               if fresh_only else " (matching slices copied, rest initialized)"))
         if rule == "resize" and old.shape != fresh.shape:
             state[name] = F.interpolate(old.detach().float(), size=tuple(fresh.shape[2:]),
                                         mode="bilinear" if fresh.ndim == 4 else "trilinear", align_corners=False).to(old.dtype)
@@ -133,7 +143,8 @@ def adapt_model(model: nn.Module, *, seed: int = 0, **changes: Any) -> nn.Module
     logger.info("adapted %s from %s to %s: %d tensors copied unchanged; %s%s", backbone, _shape_text(old_cfg),
                 _shape_text(new_cfg), len(state) - len(reshaped), "; ".join(reshaped) or "no tensor changed shape",
                 "".join(f"; {k}: {getattr(old_cfg, k)} -> {getattr(new_cfg, k)}"
-                        for k in (*BOUNDARY_FIELDS, *relabelled) if getattr(old_cfg, k, None) != getattr(new_cfg, k, None)))
+                        for k in (*BOUNDARY_FIELDS, *relabelled)
+                        if k not in config and getattr(old_cfg, k, None) != getattr(new_cfg, k, None)))
     return new.train(model.training)
 
 

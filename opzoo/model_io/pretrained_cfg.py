@@ -42,6 +42,11 @@ class PretrainedCfg:
     # per trajectory, "by": the base model that trained on it (absent: this model)}, so that `opzoo eval` scores
     # held-out data only (opzoo.evaluation.splits)
     training_data: Optional[list[dict[str, Any]]] = None
+    # the model a run fine-tuned these weights from (a preset, a Hub repo id, or a local model's last two path parts)
+    base_model: Optional[str] = None
+    # the fit of the run's data to the model (evaluation.fit: fields, channels, grid, boundary, normalization), a line
+    # per decision, as the run printed it
+    data_fit: Optional[list[str]] = None
 
 
 def _check_values(cfg: PretrainedCfg, where: str) -> None:

@@ -41,6 +41,14 @@ class ModelReference:
         return self.kind in ("hub", "dir")
 
     @property
+    def lineage_id(self) -> str:
+        """How a training record names the model that trained on a file (``"by"``): the Hub repo id, the preset, or a
+        local directory by its last two path parts (``run1/model``: no absolute path leaves the machine)."""
+        if self.kind == "dir":
+            return "/".join(self.path.resolve().parts[-2:])
+        return self.base_model_id
+
+    @property
     def base_model_id(self) -> str:
         """How a card's ``base_model`` names it: the Hub repo id, the preset, or a directory's name (no path)."""
         if self.kind == "hub":

@@ -19,6 +19,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeVar, Union
 
+from .contract import DataContract
 from .provenance import Fact, PretrainedCheck, Result
 
 SAVE_TIME_FIELDS = ("name", "architecture", "parameters", "config")  # filled by opzoo.model_io.model_card on save
@@ -66,7 +67,8 @@ class CheckpointFamily:
 
     ``backbone`` builds every row, with ``args`` updated by the row's; ``repo_id``/``revision``/``converter`` say
     where and in which format the weights are published (``repo_id=None`` and no row's ``repo_id``: no weights);
-    ``card`` is the family's card template (a file), filled per row with ``card_fields``."""
+    ``card`` is the family's card template (a file), filled per row with ``card_fields``; ``contract`` what the
+    family's weights take from a user's data (:class:`opzoo.DataContract`), said and applied by the one fit."""
 
     name: str
     backbone: str
@@ -84,8 +86,12 @@ class CheckpointFamily:
     pretrained_cfg: PerVariant[Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     card: Traversable | Path | None = None
     card_fields: PerVariant[Mapping[str, str]] = dataclasses.field(default_factory=dict)
+    contract: DataContract | None = None  # what every row takes from a user's data (docs/data-contract.md)
 
     def __post_init__(self) -> None:
+        if self.contract is not None and not isinstance(self.contract, DataContract):
+            raise TypeError(f"checkpoint family {self.name!r}: contract must be opzoo.DataContract, got "
+                            f"{type(self.contract).__name__}")
         variants = tuple(self.variants)
         object.__setattr__(self, "variants", variants)
         if not variants:

@@ -22,6 +22,7 @@ from string import Template
 from typing import Any, Callable, Iterator, Mapping
 
 from ..errors import RegistryConflictError, UnknownNameError
+from .contract import DataContract
 from .family import CheckpointFamily
 from .provenance import Fact, PretrainedCheck, Result
 
@@ -107,6 +108,7 @@ class Preset:
     results: tuple[Result, ...] = ()  # measured numbers, for the card's model-index
     family: str | None = None  # the CheckpointFamily whose row it is
     card_fields: Mapping[str, str] = dataclasses.field(default_factory=dict)  # its family's card filled for the row
+    contract: DataContract | None = None  # what it takes from the user's data (its family's, or its backbone's)
 
     def card_template(self) -> str | None:
         """The text of its card template (its family's template filled for its row), or None without a card."""
@@ -137,6 +139,7 @@ class Registry:
         self._presets: dict[str, Preset] = {}
         self._aliases: dict[str, str] = {}
         self._families: dict[str, tuple[CheckpointFamily, str]] = {}
+        self._contracts: dict[str, DataContract] = {}  # backbone name -> the data contract of its models
         self._owner = "opzoo"
 
     @contextlib.contextmanager
@@ -174,9 +177,28 @@ class Registry:
         """``cls(config, index=i, **block_args)`` is a :class:`opzoo.Block` of the POT backbone."""
         return self.register("block", name, cls)
 
-    def register_backbone(self, name: str, cls: type) -> type:
-        """``cls(config)`` is a :class:`opzoo.Backbone`; ``cls.config_class`` its ModelConfig."""
-        return self.register("backbone", name, cls)
+    def register_backbone(self, name: str, cls: type, contract: DataContract | None = None) -> type:
+        """``cls(config)`` is a :class:`opzoo.Backbone`; ``cls.config_class`` its ModelConfig. ``contract``: what its
+        models take from a user's data (:class:`opzoo.DataContract`), for a model no preset's contract covers (a saved
+        fine-tune names its architecture); a checkpoint family's contract is its backbone's when it has none."""
+        self.register("backbone", name, cls)
+        if contract is not None:
+            self._set_contract(name, contract)
+        return cls
+
+    def _set_contract(self, backbone: str, contract: DataContract) -> None:
+        if not isinstance(contract, DataContract):
+            raise TypeError(f"backbone {backbone!r}: contract must be opzoo.DataContract, got {type(contract).__name__}")
+        self._contracts[backbone] = contract
+
+    def contract(self, backbone: str, preset: str | None = None) -> DataContract | None:
+        """The data contract of a model of ``backbone`` (``preset``: the preset it was loaded as, or started from):
+        the preset's, else the backbone's, else None (the fit derives one from the backbone class)."""
+        if preset is not None and self.has_preset(preset):
+            found = self.preset(preset)
+            if found.backbone == backbone and found.contract is not None:
+                return found.contract
+        return self._contracts.get(backbone)
 
     def register_optimizer_hook(self, name: str, obj: Any) -> Any:
         return self.register("optimizer_hook", name, obj)
@@ -235,10 +257,14 @@ class Registry:
         results: tuple[Result, ...] | list[Result] = (),
         family: str | None = None,
         card_fields: Mapping[str, str] | None = None,
+        contract: DataContract | None = None,
     ) -> Preset:
         """Register preset ``name``: ``backbone`` built with ``args``; ``card`` is its model card;
         ``provenance`` the :class:`opzoo.Fact` rows saying where each fact about it comes from; ``results`` the
-        :class:`opzoo.Result` numbers its card's ``model-index`` carries (measured by opzoo, or reported upstream)."""
+        :class:`opzoo.Result` numbers its card's ``model-index`` carries (measured by opzoo, or reported upstream);
+        ``contract`` what it takes from a user's data (:class:`opzoo.DataContract`; default: its backbone's)."""
+        if contract is not None and not isinstance(contract, DataContract):
+            raise TypeError(f"model {name!r}: contract must be opzoo.DataContract, got {type(contract).__name__}")
         for result in results:
             if not isinstance(result, Result):
                 raise TypeError(f"model {name!r}: results must be opzoo.Result, got {type(result).__name__}")
@@ -262,6 +288,7 @@ class Registry:
             results=tuple(results),
             family=family,
             card_fields=dict(card_fields or {}),
+            contract=contract if contract is not None else self._contracts.get(backbone),
         )
         self._presets[name] = preset
         for alias in aliases:
@@ -288,7 +315,7 @@ class Registry:
                     v.name, backbone=family.backbone, args=family.model_args(v), pretrained=pretrained,
                     card=family.card, pretrained_cfg=family.rule("pretrained_cfg", v), aliases=v.aliases,
                     provenance=tuple(family.rule("provenance", v)), results=tuple(family.rule("results", v)),
-                    family=family.name, card_fields=family.card_fields_of(v)))
+                    family=family.name, card_fields=family.card_fields_of(v), contract=family.contract))
         except BaseException:
             for preset in registered:
                 self._presets.pop(preset.name, None)
@@ -296,6 +323,8 @@ class Registry:
                     self._aliases.pop(alias, None)
             raise
         self._families[family.name] = (family, self._owner)
+        if family.contract is not None and family.backbone not in self._contracts:
+            self._set_contract(family.backbone, family.contract)
         return registered
 
     def family(self, name: str) -> CheckpointFamily:
@@ -345,6 +374,7 @@ class Registry:
             del self._presets[name]
         self._families = {n: (f, o) for n, (f, o) in self._families.items() if o != owner}
         self._aliases = {a: n for a, n in self._aliases.items() if n in self._presets}
+        self._contracts = {b: c for b, c in self._contracts.items() if b in self._components["backbone"]}
 
     def _conflict(self, what: str, first_owner: str) -> None:
         raise RegistryConflictError(

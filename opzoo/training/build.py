@@ -7,6 +7,7 @@ mixture read the same open files.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from torch import nn
 
@@ -81,10 +82,27 @@ class RunData:
     test: list[tuple[str, TrajectoryDataset]]
     test_frames: list[int]  # frames each test set's evaluation reads (T_in + horizon)
     grid: str = ""  # which grid the run uses and why (GridChoice.line)
+    fit: list[str] | None = None  # the fit block (evaluation.fit.FittedData.lines)
 
 
-def build_data(cfg: RunConfig, model: nn.Module, opened: list[OpenDataset] | None = None) -> RunData:
-    """Check every dataset (``opened``, or opened here: metadata only) fits the model, and build the mixture."""
+def fit_run_data(model: nn.Module, cfg: RunConfig, opened: list[OpenDataset]):
+    """The one fit (:func:`opzoo.evaluation.fit.fit_data`) of the run's files to ``model``: fields (each dataset's
+    ``field_map`` and ``training_set``), channels (adapted to other fields or more channels when ``model.adapt``),
+    the grid (chosen by the training splits), the boundary and normalization statistics (of the training splits);
+    with ``model.adapt`` also the shape fields of :func:`opzoo.training.finetune.adaptation_targets`, in the same
+    rebuild."""
+    sources = [src for o in opened for src in (o.train, o.test)]
+    targets = adaptation_targets(model, cfg, opened) if cfg.model.adapt else None
+    maps = [m for o in opened for m in (o.spec.field_map, o.spec.field_map)]
+    sets = [t for o in opened for t in (o.spec.training_set, o.spec.training_set)]
+    return fit_data(model, sources, cfg.data.resolution, "data.resolution", grid_from=[o.train for o in opened],
+                    channels=cfg.data.channels, adapt_channels=cfg.model.adapt, field_map=maps, training_set=sets,
+                    train=True, targets=targets, stats_from=[o.train for o in opened], seed=cfg.seed)
+
+
+def build_data(cfg: RunConfig, model: nn.Module, opened: list[OpenDataset] | None = None, fitted=None) -> RunData:
+    """Check every dataset (``opened``, or opened here: metadata only) fits the model (``fitted``: the run's fit, made
+    here if not given), and build the mixture."""
     mc = model.config
     channels = cfg.data.channels or mc.in_channels
     if channels != mc.in_channels:
@@ -92,10 +110,14 @@ def build_data(cfg: RunConfig, model: nn.Module, opened: list[OpenDataset] | Non
     if mc.out_channels != mc.in_channels:
         raise ConfigError(f"auto-regressive training needs in_channels == out_channels, the model has "
                           f"{mc.in_channels} -> {mc.out_channels}")
-    splits = [(o.spec, o.train, o.test) for o in (open_datasets(cfg) if opened is None else opened)]
+    opened = open_datasets(cfg) if opened is None else opened
+    splits = [(o.spec, o.train, o.test) for o in opened]
     sources = [src for _, tr, te in splits for src in (tr, te)]
-    fitted = fit_data(model, sources, cfg.data.resolution, "data.resolution", grid_from=[tr for _, tr, _ in splits],
-                      channels=channels, adapt_channels=False)
+    if fitted is None:
+        fitted = fit_run_data(model, cfg, opened)
+        if fitted.model is not model:
+            raise ConfigError("the run's data needs the model adapted (channels, statistics): fit it first "
+                              "(opzoo.training.build.fit_run_data) and build the data for the fitted model")
     shape, grid = fitted.frame_shape, fitted.grid
     for src in sources:
         if src.channels > channels:
@@ -112,9 +134,67 @@ def build_data(cfg: RunConfig, model: nn.Module, opened: list[OpenDataset] | Non
     check_batch_memory(cfg.training.batch_size, shape.resolution, mc.in_timesteps + mc.out_timesteps, channels,
                        f"training.batch_size {cfg.training.batch_size}", cfg.model.allow_oversize)
     parts = [WindowDataset(tr, mc.in_timesteps, mc.out_timesteps, resolution=shape.resolution,
-                           n_channels=channels, pad_value=shape.pad_value, dataset_index=k)
+                           n_channels=channels, pad_value=shape.pad_value, resample=shape.resample, dataset_index=k)
              for k, (d, tr, _) in enumerate(splits)]
     mixture = MixtureDataset(parts, [d.weight for d, _, _ in splits], names=[d.name for d, _, _ in splits])
     return RunData(shape, mixture, [(d.name, te) for d, _, te in splits], test_frames,
-                   "\n".join([*dict.fromkeys(fitted.fields),
-                               grid.line([src for _, tr, te in splits for src in (tr, te)], training=True)]))
+                   grid.line([src for _, tr, te in splits for src in (tr, te)], training=True, mode=shape.resample),
+                   fitted.lines)
+
+
+def adaptation_targets(model: nn.Module, cfg: RunConfig, opened: list[OpenDataset]) -> dict[str, Any]:
+    """What a fine-tuning run changes in the model besides its channels (which the fit decides): the shape fields the
+    run's ``model.args`` give (``in_timesteps``, ``img_size``, an explicit ``in_channels``...), ``data.resolution``
+    as ``img_size``, labels per channel, and the boundary the files state (:func:`boundary_from_files`)."""
+    mc = model.config
+    labels = tuple(getattr(mc, "per_channel_fields", ()))
+    targets = {k: v for k, v in cfg.model.args.items() if k in SHAPE_FIELDS + BOUNDARY_FIELDS + labels}
+    if targets.get("out_channels") == targets.get("in_channels"):
+        targets.pop("out_channels", None)  # the fit sets both: a model of C -> C channels predicts what it reads
+    if cfg.data.resolution is not None and hasattr(mc, "img_size"):
+        targets["img_size"] = tuple(cfg.data.resolution)
+    if "img_size" in targets and hasattr(mc, "patch_size"):
+        grid = list(targets["img_size"])
+        # one patch for every axis, or one per axis (the spatial ones last: GPhyT's is (time, height, width))
+        patch = list(mc.patch_size)[-len(grid):] if isinstance(mc.patch_size, (list, tuple)) else [mc.patch_size] * len(grid)
+        if any(s % p for s, p in zip(grid, patch)):
+            raise ConfigError(f"data.resolution: {grid} is not divisible by the model's patch_size "
+                              f"{mc.patch_size}; pick a multiple of {patch} on each axis")
+    targets.update(boundary_from_files(model, cfg, opened))
+    return targets
+
+
+def boundary_from_files(model: nn.Module, cfg: RunConfig, opened: list[OpenDataset] | None) -> dict[str, bool]:
+    """``{"periodic": ...}`` when the model has a ``periodic`` boundary flag and the files state another boundary
+    (periodic on every axis, or not): the flag follows the files, and says so; ``model.args.periodic`` in the run
+    config is the user's word and wins, also said when a file disagrees. Files that disagree among themselves are
+    refused: one model has one boundary."""
+    import logging
+
+    if not hasattr(model.config, "periodic"):
+        return {}
+    stated = {}
+    for o in open_datasets(cfg) if opened is None else opened:
+        if o.train.periodic is not None:
+            stated[o.train.path] = (o.train.periodic, o.train.boundary)
+    kinds = {p for p, _ in stated.values()}
+    if len(kinds) > 1:
+        raise ConfigError("the data files state different boundaries (" + "; ".join(
+            f"{path}: {words}" for path, (_, words) in stated.items()) + "): fine-tune on files of one boundary, or "
+            "set model.args.periodic to choose one")
+    if not kinds:
+        return {}
+    periodic = kinds.pop()
+    name = getattr(model, "preset_name", None) or type(model).__name__
+    words = "; ".join(f"{path}: {w}" for path, (_, w) in stated.items())
+    user = cfg.model.args.get("periodic")
+    log = logging.getLogger("opzoo")
+    if user is not None:
+        if bool(user) != periodic:
+            log.info("boundary: periodic=%s as model.args says, although the data states %s", bool(user), words)
+        return {}
+    if bool(model.config.periodic) == periodic:
+        return {}
+    log.info("boundary: periodic=%s for %s, as the data states (%s; %s was periodic=%s; --set model.args.periodic="
+             "%s keeps it)", periodic, name, words, name, model.config.periodic, str(model.config.periodic).lower())
+    return {"periodic": periodic}

@@ -47,6 +47,45 @@ def base_model_id(name: "str | ModelReference") -> str:
     return ref.base_model_id
 
 
+def _reference(name: "str | ModelReference") -> "ModelReference | None":
+    from ..model_io.reference import model_reference
+
+    try:
+        return model_reference(name)
+    except OpzooError:
+        return None
+
+
+def _portable_line(line: str) -> str:
+    """A fit line with the files named by their names, not their local paths."""
+    import re
+
+    return re.sub(r"(?<![\w.~])(?:/[^\s,;:()]+)+/([^/\s,;:()]+)", r"\1", line)
+
+
+def _fine_tuned(ref: "ModelReference") -> bool:
+    """Whether a local model was itself fine-tuned by opzoo (its record names the model it started from): then a
+    card of its fine-tune cannot name the published model the lineage starts from as its base."""
+    from ..model_io.loading import saved_pretrained_cfg
+
+    try:
+        return bool(saved_pretrained_cfg(ref).get("base_model"))
+    except OpzooError:
+        return False
+
+
+def _chain(ref: "ModelReference") -> str:
+    """``dpot-micro -> run1/model``: the models a local model's record names, its root first, then itself."""
+    from ..model_io.loading import saved_pretrained_cfg
+
+    try:
+        records = saved_pretrained_cfg(ref).get("training_data") or []
+    except OpzooError:
+        records = []
+    chain = list(dict.fromkeys(r.get("by") for r in reversed(records) if r.get("by")))
+    return " -> ".join([*chain, ref.lineage_id])
+
+
 def base_license(name: "str | ModelReference") -> str:
     """The license a fine-tune inherits: the ``license:`` of its base preset's card front matter, else ``unknown``
     (weights of unknown license stay so: fine-tuning does not make them MIT)."""
@@ -121,10 +160,10 @@ def portable_command(command: str | None) -> str | None:
 def run_card(*, model_name: "str | ModelReference", from_scratch: bool, base_weights: str, datasets: Sequence[tuple[str, object]],
              steps: int, lr: float, batch_size: int, seed: int, zero_shot: Sequence[DatasetResult] | None,
              final: Sequence[DatasetResult], command: str | None, resolution: Sequence[int], channels: int,
-             in_timesteps: int) -> str:
+             in_timesteps: int, fit: Sequence[str] = ()) -> str:
     """The card template (``${parameters}``, ``${config}`` are filled by :func:`opzoo.model_io.model_card.render_card`).
 
-    ``datasets``: ``(path, test TrajectoryDataset)`` per file.
+    ``datasets``: ``(path, test TrajectoryDataset)`` per file; ``fit``: the fit block of the data to the model.
     """
     zero = {r.name: r for r in zero_shot or []}
     kind = "trained from scratch" if from_scratch else "fine-tuned"
@@ -132,7 +171,9 @@ def run_card(*, model_name: "str | ModelReference", from_scratch: bool, base_wei
     license_ = "mit" if from_scratch else base_license(model_name)
     front = ["---", "library_name: opzoo", f"license: {license_}", "tags: [opzoo, neural-operator, pde" +
              (", fine-tuned]" if not from_scratch else "]")]
-    if not from_scratch:
+    ref = _reference(model_name)
+    local = ref is not None and ref.kind == "dir" and _fine_tuned(ref)
+    if not from_scratch and not local:  # a local fine-tune has no Hub id to name: the body says what it is
         front += [f"base_model: {base_model_id(model_name)}", "base_model_relation: finetune"]
     front.append("---")
     files = ", ".join(f"`{Path(p).name}`" for p, _ in datasets)
@@ -140,13 +181,17 @@ def run_card(*, model_name: "str | ModelReference", from_scratch: bool, base_wei
              f"An opzoo model with ${{parameters}} parameters, {kind} by `opzoo` on the data below.", "",
              "## Base model", "",
              ("None: random initialization of the architecture of " if from_scratch else "")
-             + f"`{base_model_id(model_name)}` ({_portable(base_weights, model_name)}).", "",
+             + (f"`{ref.lineage_id}`, a local model (lineage: {_chain(ref)})" if local and not from_scratch else
+                f"`{base_model_id(model_name)}`") + f" ({_portable(base_weights, model_name)}).", "",
              "## Data", "",
              *[f"- `{Path(p).name}` — {split_text(p, test)}" for p, test in datasets],
              f"- the model runs at {list(resolution)}, {channels} channel(s), T_in = {in_timesteps}"
              + ("" if all(list(test.spatial) == list(resolution) for _, test in datasets) else
                 "; a file at another grid is resampled to it for the model, and its predictions back: the scores "
                 "below are computed at each file's own grid"), "",
+             *(["## How the data was fitted to the model", "",
+                 "The one fit of the data to the model (docs/data-contract.md), a line per decision, as the run said "
+                 "it:", "", *[f"- {_portable_line(line)}" for line in fit], ""] if fit else []),
              "## Training", "",
              f"- steps: {steps}", f"- max lr (one-cycle): {lr:g}", f"- batch size: {batch_size}", f"- seed: {seed}", "",
              "## Evaluation on the test split", "",

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from ..cli.common import FIELDS_HELP, LAYOUT_HELP, command_group_main, fields_of, parse_overrides, say
+from ..cli.common import FIELDS_HELP, LAYOUT_HELP, add_fit_options, command_group_main, fields_of, parse_overrides, say
 
 
 def _is_main() -> bool:
@@ -136,6 +136,7 @@ def cmd_finetune(args) -> int:
     cfg = finetune_config(model, args.data, args.out, steps=args.steps, batch_size=args.batch_size, lr=lr,
                           resolution=args.resolution, in_timesteps=args.in_timesteps, test_fraction=args.test_fraction,
                           pretrained=pretrained, layout=args.layout, fields=fields_of(args),
+                          field_map=args.field_map, training_set=args.training_set,
                           overrides=parse_overrides(args.set))
     trainer = Trainer(cfg)
     trainer.command = args.command_line
@@ -177,6 +178,7 @@ def add_training_commands(subparsers) -> None:
                                                                    "held out for testing")
     p.add_argument("--layout", help=LAYOUT_HELP)
     p.add_argument("--fields", help=FIELDS_HELP)
+    add_fit_options(p)
     p.add_argument("--pretrained", action=argparse.BooleanOptionalAction, default=None,
                    help="start from the preset's published weights; --no-pretrained: random init "
                         "(default: published weights when the preset has some)")

@@ -31,6 +31,10 @@ class DatasetSpec:
     test_fraction: float = 0.1
     layout: Optional[str] = None  # force an opzoo.data layout; None: detected
     fields: Optional[list[str]] = None  # the channels' names of a plain array (.npy/.npz/.pt), in order
+    # the file's field names read as the model's (file name -> model name; docs/data-contract.md), and the model's
+    # upstream training set the file is laid out like (its field expressions and transposes)
+    field_map: Optional[dict[str, str]] = None
+    training_set: Optional[str] = None
     generate: Optional[dict[str, Any]] = None  # {kind, n, seed, **generator args}: made first if path is missing
 
 

@@ -29,8 +29,6 @@ def export_model(model: nn.Module, ema: EMA | None, cfg: RunConfig, data: RunDat
     ``results`` in its card's ``model-index``."""
     from ..evaluation.splits import training_record
     from ..model_io.saving import save_pretrained
-    from .card import base_model_id
-
     shape = data.frame_shape
     base = dict(getattr(model, "pretrained_cfg", {}) or {})
     from ..data import TrajectoryDataset
@@ -38,12 +36,16 @@ def export_model(model: nn.Module, ema: EMA | None, cfg: RunConfig, data: RunDat
     trains = [TrajectoryDataset(part.source, indices=[int(i) for i in part.samples]) for part in data.train.datasets]
     record = training_record(cfg.data.datasets, trains,
                              [te for _, te in data.test], base=base if cfg.model.pretrained or base.get("training_data")
-                             else None, base_id=base_model_id(cfg.model.reference))
+                             else None, base_id=cfg.model.reference.lineage_id)
     with ema_weights(model, ema) as model:
+        started = cfg.model.pretrained or cfg.model.reference.saved
         model.pretrained_cfg = {**base, "resolution": list(shape.resolution),
                                 "channels": shape.channels, "in_timesteps": shape.in_timesteps,
                                 "datasets": data.train.names, "trained_steps": cfg.training.steps,
-                                "training_data": record}
+                                "training_data": record, "data_fit": list(data.fit or []),
+                                **({"base_model": cfg.model.reference.lineage_id} if started else {})}
+        if not started:
+            model.pretrained_cfg.pop("base_model", None)
         return Path(save_pretrained(model, out, card=card, results=results))
 
 
@@ -75,4 +77,4 @@ def run_model_card(cfg: RunConfig, data: RunData, from_scratch: bool, zero_shot:
     return run_card(model_name=name, from_scratch=from_scratch, base_weights=base, datasets=datasets,
                     steps=cfg.training.steps, lr=cfg.optimizer.lr, batch_size=cfg.training.batch_size, seed=cfg.seed,
                     zero_shot=zero_shot, final=final or [], command=command, resolution=shape.resolution,
-                    channels=shape.channels, in_timesteps=shape.in_timesteps)
+                    channels=shape.channels, in_timesteps=shape.in_timesteps, fit=data.fit or ())

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..evaluation.rollouts import DatasetResult, Persistence, evaluate_dataset, read_results, write_results
+from ..evaluation.rollouts import DatasetResult, evaluate_dataset, persistence_result, read_results, write_results
 from .build import RunData
 from .config import RunConfig
 from .logger import RunLogger
@@ -27,11 +27,12 @@ class RunEvaluation:
         self.last: list[DatasetResult] | None = None
 
     def persistence(self, name: str, source) -> DatasetResult:
-        """The persistence baseline on test set ``name`` (computed once per run: it has no weights)."""
+        """The persistence baseline on test set ``name`` (computed once per run: it has no weights), at the file's
+        own grid as every command computes it (:func:`opzoo.evaluation.rollouts.persistence_result`)."""
         if name not in self.baselines:
-            self.baselines[name] = evaluate_dataset(Persistence(), name, source, self.data.frame_shape,
-                                                    self.cfg.data.horizon, device=self.device,
-                                                    max_trajectories=self.cfg.data.max_test_trajectories)
+            self.baselines[name] = persistence_result(name, source, self.data.frame_shape, self.cfg.data.horizon,
+                                                      device=self.device,
+                                                      max_trajectories=self.cfg.data.max_test_trajectories)
         return self.baselines[name]
 
     def evaluate(self, model: nn.Module, step: int, write: bool = True, plots: bool | None = None) -> list[DatasetResult]:

@@ -30,13 +30,12 @@ from ..evaluation.rollouts import DatasetResult
 from ..evaluation.splits import drop_seen_from_tests
 from . import run_dir as rundir
 from .batches import RunBatches
-from .build import RunData, build_data, build_run_model, open_datasets
+from .build import RunData, build_data, build_run_model, fit_run_data, open_datasets
 from .config import RunConfig
 from .distributed import all_reduce_mean, barrier, shutdown, start_process, unwrap, wrap_model
 from .ema import EMA, ema_weights
 from .expert_load import router_monitor
 from .export import export_model, run_model_card, run_results, unsharded_copy
-from .finetune import adapt_to_data
 from .forensics import DivergenceWatch, TrainingDivergedError, batch_has_bad_data, raise_bad_data, raise_diverged
 from .generate import generate_missing
 from .hooks import StepContext, build_hooks, combined_multipliers
@@ -80,11 +79,14 @@ class Trainer:
         for line in drop_seen_from_tests(self.model, opened):  # what the base trained on is not held out here either
             if self.env.is_main:
                 logging.getLogger("opzoo").info(line)
-        if cfg.model.adapt:
-            self.model = adapt_to_data(self.model, cfg, opened)
-        self.data: RunData = build_data(cfg, self.model, opened)
+        fitted = fit_run_data(self.model, cfg, opened)  # fields, channels, grid, boundary, normalization
+        self.model = fitted.model
+        self.data: RunData = build_data(cfg, self.model, opened, fitted)
         if self.env.is_main:
-            logging.getLogger("opzoo").info(self.data.grid)
+            log = logging.getLogger("opzoo")
+            log.info("fit of %s to the run's files (docs/data-contract.md):", cfg.model.name)
+            for line in fitted.lines:
+                log.info("  %s", line)
         check_test_sets(self.data.test, self.data.test_frames, cfg.data.max_test_trajectories)
         self.hooks = build_hooks(cfg.optimizer.hooks)
         for hook in self.hooks:

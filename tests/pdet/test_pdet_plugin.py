@@ -36,7 +36,8 @@ def use_cache(monkeypatch, cache, subfolder: str, checkpoint) -> None:
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
 
 
-SMALL_ARGS = {**SMALL, "window_size": 4, "patch_size": 2}
+# the network on fields the test standardized itself (the presets z-score with a file's statistics, which a fit gives)
+SMALL_ARGS = {**SMALL, "window_size": 4, "patch_size": 2, "normalization": "none"}
 
 
 def test_offline_load_is_one_line_naming_the_file_and_the_download_command(monkeypatch, tmp_path):
@@ -98,7 +99,7 @@ def test_task_normalization_and_grid_are_documented_arguments():
     x = torch.randn(2, 16, 16, 1, 2)
     with torch.no_grad():
         assert not torch.allclose(plain(x), burgers.eval()(x))  # the label conditions the network
-    scaled = opzoo.load("pdet-mc-s", **args, normalization="zscore", mean=[1.0, -2.0], std=[3.0, 0.5]).eval()
+    scaled = opzoo.load("pdet-mc-s", **{**args, "normalization": "zscore"}, mean=[1.0, -2.0], std=[3.0, 0.5]).eval()
     scaled.load_state_dict(plain.state_dict())
     mean, std = torch.tensor([1.0, -2.0]), torch.tensor([3.0, 0.5])
     with torch.no_grad():
@@ -108,7 +109,9 @@ def test_task_normalization_and_grid_are_documented_arguments():
     with pytest.raises(opzoo.ConfigError, match="task_id 31"):
         opzoo.load("pdet-mc-s", **args, task_id=31)
     with pytest.raises(opzoo.ConfigError, match="std: every value must be positive"):
-        opzoo.load("pdet-mc-s", **args, normalization="zscore", mean=[0.0, 0.0], std=[1.0, 0.0])
+        opzoo.load("pdet-mc-s", **{**args, "normalization": "zscore"}, mean=[0.0, 0.0], std=[1.0, 0.0])
+    with pytest.raises(ValueError, match=r"has none: give mean and std .* opzoo compute them from a file's training"):
+        opzoo.load("pdet-mc-s", **{**args, "normalization": "zscore"}).eval()(x)  # the presets' default, unfitted
 
 
 @pytest.mark.slow
@@ -163,7 +166,7 @@ def test_separate_channel_network_has_the_published_sizes(size, hidden, heads):
 
 
 # ---- separate channels ----------------------------------------------------------------------------------------
-SEPARATE_ARGS = {**SMALL, "window_size": 4, "patch_size": 2}
+SEPARATE_ARGS = {**SMALL, "window_size": 4, "patch_size": 2, "normalization": "none"}
 
 
 @pytest.mark.parametrize("name, millions", [("pdet-sc-s", 46), ("pdet-sc-b", 178), ("pdet-sc-l", 701)])

@@ -85,8 +85,9 @@ def test_load_from_the_hub_cache_checks_says_the_license_once_and_matches_opzoo_
     x = torch.randn(1, 64, 64, 1, 4)
     with torch.no_grad():
         want = model(x)
-        standardized = (x - model.field_mean) / model.field_std
-        got = converted(standardized) * model.field_std + model.field_mean
+        mean, std = (t.view(-1) for t in model.constants(x))
+        standardized = (x - mean) / std
+        got = converted(standardized) * std + mean
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     with pytest.raises(opzoo.CheckFailed, match=r"describes another scOT network \(embed_dim: file 8, model 48.*"
                                                 r"opzoo.load\(\.\.\., embed_dim=8"):
@@ -206,8 +207,11 @@ def test_readme_path_finetunes_poseidon_t_on_a_users_file_of_another_pde(monkeyp
                  "--quiet"]) == 0
     assert main(["data", "inspect", str(data)]) == 0
     assert main(["convert", "poseidon", str(ckpt), str(tmp_path / "converted")]) == 0
-    assert main(["eval", str(tmp_path / "converted"), "--data", str(data), "--out", str(tmp_path / "zero")]) == 0
-    assert "persistence" in capsys.readouterr().out
+    # vorticity is none of Poseidon's fields (a converted checkpoint of 4 channels reads upstream's): refused in one
+    # line naming the flags that fit it, never padded
+    assert main(["eval", str(tmp_path / "converted"), "--data", str(data), "--out", str(tmp_path / "zero")]) == 2
+    err = capsys.readouterr().err
+    assert "--field-map FILE=MODEL" in err and "opzoo finetune adapts" in err and len(err.strip().splitlines()) == 1
     # another PDE's fields: its own channel count (the embedding and recovery replaced, as upstream's fine-tuning does)
     own = {**NARROW, "in_channels": 1}
     sets = [f"model.args.{k}={json.dumps(list(v) if isinstance(v, tuple) else v)}" for k, v in own.items()]
@@ -215,8 +219,12 @@ def test_readme_path_finetunes_poseidon_t_on_a_users_file_of_another_pde(monkeyp
                  "--batch-size", "2", "--test-fraction", "0.5", "--set", *sets, "evaluation.plots=false"]) == 0
     out = capsys.readouterr().out
     assert "zero-shot -> fine-tuned" in out and "32x32" in out
+    # the new field's normalization: its training split's statistics, said and kept with the model
+    assert "normalization: vorticity: mean [" in out and "(statistics of trajectories 0-1 of ns.h5" in out
     saved = json.loads((tmp_path / "run" / "model" / "config.json").read_text())
-    assert saved["model_args"]["in_channels"] == 1 and saved["model_args"]["field_mean"] is None
+    assert saved["model_args"]["in_channels"] == 1 and len(saved["model_args"]["field_mean"]) == 1
+    assert saved["pretrained_cfg"]["fields"] == ["vorticity"]
+    assert saved["pretrained_cfg"]["normalization"]["fields"] == ["vorticity"]
     assert main(["eval", str(tmp_path / "run" / "model"), "--data", str(data), "--out", str(tmp_path / "eval")]) == 0
     uploaded = record_pushes(monkeypatch)
     assert main(["push", str(tmp_path / "run" / "model"), "me/poseidon-ns"]) == 0

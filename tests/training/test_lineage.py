@@ -50,13 +50,17 @@ def test_a_chained_fine_tune_carries_its_bases_record(chain, capsys):
     root, f, g, first, second = chain
     record = json.loads((second / "config.json").read_text())["pretrained_cfg"]["training_data"]
     micro = [(name, "dpot-micro") for name in ("ns-nu1e-3.h5", "ns-nu1e-4.h5", "diffusion-reaction.h5", "swe.h5")]
-    assert [(r["file"], r.get("by")) for r in record] == [("G.h5", None), ("F.h5", "dpot-micro"), *micro]
+    # F was trained on by the intermediate model (run1/model), not by dpot-micro, which never saw it
+    assert [(r["file"], r.get("by")) for r in record] == [("G.h5", None), ("F.h5", "run1/model"), *micro]
     assert record[1]["train"] == [0, 5] and len(record[1]["train_hashes"]) == 6
     code, out, _ = scored(capsys, str(second), "--data", str(f), "--out", str(root / "e1"))
-    assert code == 0 and "without trajectories 0-5 trained on by dpot-micro" in out
+    assert code == 0 and "without trajectories 0-5 trained on by run1/model" in out
     assert json.loads((root / "e1" / "eval.json").read_text())["datasets"]["F"]["n_trajectories"] == 2
     card = (second / "README.md").read_text()
-    assert "base_model: dpot-micro\n" in card  # not a folder's name
+    # its parent is a local model with no Hub id: no base_model claims dpot-micro; the body names the lineage
+    assert "base_model:" not in card and "`run1/model`, a local model (lineage: dpot-micro -> run1/model)" in card
+    first_card = (first / "README.md").read_text()
+    assert "base_model: dpot-micro\n" in first_card  # a preset parent is named as such
 
 
 def test_the_same_trajectories_in_another_file_are_recognised(chain, tmp_path, capsys):
@@ -86,7 +90,7 @@ def test_rollout_labels_a_training_trajectory(chain, capsys, tmp_path):
     root, f, g, first, second = chain
     assert main(["rollout", str(second), "--data", str(f), "--index", "2", "--steps", "2",
                  "--save", str(tmp_path / "p.safetensors")]) == 0
-    assert "SEEN IN TRAINING (by dpot-micro)" in capsys.readouterr().out
+    assert "SEEN IN TRAINING (by run1/model)" in capsys.readouterr().out
     assert main(["rollout", str(second), "--data", str(f), "--index", "7", "--steps", "2"]) == 0
     assert "SEEN" not in capsys.readouterr().out
 
@@ -111,9 +115,9 @@ def test_info_of_a_trained_model_shows_its_lineage_data_splits_and_scores(chain,
     root, f, g, first, second = chain
     assert main(["info", str(second)]) == 0
     out = capsys.readouterr().out
-    assert "  lineage:    dpot-micro -> this model" in out
+    assert "  lineage:    dpot-micro -> run1/model -> this model" in out
     assert "    G.h5 (" in out and "by this model" in out
-    assert "    F.h5 (8 trajectories): trained on 0-5 by dpot-micro (6 hashed), held out 6-7 (2 hashed)" in out
+    assert "    F.h5 (8 trajectories): trained on 0-5 by run1/model (6 hashed), held out 6-7 (2 hashed)" in out
     assert "  scores:" in out and "relative L2 over the whole rollout" in out
 
 

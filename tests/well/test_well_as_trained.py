@@ -410,7 +410,8 @@ def test_a_well_file_with_its_fields_in_another_order_gives_the_same_prediction(
         del g["t1_fields/velocity"]
         g["t1_fields"].attrs["field_names"] = []
     assert opzoo_main(["eval", str(tmp_path / "model"), "--data", str(missing), "--out", str(tmp_path / "e2")]) == 2
-    assert "needs field(s) velocity_x, velocity_y, which the file does not have" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "lacking velocity_x, velocity_y, which nothing fills" in err and "--field-map FILE=MODEL" in err
 
 
 # ---- the converter ---------------------------------------------------------------------------------

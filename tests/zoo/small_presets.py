@@ -68,7 +68,9 @@ def small_overrides(name: str) -> dict[str, Any]:
                 "window_size": 4}
     if "normalization" in known and "mean_delta" in known:
         out["normalization"] = "none"
-    return out
+    from opzoo.evaluation.fit import neutral_statistics
+
+    return {**out, **neutral_statistics(name, out)}
 
 
 def small_model(name: str, seed: int = 0) -> opzoo.Backbone:

@@ -101,7 +101,9 @@ class TrajectorySource(abc.ABC):
         self._stamp = _stat_stamp(self.path)  # size and mtime when opened: a change under a run is refused
         self.info: SourceInfo = self._validate(self._h5())
         self._all_fields = list(self.info.fields)  # the file's own channels, in the file's order
-        self._channels: list[int] | None = None  # set by select_channels: which of them are read, in order
+        self._file_spatial = tuple(self.info.spatial_shape)  # the file's own grid
+        self._plan: list | None = None  # set by map_fields: each channel read, an Expression of the file's or a fill
+        self._transpose = False
 
     # -- subclass hooks -------------------------------------------------------------------------
     @classmethod
@@ -158,14 +160,69 @@ class TrajectorySource(abc.ABC):
 
     @property
     def selected_channels(self) -> bool:
-        """Whether :meth:`select_channels` chose the channels read."""
-        return self._channels is not None
+        """Whether :meth:`map_fields` (or :meth:`select_channels`) chose the channels read."""
+        return self._plan is not None
+
+    @property
+    def own_fields(self) -> list[str]:
+        """The file's own channels, in the file's order (whatever a map reads from them)."""
+        return list(self._all_fields)
+
+    @property
+    def present(self) -> list[bool]:
+        """Per channel read: True where it comes from the file, False where it is a fill value (a field the file
+        lacks, read as the value a model was trained with)."""
+        if self._plan is None:
+            return [True] * len(self.info.fields)
+        return [not isinstance(step, float) for step in self._plan]
+
+    @property
+    def fills(self) -> list[float | None]:
+        """Per channel read: its fill value, or None where it comes from the file."""
+        if self._plan is None:
+            return [None] * len(self.info.fields)
+        return [step if isinstance(step, float) else None for step in self._plan]
+
+    def map_fields(self, plan: "list[tuple[str, Any]]", transpose: bool = False) -> None:
+        """Read the channels ``plan`` names, in its order: each ``(name, how)`` with ``how`` an
+        :class:`opzoo.registry.contract.Expression` of the file's channels (a channel by its name, ``a / b``,
+        ``a - 2.5``, ...) or a float (a field the file lacks, read as that value everywhere). ``transpose``: the two
+        spatial axes are swapped (H <-> W) as a model's upstream read the file. ``fields``, ``spatial_shape`` and
+        every later :meth:`read` follow; a content hash still reads the file as it is. Refuses (naming the file) a
+        name the file lacks or a transpose of data that is not 2-D."""
+        from opzoo.registry.contract import Expression
+
+        have = self._all_fields
+        if len(set(have)) != len(have):
+            raise DataFormatError(f"{self.path}: field names must be unique to be matched by name; the file has {have}")
+        names = [name for name, _ in plan]
+        if len(set(names)) != len(names):
+            raise DataFormatError(f"{self.path}: the fields to read name one twice: {names}")
+        steps: list = []
+        for name, how in plan:
+            if isinstance(how, Expression):
+                lacking = [n for n in how.names if n not in have]
+                if lacking:
+                    raise DataFormatError(f"{self.path}: field {name} is read as {how.text}, but the file has no "
+                                          f"{', '.join(lacking)} (it has {', '.join(have)})")
+                steps.append(how)
+            else:
+                steps.append(float(how))
+        spatial = self._file_spatial
+        if transpose and len(spatial) != 2:
+            raise DataFormatError(f"{self.path}: a transpose of the grid swaps two axes, but the data is "
+                                  f"{len(spatial)}-D {list(spatial)}")
+        self._plan, self._transpose = steps, bool(transpose)
+        self.info.fields = names
+        self.info.spatial_shape = tuple(reversed(spatial)) if transpose else tuple(spatial)
 
     def select_channels(self, names: list[str] | tuple[str, ...], fill: float | None = None) -> list[str]:
         """Read only the channels ``names``, in that order, matched by name (never by position): a file
         with a model's fields in another order is reordered. A name the file lacks is refused, naming it, unless
         ``fill`` is given (a model trained with missing fields so filled): that channel then reads as ``fill``
         everywhere. ``fields`` and every later :meth:`read` follow the selection. Returns the names filled."""
+        from opzoo.registry.contract import Expression
+
         have = self._all_fields
         missing = [n for n in names if n not in have]
         if missing and (fill is None or len(missing) == len(names)):
@@ -174,20 +231,20 @@ class TrajectorySource(abc.ABC):
         if len(set(names)) != len(names) or len(set(have)) != len(have):
             raise DataFormatError(f"{self.path}: field names must be unique to be matched by name; the file has "
                                   f"{have}, the model asks for {list(names)}")
-        self._channels = [have.index(n) if n in have else None for n in names]
-        self._fill = fill
-        self.info.fields = list(names)
+        self.map_fields([(n, Expression(n, a=n) if n in have else float(fill)) for n in names])
         return missing
 
-    def _selected(self, window: np.ndarray) -> np.ndarray:
-        """``window [..., C_file]`` -> the selected channels (a filled one: the fill value)."""
-        if None not in self._channels:
-            return window[..., self._channels]
-        window = np.asarray(window)
-        out = np.full((*window.shape[:-1], len(self._channels)), self._fill, dtype=np.float32)
-        for j, c in enumerate(self._channels):
-            if c is not None:
-                out[..., j] = window[..., c]
+    def _mapped(self, window: np.ndarray) -> np.ndarray:
+        """``window [*S_file, t, C_file]`` -> the channels of the plan (``[*S, t, C]``, transposed if asked)."""
+        if self._transpose:
+            window = np.swapaxes(window, 0, 1)
+        have = self._all_fields
+        if all(not isinstance(s, float) and not s.constant and s.op is None and not s.negate for s in self._plan):
+            return window[..., [have.index(s.a) for s in self._plan]]
+        window = np.asarray(window, dtype=np.float32)
+        out = np.empty((*window.shape[:-1], len(self._plan)), dtype=np.float32)
+        for j, step in enumerate(self._plan):
+            out[..., j] = step if isinstance(step, float) else evaluate(step, window, have)
         return out
 
     def read(self, sample: int, t_start: int = 0, t_stop: int | None = None) -> np.ndarray:
@@ -209,17 +266,19 @@ class TrajectorySource(abc.ABC):
                                   f"new one")
         try:
             window = self._read(self._h5(), sample, t_start, t_stop)
-            if self._channels is not None:
-                window = self._selected(window)
+            if self._plan is not None:
+                window = self._mapped(window)
         except OSError as exc:
             raise DataFormatError(
                 f"{self.path}: key '{self._key_of(sample)}': reading sample {sample} "
                 f"frames {t_start}:{t_stop} failed ({exc}); the file is truncated or corrupt"
             ) from exc
         window = np.asarray(window, dtype=np.float32)
-        # the selection's channels, or (a content hash reads without it) the file's own
-        channels = len(self._channels) if self._channels is not None else len(self._all_fields)
-        expected = (*self.info.spatial_shape, t_stop - t_start, channels)
+        # the plan's channels and grid, or (a content hash reads without it) the file's own
+        mapped = self._plan is not None
+        channels = len(self._plan) if mapped else len(self._all_fields)
+        spatial = self.info.spatial_shape if mapped else self._file_spatial
+        expected = (*spatial, t_stop - t_start, channels)
         if window.shape != expected:  # a reader bug, not a user error; fail loudly anyway
             raise DataFormatError(
                 f"{self.path}: key '{self._key_of(sample)}': read {describe_shape(window.shape)}, "
@@ -243,12 +302,12 @@ class TrajectorySource(abc.ABC):
 
         cache = self.__dict__.setdefault("_hashes", {})
         if sample not in cache:
-            channels, check = self._channels, self.check_finite
-            self._channels, self.check_finite = None, False
+            plan, check = self._plan, self.check_finite
+            self._plan, self.check_finite = None, False
             try:
                 cache[sample] = values_hash(self.read(sample))
             finally:
-                self._channels, self.check_finite = channels, check
+                self._plan, self.check_finite = plan, check
         return cache[sample]
 
     def finite_frames(self, sample: int) -> np.ndarray:
@@ -347,6 +406,20 @@ def decode_str_list(value) -> list[str]:
     if isinstance(value, (str, bytes, np.bytes_)):
         return [decode_str(value)]
     return [decode_str(v) for v in np.asarray(value).ravel()]
+
+
+def evaluate(expression, window: np.ndarray, names: list[str]) -> np.ndarray:
+    """An :class:`opzoo.registry.contract.Expression` of the channels ``names`` of ``window [..., C]`` -> ``[...]``."""
+    if expression.constant:
+        return np.full(window.shape[:-1], expression.number, dtype=np.float32)
+    a = window[..., names.index(expression.a)]
+    if expression.negate:
+        return -a
+    if expression.op is None:
+        return a
+    b = window[..., names.index(expression.b)] if expression.b is not None else np.float32(expression.number)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide}[expression.op](a, b)
 
 
 def dt_from_times(times: np.ndarray | None) -> float | None:

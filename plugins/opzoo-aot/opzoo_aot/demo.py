@@ -27,7 +27,7 @@ from torch import nn
 
 from opzoo import MICRO_SUITE, load
 from opzoo.data import FrameShape, TrajectoryDataset, content_hash, split_trajectories
-from opzoo.evaluation import DatasetResult, Persistence, evaluate_dataset, field2d, pyplot, save_figure
+from opzoo.evaluation import DatasetResult, evaluate_dataset, field2d, persistence_result, pyplot, save_figure
 from opzoo.training import generate_dataset
 
 MODELS = ("dpot-micro", "aot-pot-micro")
@@ -58,6 +58,7 @@ def evaluate_on(models: dict[str, nn.Module], files: dict[str, Path], frame_shap
     for name, path in files.items():
         source = TrajectoryDataset(str(path))
         out[name] = {m: evaluate_dataset(model, name, source, frame_shape, keep_first=True) for m, model in models.items()}
+        out[name]["persistence"] = (persistence_result(name, source, frame_shape), None)  # the one persistence
     return out
 
 
@@ -205,7 +206,7 @@ def run_demo(out_dir: str | Path = "demo_out", finetune_steps: int = 300, n_test
     print(f"\n1. held-out data: {n_test} new trajectories of each pretraining PDE (seed {HELD_OUT_SEED})")
     files = {name: make_data(spec, out_dir / "data" / f"{name}-heldout.h5", n_test, HELD_OUT_SEED)
              for name, spec in MICRO_SUITE.items()}
-    results = evaluate_on({**models, "persistence": Persistence()}, files, frame_shape)
+    results = evaluate_on(models, files, frame_shape)
     print_table(results)
 
     ft, persistence = None, None
@@ -216,7 +217,7 @@ def run_demo(out_dir: str | Path = "demo_out", finetune_steps: int = 300, n_test
         train_file = make_data(spec, out_dir / "data" / f"{name}.h5", n_finetune, UNSEEN_SEED)
         ft = finetune_unseen(train_file, out_dir / "finetune", finetune_steps, finetune_lr, batch_size, seed)
         test = split_trajectories(TrajectoryDataset(str(train_file)), FINETUNE_TEST_FRACTION)[1]  # the trainer's test split
-        persistence = evaluate_dataset(Persistence(), name, test, frame_shape)
+        persistence = persistence_result(name, test, frame_shape)
         print(f"\nunseen {name}, l2 full on its held-out trajectories ({finetune_steps} steps, same budget and lr):")
         for label, r in (("persistence baseline", persistence), ("aot-pot-micro zero-shot", ft.zero_shot),
                          ("aot-pot-micro fine-tuned", ft.finetuned), ("aot-pot-micro from scratch", ft.scratch)):

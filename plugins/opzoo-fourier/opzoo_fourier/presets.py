@@ -27,6 +27,19 @@ DPOT_LR_SOURCE = ("DPOT (Hao et al. 2024), sec. 4 and app. A: AdamW with lr 1e-3
 
 DPOT_MODES, DPOT_MICRO_MODES = 32, 8  # DPOT's Fourier modes; the micro setup's (docs/micro.md)
 
+FNO_CONTRACT = opzoo.DataContract(
+    name="fno",
+    normalization=opzoo.Normalization("none", "the model takes the fields as given (the reference scripts normalize "
+                                              "in their data loaders, outside the network)"),
+    other_fields="adapt",
+    other_fields_source="its lifting and projection read and write the channels: adapted to the file's when "
+                        "fine-tuning (new channels initialized)",
+    grid="any grid (Fourier layers keep the lowest modes); a grid smaller than twice the modes is refused",
+    resample="bilinear",
+    boundary="periodic: its Fourier layers assume a periodic domain (no padding, as the reference scripts)",
+    spatial_dims=(1, 2, 3),
+)
+
 
 def dpot_preset_args(size: str | opzoo.PotSize, **overrides) -> dict:
     """DPOT's network at POT size ``size`` (a :data:`opzoo.POT_SIZES` name or a PotSize) in DPOT's setup: the

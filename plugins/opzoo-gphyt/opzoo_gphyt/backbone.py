@@ -2,11 +2,13 @@
 
 ``forward(x: [B, H, W, T_in, C]) -> [B, H, W, 1, C]``. Around the network (:class:`opzoo_gphyt.network.GPhyTNet`):
 
-1. with ``normalization="instance"`` each sample's channels are standardized by their own mean and standard deviation
-   over the window (upstream's ``PhysicsDataset.normalize_data``, its choice when a run does not use the datasets'
-   statistics: ``(x - mean) / (std + 1e-6)``, the unbiased std), and the prediction is brought back; ``"none"``: the
-   network sees the fields as given (the published weights were trained on fields z-scored by each dataset's
-   ``stats.yaml``, by the data pipeline);
+1. with ``normalization="stats"`` (the default, as the published weights were trained: ``use_normalization: true``)
+   each field is z-scored by its data's statistics ``field_mean``/``field_std`` (upstream's ``stats.yaml`` per
+   dataset; for a user's file, its training split's, which opzoo's fit computes): ``(x - mean) / (max(std, 1e-4) +
+   1e-6)``, as upstream's ``WellDataset`` (``min_std`` 1e-4), and the prediction brought back; with
+   ``normalization="instance"`` each sample's channels are standardized by their own mean and standard deviation over
+   the window (upstream's other mode, ``PhysicsDataset.normalize_data``: ``(x - mean) / (std + 1e-6)``, the unbiased
+   std); ``"none"``: the network sees the fields as given;
 2. the frames first, ``[B, T, H, W, C]``;
 3. one step of the integrator (``integrator``, ``step_size``) on the network's time derivative; the last frame.
 """
@@ -14,7 +16,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import Literal, Optional
 
 import torch
 from torch import Tensor
@@ -43,7 +45,11 @@ class GPhyTConfig(opzoo.ModelConfig):
     integrator: Literal["Euler", "Heun", "RK4", "none"] = "Euler"
     step_size: float = 1.0
     dropout: float = 0.0
-    normalization: Literal["instance", "none"] = "instance"
+    normalization: Literal["stats", "instance", "none"] = "stats"
+    field_mean: Optional[tuple[float, ...]] = None  # per channel: its data's statistics (normalization="stats")
+    field_std: Optional[tuple[float, ...]] = None
+
+    per_channel_fields = ("field_mean", "field_std")
 
     def validate(self, source: str = "model_args") -> None:
         if self.in_channels != self.out_channels or self.out_timesteps != 1 or self.spatial_dims != 2:
@@ -63,6 +69,14 @@ class GPhyTConfig(opzoo.ModelConfig):
                                     f"{self.num_heads} heads")
         if self.integrator not in INTEGRATORS:
             raise opzoo.ConfigError(f"{source}.integrator: one of {', '.join(INTEGRATORS)}, got {self.integrator!r}")
+        if (self.field_mean is None) != (self.field_std is None):
+            raise opzoo.ConfigError(f"{source}: give field_mean and field_std together (or neither)")
+        for key in ("field_mean", "field_std"):
+            values = getattr(self, key)
+            if values is not None and len(values) != self.in_channels:
+                raise opzoo.ConfigError(f"{source}.{key}: one value per channel ({self.in_channels}), got {len(values)}")
+        if self.field_std is not None and min(self.field_std) < 0:
+            raise opzoo.ConfigError(f"{source}.field_std: standard deviations are >= 0, got {list(self.field_std)}")
 
     @property
     def tokens(self) -> tuple[int, int, int]:
@@ -76,9 +90,7 @@ class GPhyT(opzoo.Backbone):
     supports_grad_checkpointing = True
     no_weight_decay_keys = ("net.pos_embed",)
     channel_pad_value = 0.0
-    # a dataset without one of the five fields has it all zero (upstream's tests/test_data/test_ind_datasets.py @
-    # 4374116: shear_flow's density and temperature): a file lacking a field reads it as 0.0
-    missing_field_value = 0.0
+    MIN_STD = 1e-4  # upstream's WellDataset(min_std=1e-4): stds are clipped below at this
 
     def __init__(self, config: GPhyTConfig):
         super().__init__(config)
@@ -101,6 +113,15 @@ class GPhyT(opzoo.Backbone):
         frames = x.permute(0, 3, 1, 2, 4)
         if c.normalization == "none":
             return frames, None
+        if c.normalization == "stats":
+            if c.field_mean is None:
+                raise ValueError(f"{self._name()} z-scores each field by its data's statistics, as its weights were "
+                                 f"trained (normalization='stats'), and has none: give field_mean and field_std (one "
+                                 f"per channel), let opzoo compute them from a file's training split (opzoo eval, "
+                                 f"finetune), or choose normalization='instance'")
+            mean = torch.tensor(c.field_mean, dtype=x.dtype, device=x.device)
+            std = torch.tensor(c.field_std, dtype=x.dtype, device=x.device).clamp_min(self.MIN_STD) + 1e-6
+            return (frames - mean) / std, (mean, std)
         mean = frames.mean(dim=(1, 2, 3), keepdim=True)
         std = frames.std(dim=(1, 2, 3), keepdim=True) + 1e-6
         return (frames - mean) / std, (mean, std)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import opzoo
 
-from .converter import model_args, read_checkpoint, to_opzoo_names
+from .converter import model_args, read_checkpoint, recorded_normalization, to_opzoo_names
 
 
 def config_agrees() -> opzoo.PretrainedCheck:
@@ -14,10 +14,16 @@ def config_agrees() -> opzoo.PretrainedCheck:
         path = next(iter(artifacts.files.values()))
         try:
             raw, config = read_checkpoint(path)
-            args = model_args(to_opzoo_names(raw, path), config, str(path), num_heads=c.num_heads,
-                              integrator=c.integrator)
+            # the heads and the integrator as the file records them (or its size's row), never the preset's: a file
+            # recorded with RK4 is another function than the Euler preset, whatever the tensors say
+            args = model_args(to_opzoo_names(raw, path), config, str(path))
         except opzoo.CheckpointError as e:
-            raise opzoo.CheckFailed(str(e)) from None
+            if "pass num_heads" not in str(e):
+                raise opzoo.CheckFailed(str(e)) from None
+            args = model_args(to_opzoo_names(raw, path), config, str(path), num_heads=c.num_heads)
+        recorded = recorded_normalization(config)
+        if recorded is not None:
+            args["normalization"] = recorded if c.normalization != "none" else "none"
         mismatched = {k: (v, getattr(c, k)) for k, v in args.items()
                       if (tuple(getattr(c, k)) if isinstance(v, tuple) else getattr(c, k)) != v}
         if mismatched:
@@ -25,9 +31,10 @@ def config_agrees() -> opzoo.PretrainedCheck:
             raise opzoo.CheckFailed(f"{path} holds another GPhyT network ({detail}); load it with opzoo.load(..., "
                                     + ", ".join(f"{k}={list(a) if isinstance(a, tuple) else a!r}"
                                                 for k, (a, _) in mismatched.items()) + ") if that is what you want")
-        recorded = "its recorded config and " if config is not None else ""
-        return (f"{recorded}the tensors build this network (hidden {args['hidden_dim']}, {args['num_layers']} blocks, "
-                f"derivatives {args['use_derivatives']}, {args['in_timesteps']} frames at "
-                f"{args['img_size'][0]}x{args['img_size'][1]})")
+        said = "its recorded config and " if config is not None else ""
+        return (f"{said}the tensors build this network (hidden {args['hidden_dim']}, {args['num_heads']} heads, "
+                f"{args['num_layers']} blocks, derivatives {args['use_derivatives']}, integrator {args['integrator']}"
+                f", {args['in_timesteps']} frames at {args['img_size'][0]}x{args['img_size'][1]}"
+                + (f", normalization {args['normalization']}" if "normalization" in args else "") + ")")
 
     return opzoo.PretrainedCheck("the recorded config and tensors agree with the preset", run)

@@ -178,6 +178,15 @@ def recorded_args(config: Mapping[str, Any], where: str) -> dict[str, Any]:
     return {k: v for k, v in args.items() if v is not None and v != ()}
 
 
+def recorded_normalization(config: Mapping[str, Any] | None) -> str | None:
+    """How the run that saved the file fed its data (its recorded ``data.use_normalization``): ``"stats"`` (each
+    dataset's statistics), ``"instance"`` (per sample, upstream's other mode), or None when it records nothing."""
+    data = config.get("data") if isinstance(config, Mapping) else None
+    if not isinstance(data, Mapping) or "use_normalization" not in data:
+        return None
+    return "stats" if bool(data["use_normalization"]) else "instance"
+
+
 def model_args(sd: Mapping[str, torch.Tensor], config: Mapping[str, Any] | None, where: str,
                num_heads: int | None = None, integrator: str | None = None) -> dict[str, Any]:
     """The ``gphyt`` config of a state dict (opzoo names) and its recorded config: sizes from the shapes, checked
@@ -210,6 +219,9 @@ def convert_gphyt(path, num_heads: int | None = None, integrator: str | None = N
     raw, config = read_checkpoint(path)
     sd = to_opzoo_names(raw, path)
     args = model_args(sd, config, str(path), num_heads, integrator)
+    recorded = recorded_normalization(config)
+    if recorded is not None:
+        args["normalization"] = recorded
     match = opzoo.get_registry().matching_preset("gphyt", args)
     cfg = pretrained_cfg(match.name if match is not None else None)
     cfg["source"] = f"GPhyT checkpoint {path} (converted by opzoo's 'gphyt' converter)"

@@ -14,7 +14,7 @@ import opzoo
 from .checks import config_agrees
 from .converter import SIZES
 from .network import parameter_count
-from .provenance import HUB_REPO, card_fields, facts, pretrained_cfg
+from .provenance import CONTRACT, HUB_REPO, card_fields, facts, pretrained_cfg
 
 CARDS = files("opzoo_gphyt") / "model_cards"
 SHARED = {"in_channels": 5, "out_channels": 5, "in_timesteps": 4, "img_size": [256, 128], "patch_size": [1, 16, 16],
@@ -39,7 +39,7 @@ GPHYT = opzoo.CheckpointFamily(
         row("gphyt-xl", "XL", "gphyt-XL.pth", 3200),
     ),
     checks=(config_agrees(),), provenance=facts, pretrained_cfg=lambda v: pretrained_cfg(v.name),
-    card=CARDS / "gphyt.md", card_fields=card_fields,
+    card=CARDS / "gphyt.md", card_fields=card_fields, contract=CONTRACT,
 )
 
 FAMILIES = (GPHYT,)

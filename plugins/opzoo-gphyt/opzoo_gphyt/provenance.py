@@ -28,6 +28,74 @@ def at(path: str, commit: str = WEIGHTS_COMMIT) -> str:
 
 CONFIG = at("gphyt/run/scripts/config.yaml")
 MODEL = at("gphyt/model/transformer/model.py")
+PREPROCESS_COMMIT = "6324976"  # 2025-07-16: the last version of gphyt/data/preprocess.py (deleted in e687cce)
+PREPROCESS = f"{REPO} gphyt/data/preprocess.py @ {PREPROCESS_COMMIT}"
+
+
+def _training_set(name: str, *, swap: bool = False, buoyancy: bool = False, momentum: bool = False,
+                  note: str = "") -> opzoo.TrainingSet:
+    """A dataset as ``preprocess.py``'s ``settings[name]`` wrote its training files: ``swap`` (H and W swapped and the
+    velocity components with them), ``conv_buoyancy`` (density := buoyancy), ``conv_momentum`` (velocity := momentum
+    / density); every other field by its name, a missing one all zero (``add_missing_datasets``)."""
+    fields = {}
+    if swap:
+        fields |= {"velocity_x": "velocity_y", "velocity_y": "velocity_x"}
+    if buoyancy:
+        fields["density"] = "buoyancy"
+    if momentum:
+        fields |= {"velocity_x": "momentum_x / density", "velocity_y": "momentum_y / density"}
+    return opzoo.TrainingSet(name, fields, transpose=swap, source=f"{PREPROCESS} (settings[{name!r}])", note=note)
+
+
+TRAINING_SETS = (
+    _training_set("rayleigh_benard", buoyancy=True),
+    _training_set("shear_flow", swap=True),
+    _training_set("turbulent_radiative_layer_2D", swap=True),
+    _training_set("euler_multi_quadrants_periodicBC", momentum=True,
+                  note="upstream resampled momentum and density (bicubic) and then divided; opzoo divides at the "
+                       "file's grid and resamples the velocity: the same where the file is at 256x128"),
+    _training_set("euler_multi_quadrants_openBC", momentum=True,
+                  note="not in the published runs' dataset list; the same map as periodicBC"),
+    _training_set("acoustic_scattering_inclusions",
+                  note="preprocess.py repeats a time-invariant 'density' over time (conv_density); The Well names "
+                       "this dataset's field material_density, which opzoo does not read as density (unverified)"),
+    *(_training_set(n) for n in ("cylinder_sym_flow_water", "cylinder_pipe_flow_water", "object_periodic_flow_water",
+                                 "object_sym_flow_water", "object_sym_flow_air", "heated_object_pipe_flow_air",
+                                 "cooled_object_pipe_flow_air", "rayleigh_benard_obstacle", "twophase_flow")),
+)
+
+CONTRACT = opzoo.DataContract(
+    name="gphyt",
+    fields=tuple(FIELDS),
+    units="each dataset's own (The Well's and the authors' simulations), z-scored per dataset",
+    training_sets=TRAINING_SETS,
+    absent={f: 0.0 for f in FIELDS},
+    absent_source=f"as upstream wrote its training files (add_missing_datasets: zeros; {PREPROCESS})",
+    other_fields="adapt",
+    other_fields_source="the patch (de)tokenizer's channels adapted: new input channels start at zero",
+    rollout_note="the training files held the absent fields at zero",
+    grid="256x128 (its position table); another grid is resampled to it, or the table interpolated when fine-tuning "
+         "at --resolution H W",
+    resample="bicubic",
+    resample_source=f"as upstream's preprocess.py resampled every dataset to 256x128 (interpolate_data, bicubic, "
+                    f"align_corners=False; {PREPROCESS})",
+    boundary="what its training sets had (walls, inflow/outflow and periodic domains): no boundary input",
+    spatial_dims=(2,),
+    normalization=opzoo.Normalization(
+        "training-split",
+        "each field z-scored by its statistics over the training split ((x - mean) / (max(std, 1e-4) + 1e-6)), as "
+        "upstream z-scored each dataset by its stats.yaml (use_normalization: true)",
+        source=at("gphyt/data/well_dataset.py") + " (min_std 1e-4); " + at("gphyt/data/normalize.py")
+        + " (compute_statistics: over the train files, population std); " + CONFIG,
+        breaks="a file whose training split does not represent its test trajectories",
+        config=("field_mean", "field_std"),
+        by_config={"instance": "per-sample", "none": "none"},
+        alternatives={"per-sample": "each sample's channels standardized over the input window ((x - mean) / (std + "
+                                    "1e-6), unbiased std: upstream's other mode, not the published weights')",
+                      "none": "the network sees the fields as given (normalization='none'): z-score them as "
+                              "upstream did"},
+        min_std=1e-4),
+)
 
 
 def facts(variant: opzoo.Variant) -> tuple[opzoo.Fact, ...]:
@@ -68,17 +136,21 @@ def facts(variant: opzoo.Variant) -> tuple[opzoo.Fact, ...]:
              "(t1); 4 input frames, frame stride dt_stride drawn from [1, 8] in training",
              at("gphyt/data/dataset_utils.py") + " (include_field_names); " + CONFIG + " (n_steps_input 4, "
              "dt_stride [1, 8])"),
-        Fact("normalization", "each field z-scored by its dataset's stats.yaml mean and std ((x - mean) / (std + "
-             "1e-6), std clipped at min_std), by the data pipeline (use_normalization true); outputs in those "
-             "units. opzoo's default normalization='instance' is upstream's other mode (per sample and channel over "
-             "the window, used when use_normalization is false); 'none' takes fields you z-scored",
-             at("gphyt/data/well_dataset.py") + " (_reconstruct_fields); " + at("gphyt/data/phys_dataset.py")
-             + " (normalize_data); " + CONFIG + " (use_normalization: true)", verified=False,
-             alternatives=("dataset statistics: normalize with The Well's stats.yaml and use normalization='none'",)),
-        Fact("missing fields", "a dataset without one of the five fields has it all zero (shear_flow's density and "
-             "temperature are checked to be zero by upstream's own tests); opzoo reads a field the file lacks as 0.0 "
-             "and says so (missing_field_value)", at("tests/test_data/test_ind_datasets.py") + " (test_shear_flow_"
-             "dataset); " + at("gphyt/data/dataset_utils.py") + " (include_field_names)"),
+        Fact("normalization", "each field z-scored by its dataset's stats.yaml mean and std ((x - mean) / (max(std, "
+             "1e-4) + 1e-6)) by the data pipeline (use_normalization: true); opzoo's normalization='stats' does it "
+             "inside the model with field_mean/field_std, which opzoo's fit computes from a file's training split as "
+             "upstream's compute_statistics did over its train files (the published runs' recorded config is read by "
+             "the load check)", at("gphyt/data/well_dataset.py") + " (min_std, _reconstruct_fields); "
+             + at("gphyt/data/normalize.py") + " (compute_statistics); " + CONFIG + " (use_normalization: true)"),
+        Fact("missing fields", "a dataset without one of the five fields has it all zero (upstream's preprocess.py "
+             "wrote zeros: add_missing_datasets); opzoo reads a field the file lacks as 0.0 and says so",
+             PREPROCESS + " (add_missing_datasets); " + at("tests/test_data/test_ind_datasets.py")
+             + " (test_shear_flow_dataset)"),
+        Fact("training files", "upstream rewrote each dataset before training: every field resampled to 256x128 "
+             "(bicubic), shear_flow and turbulent_radiative_layer_2D transposed (velocity components swapped), "
+             "rayleigh_benard's buoyancy as density, euler_multi_quadrants' velocity as momentum / density; opzoo "
+             "reads a file of one of them the same way (docs/data-contract.md)", PREPROCESS + " (settings, "
+             "process_hdf5; deleted in e687cce)"),
         Fact("native grid", "256 x 128 (H x W), the position table's grid; other grids are resampled by opzoo's "
              "data pipeline (and said), or the table is interpolated when fine-tuning at another grid",
              CONFIG + " (out_shape [256, 128]); " + MODEL + " (AbsPositionalEmbedding)"),
@@ -99,7 +171,8 @@ def pretrained_cfg(preset: str | None) -> dict[str, Any]:
     if preset is None:
         return cfg
     return {**cfg, "fields": list(FIELDS), "datasets": list(DATASETS),
-            "normalization": "each field z-scored by its dataset's stats.yaml, by the data pipeline",
+            "normalization": "each field z-scored by its dataset's stats.yaml, by the data pipeline; opzoo: by the "
+                             "statistics of the training split of a user's file, inside the model",
             "license": "MIT (code); weights: not stated"}
 
 

@@ -9,8 +9,11 @@
 2. the spatial axes go right-aligned to upstream's ``(D, H, W)`` (1-D data on ``W``, 2-D on ``(H, W)``);
 3. with ``normalization="revin"`` each sample's fields are standardized by their own mean and variance over the
    input window (reversible instance normalization, ``(x - mu) / sqrt(var + eps)``), and the prediction is brought
-   back with the same statistics; ``"none"``: the network sees the input as given (upstream's network on data that
-   its scripts normalized beforehand, which opzoo's parity tests use);
+   back with the same statistics; a field uniform over the window (variance below ``eps``: a velocity at rest) is
+   refused, since it would be normalized to 0 and never change (upstream's RevIN is over the whole trajectory, which a
+   forecast cannot see); ``"stats"``: each channel z-scored by ``field_mean``/``field_std`` (its data's statistics,
+   which opzoo's fit computes from a file's training split) and brought back; ``"none"``: the network sees the input
+   as given (upstream's network on data that its scripts normalized beforehand, which opzoo's parity tests use);
 4. the predicted frame's fields back to channels: a vector field's components as they are, a scalar field as the mean
    of its repeated copies.
 """
@@ -54,10 +57,12 @@ class MorphConfig(opzoo.ModelConfig):
     dropout: float = 0.1
     emb_dropout: float = 0.1
     field_components: Optional[list[int]] = None  # components per field in channel order; None: each channel a scalar
-    normalization: Literal["revin", "none"] = "revin"
+    normalization: Literal["revin", "stats", "none"] = "revin"
     revin_eps: float = 1e-6
+    field_mean: Optional[tuple[float, ...]] = None  # per channel (normalization="stats")
+    field_std: Optional[tuple[float, ...]] = None
 
-    per_channel_fields = ("field_components",)
+    per_channel_fields = ("field_components", "field_mean", "field_std")
 
     def validate(self, source: str = "model_args") -> None:
         if self.in_channels != self.out_channels or self.out_timesteps != 1:
@@ -75,6 +80,14 @@ class MorphConfig(opzoo.ModelConfig):
             raise opzoo.ConfigError(f"{source}.conv_filters: {self.conv_filters} is not a multiple of 8")
         if self.revin_eps <= 0:
             raise opzoo.ConfigError(f"{source}.revin_eps: must be > 0, got {self.revin_eps}")
+        if (self.field_mean is None) != (self.field_std is None):
+            raise opzoo.ConfigError(f"{source}: give field_mean and field_std together (or neither)")
+        for key in ("field_mean", "field_std"):
+            values = getattr(self, key)
+            if values is not None and len(values) != self.in_channels:
+                raise opzoo.ConfigError(f"{source}.{key}: one value per channel ({self.in_channels}), got {len(values)}")
+        if self.field_std is not None and min(self.field_std) <= 0:
+            raise opzoo.ConfigError(f"{source}.field_std: every value must be > 0, got {list(self.field_std)}")
         self.fields(source)
 
     def fields(self, source: str = "model_args") -> tuple[list[int], int]:
@@ -167,18 +180,52 @@ class Morph(opzoo.Backbone):
         var = v.var(dim=dims, keepdim=True, unbiased=False)
         return mean, torch.sqrt(var + self.config.revin_eps)
 
+    def _channel_stats(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        c = self.config
+        if c.field_mean is None:
+            raise ValueError(f"{self._name()}: normalization='stats' z-scores each channel by its data's statistics, "
+                             f"and it has none: give field_mean and field_std (one per channel), or let opzoo compute "
+                             f"them from a file's training split (opzoo eval, finetune)")
+        return (torch.tensor(c.field_mean, dtype=x.dtype, device=x.device),
+                torch.tensor(c.field_std, dtype=x.dtype, device=x.device))
+
     def _normalized(self, x: Tensor) -> tuple[Tensor, tuple[Tensor, Tensor] | None, tuple[int, ...]]:
         grid = self.check_input(x)
+        mode = self.config.normalization
+        if mode == "stats":
+            mean, std = self._channel_stats(x)
+            return self.to_fields((x - mean) / std), None, grid
         v = self.to_fields(x)
-        if self.config.normalization == "none":
+        if mode == "none":
             return v, None, grid
         stats = self.revin_stats(v)
+        self._refuse_frozen(v, stats)
         return (v - stats[0]) / stats[1], stats, grid
+
+    def _refuse_frozen(self, v: Tensor, stats: tuple[Tensor, Tensor]) -> None:
+        """RevIN on the window breaks where a field is uniform over it: its variance is 0, so it is normalized to 0
+        and de-normalized by sqrt(eps), and a rollout can never move it (a velocity starting at rest stays frozen)."""
+        var = stats[1].detach().square() - self.config.revin_eps  # [B, 1, F, 1, 1, 1, 1]
+        flat = var.reshape(var.shape[0], -1)
+        if bool((flat < self.config.revin_eps).any()):
+            b, f = (int(i) for i in (flat < self.config.revin_eps).nonzero()[0])
+            groups, _ = self.config.fields()
+            first = sum(groups[:f])
+            chans = f"channel {first}" if groups[f] == 1 else f"channels {first}-{first + groups[f] - 1}"
+            raise ValueError(f"{self._name()}: field {f} ({chans}) of sample {b} is uniform over the input window "
+                             f"(variance below revin_eps={self.config.revin_eps:g}): RevIN on the window would "
+                             f"normalize it to 0 and it could never change (upstream's RevIN is over the whole "
+                             f"trajectory, which a forecast cannot see); use normalization='stats' (--set "
+                             f"model.args.normalization=stats: each channel by its training split's statistics)")
 
     def _physical(self, y: Tensor, stats, grid) -> Tensor:
         if stats is not None:
             y = y * stats[1][:, 0] + stats[0][:, 0]
-        return self.from_fields(y, grid)
+        out = self.from_fields(y, grid)
+        if self.config.normalization == "stats":
+            mean, std = self._channel_stats(out)
+            out = out * std + mean
+        return out
 
     def forward(self, x: Tensor) -> Tensor:
         v, stats, grid = self._normalized(x)

@@ -13,7 +13,7 @@ import opzoo
 from .checks import tensors_agree
 from .converter import SIZES
 from .network import parameter_count
-from .provenance import HUB_REPO, HUB_SUBFOLDER, card_fields, facts, pretrained_cfg
+from .provenance import CONTRACT, HUB_REPO, HUB_SUBFOLDER, card_fields, facts, pretrained_cfg
 
 CARDS = files("opzoo_morph") / "model_cards"
 FM = {"patch_size": 8, "max_patches": 4096, "max_fields": 3, "max_components": 3, "heads_xa": 32}
@@ -39,7 +39,7 @@ MORPH = opzoo.CheckpointFamily(
         row("morph-l", "L", "morph-L-FM-max_ar16_ep189_latestbatch.pth", 189, 16, "~480M (with AR1:16)"),
     ),
     checks=(tensors_agree(),), provenance=facts, pretrained_cfg=lambda v: pretrained_cfg(v.name),
-    card=CARDS / "morph.md", card_fields=card_fields,
+    card=CARDS / "morph.md", card_fields=card_fields, contract=CONTRACT,
 )
 
 FAMILIES = (MORPH,)

@@ -28,6 +28,32 @@ def at(path: str, commit: str = HEAD) -> str:
 
 NETWORK = at("src/utils/vit_conv_xatt_axialatt2.py", MODEL_CODE)
 
+CONTRACT = opzoo.DataContract(
+    name="morph",
+    fields=None,
+    units="each trajectory's own, RevIN-normalized",
+    other_fields="any",
+    other_fields_source="no tensor depends on the channel count: up to 3 fields of up to 3 components "
+                        "(field_components groups the channels)",
+    grid="any grid whose axes are 1 or multiples of its patch 8 (the position table is resampled to the patches), "
+         "up to 4096 patches; 1-D, 2-D or 3-D with the same weights",
+    resample="bilinear",
+    resample_source="to the nearest multiple of the patch (opzoo's)",
+    boundary="no boundary input; its pretraining sets mix periodic and non-periodic domains",
+    spatial_dims=(1, 2, 3),
+    normalization=opzoo.Normalization(
+        "per-sample",
+        "RevIN: each sample's fields standardized over the input window ((x - mu) / sqrt(var + 1e-6)) inside the "
+        "model, and the prediction brought back; upstream's is over each whole trajectory, before training",
+        source=at("src/utils/normalization.py") + " (RevIN)",
+        breaks="a field uniform over the input window (a field at rest) is refused: use normalization='stats'",
+        config=("field_mean", "field_std"), by_config={"stats": "training-split", "none": "none"},
+        alternatives={"training-split": "each channel z-scored by its statistics over the training split "
+                                        "(normalization='stats'), inside the model",
+                      "none": "the network sees the fields as given (normalization='none'): RevIN-normalize them as "
+                              "upstream did"}),
+)
+
 
 def facts(variant: opzoo.Variant) -> tuple[opzoo.Fact, ...]:
     Fact = opzoo.Fact
@@ -107,8 +133,9 @@ def facts(variant: opzoo.Variant) -> tuple[opzoo.Fact, ...]:
 
 def pretrained_cfg(preset: str | None) -> dict[str, Any]:
     """The facts of a published checkpoint (``preset``), or of another MORPH file (None: its training is unknown)."""
-    cfg: dict[str, Any] = {"in_timesteps": 1, "finetune_lr": 1e-3,
-                           "finetune_lr_source": "the pretraining lr (" + at("config/argument_parser.py") + ")"}
+    cfg: dict[str, Any] = {"in_timesteps": 1, "finetune_lr": 1e-4,
+                           "finetune_lr_source": "upstream's fine-tuning lr (" + at("scripts/finetune_MORPH_general.py")
+                           + " --lr and --lr_level4 default 1e-4, L70 and L105; 1e-3 is the pretraining lr)"}
     if preset is None:
         return cfg
     return {**cfg, "datasets": list(PRETRAINING),

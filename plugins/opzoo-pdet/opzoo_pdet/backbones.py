@@ -58,7 +58,7 @@ class PdetConfig(opzoo.ModelConfig):
         if (self.in_timesteps, self.out_timesteps, self.spatial_dims) != (1, 1, 2):
             raise opzoo.ConfigError("in_timesteps/out_timesteps/spatial_dims: a PDE-Transformer maps one 2D frame to "
                                     f"the next, got {self.in_timesteps}/{self.out_timesteps}/{self.spatial_dims}")
-        if self.normalization == "zscore":
+        if self.normalization == "zscore" and (self.mean or self.std):  # none yet: fitted from data before use
             for key in ("mean", "std"):
                 if len(getattr(self, key)) != self.in_channels or self.in_channels != self.out_channels:
                     raise opzoo.ConfigError(f"{key}: normalization='zscore' needs one value per channel "
@@ -155,9 +155,14 @@ class PdetBackbone(opzoo.Backbone):
         """``[B, H, W, 1, C]`` physical -> ``[B, H, W, C]`` standardized (the identity with ``normalization='none'``),
         after checking the shape."""
         c = self.config
+        name = self.preset_name or type(self).__name__
         if x.ndim != 5 or tuple(x.shape[-2:]) != (1, c.in_channels):
-            raise ValueError(f"{self.preset_name or type(self).__name__} expects [B, X, Y, T_in=1, C={c.in_channels}], "
-                             f"got {list(x.shape)}")
+            raise ValueError(f"{name} expects [B, X, Y, T_in=1, C={c.in_channels}], got {list(x.shape)}")
+        if c.normalization == "zscore" and not c.mean:
+            raise ValueError(f"{name} standardizes each channel by its dataset's mean and std, as its weights were "
+                             f"trained (normalization='zscore'), and has none: give mean and std (one per channel), let "
+                             f"opzoo compute them from a file's training split (opzoo eval, finetune), or pass "
+                             f"normalization='none' for fields you standardized")
         return (x[..., 0, :] - self.mean) / self.std
 
 

@@ -15,10 +15,11 @@ import opzoo
 from .backbones import DEPTH, SIZES
 from .checks import config_agrees
 from .converter import CONFIG_FILE, WEIGHTS_FILE
-from .provenance import HUB_REPO, card_fields, mixed_facts, pretrained_cfg, reported_result, separate_facts
+from .provenance import HUB_REPO, card_fields, contract, mixed_facts, pretrained_cfg, reported_result, separate_facts
 
 CARDS = files("opzoo_pdet") / "model_cards"
-SHARED_ARGS = {"depth": list(DEPTH), "in_channels": 2, "out_channels": 2, "periodic": True}
+SHARED_ARGS = {"depth": list(DEPTH), "in_channels": 2, "out_channels": 2, "periodic": True,
+               "normalization": "zscore"}  # with each file's statistics (the fit's), as pretrained per dataset
 
 
 def row(name: str, subfolder: str, size: str, size_word: str, nrmse: tuple[float, float], params: str) -> opzoo.Variant:
@@ -38,6 +39,7 @@ MIXED = opzoo.CheckpointFamily(
     ),
     checks=lambda v: (config_agrees(v["subfolder"], "pdet-mc"),), provenance=mixed_facts, results=reported_result,
     pretrained_cfg=pretrained_cfg("pdet-mc"), card=CARDS / "pdet-mc.md", card_fields=card_fields,
+    contract=contract("pdet-mc"),
 )
 
 SEPARATE = opzoo.CheckpointFamily(
@@ -49,6 +51,7 @@ SEPARATE = opzoo.CheckpointFamily(
     ),
     checks=lambda v: (config_agrees(v["subfolder"], "pdet-sc"),), provenance=separate_facts, results=reported_result,
     pretrained_cfg=pretrained_cfg("pdet-sc"), card=CARDS / "pdet-sc.md", card_fields=card_fields,
+    contract=contract("pdet-sc"),
 )
 
 FAMILIES = (MIXED, SEPARATE)

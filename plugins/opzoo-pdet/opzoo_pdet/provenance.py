@@ -195,6 +195,39 @@ TRAIN_LR = 4e-5  # config/ape_2d/supervised/pde-{mc,sc}-*-mse.yaml trainer.base_
 TRAIN_GRID = {"pdet-mc": 256, "pdet-sc": 256}
 
 
+def contract(architecture: str) -> opzoo.DataContract:
+    """What a PDE-Transformer of ``architecture`` takes from a user's file (docs/data-contract.md)."""
+    mixed = architecture == "pdet-mc"
+    return opzoo.DataContract(
+        name=architecture,
+        fields=None,
+        units="each dataset's own, standardized per dataset",
+        pad_value=0.0 if mixed else None,
+        other_fields="pad" if mixed else "any",
+        other_fields_source=(f"fewer channels padded with zeros, as its data pipeline pads a PDE's missing channels "
+                             f"({at('pdetransformer/data/multi_module.py', HEAD)}); more adapt the patch embedding and "
+                             f"final layer when fine-tuning") if mixed else
+                            "each channel is a token of its own: no tensor depends on the channel count",
+        rollout_note="as pdetransformer zeroes the padded channels of its predictions" if mixed else "",
+        grid="any grid that suits its patches and windows (no resolution-bound embedding); trained at 256x256",
+        resample="bilinear",
+        resample_source="to the nearest grid it runs at (opzoo's)",
+        boundary="periodic shifted windows (periodic=True, as pretrained) or walls (periodic=False): follows what the "
+                 "files state",
+        spatial_dims=(2,),
+        normalization=opzoo.Normalization(
+            "training-split",
+            "each channel standardized by its statistics over the training split inside the model, as its data "
+            "pipeline standardized each dataset by its own mean and std (normalize_data: mean-std)",
+            source=at("config/ape_2d/data/multi_task_norm.yaml") + "; "
+            + at("pdetransformer/data/pbdl_dataloader/normalization.py"),
+            breaks="a file whose training split does not represent its test trajectories",
+            config=("mean", "std"), by_config={"none": "none"},
+            alternatives={"none": "the network sees the fields as given (normalization='none'): standardize them as "
+                                  "its pretraining data were"}),
+    )
+
+
 def pretrained_cfg(architecture: str = "pdet-mc", published: bool = True) -> dict[str, Any]:
     """The facts of a published checkpoint of ``architecture``; ``published=False`` (another checkpoint, converted):
     its training grid is unknown and not recorded (config.json's sample_size is not it)."""
@@ -209,8 +242,9 @@ def pretrained_cfg(architecture: str = "pdet-mc", published: bool = True) -> dic
         **({"resolution": [sample_size, sample_size]} if isinstance(sample_size, int) else {}),
         "datasets": ["APE-2D (PBDL): 17 datasets of 10 PDEs, diffusion to Kolmogorov flow"],
         "normalization": "per-dataset mean/std of each field, by pdetransformer's data pipeline (mean-std)",
-        "input_normalization": "fields standardized with their dataset's mean/std (normalization='zscore' with "
-                               "mean/std does it inside the model; the default 'none' takes standardized fields)",
+        "input_normalization": "fields standardized with their dataset's mean/std: normalization='zscore' does it "
+                               "inside the model with mean/std, which opzoo's fit computes from a file's training "
+                               "split; normalization='none' takes standardized fields",
         "tasks": labels,
         "finetune_lr": TRAIN_LR,
         "finetune_lr_source": "the pretraining lr (" + at(config) + ")",

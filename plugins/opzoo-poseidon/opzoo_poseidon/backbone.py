@@ -98,10 +98,13 @@ class Poseidon(opzoo.Backbone):
                            skip_connections=tuple(c.skip_connections), window_size=c.window_size,
                            mlp_ratio=c.mlp_ratio, eps=c.layer_norm_eps)
         self.net.init_weights()
-        mean = torch.tensor(c.field_mean if c.field_mean is not None else [0.0] * c.in_channels)
-        std = torch.tensor(c.field_std if c.field_std is not None else [1.0] * c.in_channels)
-        self.register_buffer("field_mean", mean, persistent=False)
-        self.register_buffer("field_std", std, persistent=False)
+
+    def constants(self, like: Tensor) -> tuple[Tensor, Tensor]:
+        """``(mean, std)`` ``[1, C, 1, 1]`` at ``like``'s dtype, made from the config's numbers (float64 stays float64:
+        not rounded through a float32 buffer)."""
+        c = self.config
+        mean = torch.tensor(c.field_mean, dtype=like.dtype, device=like.device).view(1, -1, 1, 1)
+        return mean, torch.tensor(c.field_std, dtype=like.dtype, device=like.device).view(1, -1, 1, 1)
 
     def _name(self) -> str:
         return self.preset_name or "poseidon"
@@ -118,13 +121,15 @@ class Poseidon(opzoo.Backbone):
                              f"{h}x{w}; resample the data to a square grid first (opzoo eval --resolution N N)")
         frame = x[:, :, :, 0].permute(0, 3, 1, 2)
         if c.field_mean is not None:
-            frame = (frame - self.field_mean.view(1, -1, 1, 1)) / self.field_std.view(1, -1, 1, 1)
+            mean, std = self.constants(frame)
+            frame = (frame - mean) / std
         return frame
 
     def _physical(self, y: Tensor) -> Tensor:
         """``[B, C, n, n]`` -> ``[B, n, n, C]`` in the data's units."""
         if self.config.field_mean is not None:
-            y = y * self.field_std.view(1, -1, 1, 1) + self.field_mean.view(1, -1, 1, 1)
+            mean, std = self.constants(y)
+            y = y * std + mean
         return y.permute(0, 2, 3, 1)
 
     def _times(self, x: Tensor, lead_time) -> Tensor:

@@ -12,7 +12,7 @@ import opzoo
 
 from .checks import config_and_tensors_agree
 from .network import parameter_count
-from .provenance import FIELD_MEAN, FIELD_STD, LEAD_TIME, card_fields, facts, hub_repo, pretrained_cfg
+from .provenance import CONTRACT, FIELD_MEAN, FIELD_STD, LEAD_TIME, card_fields, facts, hub_repo, pretrained_cfg
 
 CARDS = files("opzoo_poseidon") / "model_cards"
 SHARED = {"in_channels": 4, "out_channels": 4, "image_size": 128, "patch_size": 4, "num_heads": (3, 6, 12, 24),
@@ -38,7 +38,7 @@ POSEIDON = opzoo.CheckpointFamily(
         row("poseidon-l", "L", 192, 8),
     ),
     checks=(config_and_tensors_agree(),), provenance=facts, pretrained_cfg=lambda v: pretrained_cfg(v.name),
-    card=CARDS / "poseidon.md", card_fields=card_fields,
+    card=CARDS / "poseidon.md", card_fields=card_fields, contract=CONTRACT,
 )
 
 FAMILIES = (POSEIDON,)

@@ -29,6 +29,46 @@ def at(path: str, commit: str = PAPER_COMMIT) -> str:
 
 MODEL = at("scOT/model.py")
 TRAIN = at("scOT/train.py")
+COMPRESSIBLE = at("scOT/problems/fluids/compressible.py")
+INCOMPRESSIBLE = at("scOT/problems/fluids/incompressible.py")
+# CompressibleBase.__getitem__ subtracts each dataset's mean_pressure before the constants (L236-237 @ v1-paper)
+MEAN_PRESSURE = {"CE-Gauss": 2.513, "CE-KH": 1.0, "CE-RP": 0.215, "CE-CRP": 0.553, "CE-RPUI": 1.33}
+CLASS_OF = {"CE-Gauss": "Gaussians", "CE-KH": "KelvinHelmholtz", "CE-RP": "Riemann", "CE-CRP": "RiemannCurved",
+            "CE-RPUI": "RiemannKelvinHelmholtz"}
+
+TRAINING_SETS = (
+    *(opzoo.TrainingSet(name, source=INCOMPRESSIBLE + " (IncompressibleBase: velocity read, density ones and pressure "
+                        "zeros added)") for name in ("NS-Sines", "NS-Gauss")),
+    *(opzoo.TrainingSet(name, mean={"pressure": p}, source=f"{COMPRESSIBLE} ({CLASS_OF[name]}.mean_pressure, "
+                        f"subtracted in CompressibleBase.__getitem__)") for name, p in MEAN_PRESSURE.items()),
+)
+
+CONTRACT = opzoo.DataContract(
+    name="poseidon",
+    fields=tuple(FIELDS),
+    units="the pretraining operators' nondimensional units",
+    training_sets=TRAINING_SETS,
+    absent={"density": 1.0, "pressure": 0.0},
+    absent_source=f"as upstream read its incompressible datasets: density ones, pressure zeros ({INCOMPRESSIBLE})",
+    other_fields="adapt",
+    other_fields_source=f"upstream fine-tunes on other fields with from_pretrained(..., ignore_mismatched_sizes=True): "
+                        f"the embedding's and recovery's channel-shaped tensors start afresh, the rest is kept ({TRAIN})",
+    rollout_note="upstream's incompressible data held density 1 and pressure 0 in every frame",
+    grid="any square grid with an even side (Fourier-resampled to 128x128 inside and back, as upstream's forward); "
+         "another grid is resampled to 128x128 first",
+    resample="bilinear",
+    resample_source="opzoo's, for grids upstream does not take (it assumes square ones)",
+    boundary="no boundary input; its pretraining operators are posed on the periodic unit square (unverified here)",
+    spatial_dims=(2,),
+    normalization=opzoo.Normalization(
+        "constants",
+        f"each field standardized by the pretraining constants, mean {list(FIELD_MEAN)} and std {list(FIELD_STD)}, "
+        "inside the model, after pressure's per-dataset mean is subtracted",
+        source=at("scOT/problems/fluids/normalization_constants.py") + "; " + COMPRESSIBLE + " (L236-237)",
+        breaks="fields far from the pretraining constants (a physical pressure without its dataset mean enters "
+               "many stds off)",
+        config=("field_mean", "field_std"), dataset_mean=("pressure",)),
+)
 
 
 def hub_repo(size: str) -> str:
@@ -51,8 +91,10 @@ def facts(variant: opzoo.Variant) -> tuple[opzoo.Fact, ...]:
         Fact("code that trained the weights", f"{REPO} at tag {PAPER_TAG} ({PAPER_COMMIT}, 2024-06-20) with "
              "transformers 4.29.2 and torch 2.0.1 (its pyproject.toml pins them; Swin-v2's attention comes from "
              "transformers, whose 4.29.2 adds the shifted windows' mask twice); main changed scOT/model.py in "
-             "6c9b24e (an init rule) and ba06215 (caches), and computes the same (tests/poseidon)",
-             at("pyproject.toml") + "; " + at("scOT/model.py", MAIN_COMMIT) + " (git log v1-paper..main)"),
+             "ba06215 (caches) and computes the same (tests/poseidon); 6c9b24e (an init rule) is on the branch "
+             "drop-version-req, not on main",
+             at("pyproject.toml") + "; " + at("scOT/model.py", MAIN_COMMIT) + " (git log v1-paper..main); "
+             + f"{REPO} refs/heads/drop-version-req @ 6c9b24e"),
         Fact("architecture", f"scOT {size}: embed {a['embed_dim']}, depths {list(a['depths'])}, heads "
              f"{list(a['num_heads'])}, ConvNeXt skips {list(a['skip_connections'])}, windows of 16, 4x4 patches at "
              f"128x128, MLP ratio 4, time-conditioned layer norms; {variant['params']:,} parameters",

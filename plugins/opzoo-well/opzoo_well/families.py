@@ -17,7 +17,7 @@ from .architectures import AS_TRAINED, WEIGHTS_FILE, backbone_name, hub_repo, mo
 from .cards import variant_card_fields
 from .checks import CONFIG_FILE, checks_for
 from .datasets import DATASETS
-from .provenance import checkpoint_facts, dataset_facts, reported_result
+from .provenance import CONTRACT, checkpoint_facts, dataset_facts, reported_result
 
 CARD = files("opzoo_well") / "model_cards" / "well.md"
 
@@ -37,7 +37,7 @@ def family(arch: str, rows: tuple[tuple[str, str, int, str], ...]) -> opzoo.Chec
         provenance=lambda v: [*checkpoint_facts(v), *dataset_facts(v["dataset"])],
         results=lambda v: (reported_result(v),),
         pretrained_cfg=lambda v: pretrained_cfg(arch, v["dataset"], trained_lr=v["lr"]),
-        card=CARD, card_fields=variant_card_fields)
+        card=CARD, card_fields=variant_card_fields, contract=CONTRACT)
 
 
 FNO = family("fno", (

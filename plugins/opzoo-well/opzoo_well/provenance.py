@@ -8,6 +8,7 @@ on the real files, a load check does (``checks.py``).
 
 from __future__ import annotations
 
+import opzoo
 from opzoo import Fact, Result, Variant
 
 from .architectures import ARCHITECTURES, N_STEPS_INPUT, hub_repo
@@ -139,3 +140,24 @@ def reported_result(variant: Variant) -> Result:
     return Result(variant["dataset"], "VRMSE", float(variant["vrmse"]), "The Well",
                   source=f"https://github.com/{REPO}/blob/{UPLOAD_SCRIPT}/{readme}", split="test",
                   metric_name="test VRMSE")
+
+
+CONTRACT = opzoo.DataContract(
+    name="the-well",
+    fields=None,  # each preset names its dataset's fields (pretrained_cfg["fields"]); read by name
+    units="its dataset's own (The Well's HDF5 files)",
+    other_fields="refuse",
+    other_fields_source="opzoo-well adapts no channel-shaped tensor (its backbones have no io_layout)",
+    grid="its dataset's grid; another is resampled to it (the FNOs run any grid, the U-Nets multiples of 16 or 2^stages)",
+    resample="bilinear",
+    resample_source="opzoo's (The Well trains and tests at each dataset's own grid)",
+    boundary="its dataset's (The Well's boundary_conditions); no boundary input",
+    spatial_dims=(2, 3),
+    normalization=opzoo.Normalization(
+        "constants",
+        "each field z-scored by its dataset's stats.yaml mean and std inside the model (stds clipped at 1e-4), as The "
+        "Well's trainer does",
+        source=at("the_well/data/normalization.py") + " (ZScoreNormalization)",
+        breaks="a file of the same fields on another scale than the dataset's"),
+)
+
