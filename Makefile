@@ -18,7 +18,7 @@ PDET_PINS := pdetransformer==0.1.11 diffusers==0.33.1 transformers==4.52.4 huggi
 # Poseidon recordings, its live parity test (slow) and its benchmark beside opzoo, with OPZOO_POSEIDON_REPO naming a
 # checkout of camlab-ethz/poseidon at v1-paper (`make poseidon-reference`; not part of install)
 POSEIDON_REF := $(VENV)/reference/poseidon-transformers-4.29.2
-POSEIDON_PINS := transformers==4.29.2 huggingface_hub==0.33.0 tokenizers==0.13.3 regex
+POSEIDON_PINS := transformers==4.29.2 huggingface_hub==0.33.0 tokenizers==0.13.3 regex accelerate==0.31.0 psutil
 PYTEST_ARGS ?=
 # the default tiers run on every core (pytest-xdist), one intra-op thread per worker: on 2 cores, 1.5x faster than one
 # process with 2 threads (many small tensors); a worker that runs out takes queued tests from the other (worksteal: the

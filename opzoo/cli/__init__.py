@@ -40,13 +40,36 @@ def cmd_list(args) -> int:
     what = "models with published weights" if args.pretrained else "models"
     if not names:
         print(f"no {what} match {args.pattern!r}")
-    elif args.pretrained:  # with the weights' license, as timm's pretrained_cfg has one
-        licenses = [_license_of(index, name) for name in names]
-        width = max(map(len, names))
-        print("\n".join(f"{name.ljust(width)}  {lic}" for name, lic in zip(names, licenses)))
+    elif args.pretrained:  # with the weights' license, as timm's pretrained_cfg has one, and where they are
+        rows = [(name, _offline_of(index, name), _license_of(index, name)) for name in names]
+        width, where = max(map(len, names)), max(len(r[1]) for r in rows)
+        print(f"{'preset'.ljust(width)}  {'weights here'.ljust(where)}  license")
+        print("\n".join(f"{name.ljust(width)}  {off.ljust(where)}  {lic}" for name, off, lic in rows))
     else:
         print("\n".join(names))
     return 0
+
+
+def _offline_of(index: dict | None, name: str) -> str:
+    """Whether preset ``name``'s weights load without a network: shipped in a package, in the Hugging Face cache, or
+    to be downloaded (checked without any network)."""
+    if index is not None:
+        src = index["presets"][index["aliases"].get(name, name)]["pretrained"] or {}
+        repo, filename = src.get("repo_id"), src.get("filename")
+    else:
+        from ..registry.registry import get_registry
+
+        pre = get_registry().preset(name).pretrained
+        repo, filename = (pre.repo_id, pre.filename) if pre is not None else (None, None)
+    if repo is None:
+        return "shipped (offline)"
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(repo, filename or "model.safetensors")
+    except Exception:  # a malformed cache entry: treat it as absent
+        found = None
+    return "cached (offline)" if isinstance(found, str) else "download"
 
 
 def _license_of(index: dict | None, name: str) -> str:
@@ -363,7 +386,7 @@ def _plugin_distributions() -> list[str]:
 
 
 CORE_COMMANDS = frozenset({"list", "info", "verify", "plugins", "export", "convert", "push", "data", "pretrain",
-                           "finetune", "eval", "rollout", "validate", "benchmark", "cards"})
+                           "finetune", "eval", "rollout", "validate", "fit", "benchmark", "cards"})
 
 
 def _command_providers():

@@ -86,6 +86,8 @@ def inspect_file(path: str | os.PathLike, layout: str | None = None, max_samples
             lines.append(f"pde:      {info.pde}")
         if info.params:
             lines.append(f"params:   {info.params}")
+        unstated = "not stated by the file (a model assumes its own: `opzoo fit MODEL --data FILE` says which)"
+        lines.append(f"boundary: {info.boundary or unstated}")
         for key in ("generator", "generator_version", "seed"):
             if key in info.attrs:
                 value = info.attrs[key]

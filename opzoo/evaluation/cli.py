@@ -80,8 +80,18 @@ def cmd_rollout(args) -> int:
                               field_map=args.field_map, training_set=args.training_set)
 
 
+def cmd_fit(args) -> int:
+    """``opzoo fit``: how a model reads the files (the fit block), without running the model."""
+    from .fit import fit_files_block
+
+    model = _load_model(args.model, args.pretrained)
+    fit_files_block(model, args.data, args.resolution, args.layout, fields_of(args), say=say,
+                    field_map=args.field_map, training_set=args.training_set, test_fraction=args.test_fraction)
+    return 0
+
+
 def add_evaluation_commands(subparsers) -> None:
-    """Add ``eval``, ``rollout`` and ``validate`` to an argparse sub-parser group."""
+    """Add ``eval``, ``rollout``, ``validate`` and ``fit`` to an argparse sub-parser group."""
     for name, helptext in (("eval", "roll out a model over whole trajectories: l2 full, per-step error, plots"),
                            ("rollout", "roll out one trajectory and plot ground truth / prediction / error")):
         p = subparsers.add_parser(name, help=helptext)
@@ -132,6 +142,20 @@ def add_evaluation_commands(subparsers) -> None:
     from .validate import add_validate_command
 
     add_validate_command(subparsers)
+    p = subparsers.add_parser("fit", help="say how a model reads your files: fields, channels, grid, boundary and "
+                                          "normalization, as eval, finetune, rollout and validate will (the model is "
+                                          "not run)")
+    p.add_argument("model", help="preset or alias, hf-hub:org/repo[@rev], local-dir:PATH or a saved repo dir")
+    p.add_argument("--data", nargs="+", required=True)
+    p.add_argument("--pretrained", action=argparse.BooleanOptionalAction, default=None,
+                   help="the preset's published weights (default: when it has some)")
+    p.add_argument("--resolution", type=int, nargs="+", help="run at this grid (default: the model's choice)")
+    p.add_argument("--layout", help=LAYOUT_HELP)
+    p.add_argument("--fields", help=FIELDS_HELP)
+    p.add_argument("--test-fraction", type=float, help="statistics a normalization needs come from the rest of each "
+                                                       "file (default 0.1 held out)")
+    add_fit_options(p)
+    p.set_defaults(func=cmd_fit)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -285,6 +285,8 @@ def fit_data(model: nn.Module, sources: list[TrajectoryDataset], resolution=None
     lines = [line for _, p in plans for line in _per_file(p.lines, p, plans)]
     changes: dict[str, Any] = {}
     c = model.config
+    if modes == {"named"}:
+        lines.append(f"channels: {name}'s {c.in_channels}, by name")
     if "adapt" in modes:
         names = {tuple(p.names) for _, p in plans}
         if len(names) > 1 or modes != {"adapt"}:
@@ -293,6 +295,8 @@ def fit_data(model: nn.Module, sources: list[TrajectoryDataset], resolution=None
                 "one set of fields; map them onto one with --field-map, or fine-tune on files of the same fields")
         new_fields = list(next(iter(names)))
         changes.update(in_channels=len(new_fields), out_channels=len(new_fields))
+        lines.append(f"channels: {c.in_channels} -> {len(new_fields)} ({', '.join(new_fields)}): the channel-shaped "
+                     f"tensors adapted ({contract.other_fields_source})")
     elif modes == {"position"}:
         wanted = max(s.channels for s, _ in plans)
         if forced is not None:
@@ -323,9 +327,13 @@ def fit_data(model: nn.Module, sources: list[TrajectoryDataset], resolution=None
                                                                       if contract.fields else ""))
             else:
                 pad = pad_value_of(model, contract)
+                note = f"; {contract.rollout_note}" if contract.rollout_note else ""
+                why = contract.pad_source or "its pad value"
                 lines.append(f"channels: {wanted} of {name}'s {c.in_channels} from the files; the other "
-                             f"{c.in_channels - wanted} padded with {pad:g} ({contract.rollout_note or 'as trained'}): "
-                             f"left out of the loss and the scores, refilled with {pad:g} in a rollout")
+                             f"{c.in_channels - wanted} padded with {pad:g} ({why}): left out of the loss and the "
+                             f"scores, refilled with {pad:g} in a rollout{note}")
+        else:
+            lines.append(f"channels: {name}'s {c.in_channels}, the files' own count")
     if forced is not None and "in_channels" not in changes and forced != c.in_channels:
         changes.update(in_channels=forced, out_channels=forced)
     if "in_channels" in changes and c.in_channels != c.out_channels:
@@ -338,11 +346,10 @@ def fit_data(model: nn.Module, sources: list[TrajectoryDataset], resolution=None
         if adapted is not model:
             adapted.eval() if not model.training else adapted.train()
     fitted_names = _fitted_names(model, plans, adapted)
-    if adapted is not model or fitted_names != model_fields(model):
-        if "in_channels" in changes or "adapt" in modes:
-            adapted.pretrained_cfg = {**adapted.pretrained_cfg, "fields": fitted_names}
-    if norm_record:
-        adapted.pretrained_cfg = {**adapted.pretrained_cfg, "normalization": norm_record}
+    if adapted is not model:  # the adapted model says what it reads (the one given is left as it was)
+        named = {"fields": fitted_names} if fitted_names and ("in_channels" in changes or "adapt" in modes) else {}
+        adapted.pretrained_cfg = {**adapted.pretrained_cfg, **named,
+                                  **({"normalization": norm_record} if norm_record else {})}
     grid = choose_grid(adapted, grid_from or sources, resolution, flag)
     shape = frame_shape(adapted, grid.resolution, channels, contract)
     lines.append(grid.line(sources, training=train, mode=shape.resample, source=contract.resample_source))
@@ -426,7 +433,9 @@ def normalization(model: nn.Module, contract: DataContract, plans, changes: Mapp
         span = describe_parts(parts)
         for i in todo:
             n = names[i]
-            if n in norm.dataset_mean and n in kept_std:
+            if n == PAD or i >= len(m_all):  # padding: its value, and no spread
+                mean[i], std[i], where[i] = pad_value_of(model, contract), 0.0, "padding"
+            elif n in norm.dataset_mean and n in kept_std:
                 mean[i], std[i], where[i] = float(m_all[i]), kept_std[n], f"the mean of {span}, as upstream took " \
                                                                           f"{n}'s per dataset; {why}'s std"
             else:
@@ -600,9 +609,12 @@ def choose_grid(model: nn.Module, sources: list[TrajectoryDataset], resolution=N
         if grid is None:
             pretrained = model_resolution(model)
             if pretrained:
-                own = " ".join(map(str, first))
-                grid, why = pretrained, (f"the model's pretrained grid; {flag} {own} runs it at the file's own"
-                                         if len(pretrained) == len(first) and pretrained != first else
+                patch = getattr(model.config, "patch_size", 1)
+                patch = list(patch)[-len(first):] if isinstance(patch, (list, tuple)) else [patch] * len(first)
+                own = [-(-n // p) * p for n, p in zip(first, patch)]  # the file's grid, in whole patches
+                said = "the file's own" if tuple(own) == first else "the file's own, in whole patches"
+                grid, why = pretrained, (f"the model's pretrained grid; {flag} {' '.join(map(str, own))} runs it at "
+                                         f"{said}" if len(pretrained) == len(first) and tuple(own) != pretrained else
                                          "the model's pretrained grid")
             else:
                 grid, why = first, "the first file's"

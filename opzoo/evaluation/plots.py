@@ -55,7 +55,7 @@ def plot_rollout_panels(truth: torch.Tensor, pred: torch.Tensor, steps: Sequence
             axes[0, j].set_title(f"step {s}")
             axes[1, j].plot((p[:, s - 1] - t[:, s - 1]).abs().cpu(), color="C3")
             axes[1, j].set_title("|error|")
-        axes[0, 0].legend(fontsize=7)
+        legend(axes[0, 0], fontsize=7)
     else:
         fig, axes = plt.subplots(3, len(steps), figsize=(max(3.0 * len(steps), 6.0), 8.4), squeeze=False)
         lo, hi = float(t.min()), float(t.max())
@@ -71,6 +71,12 @@ def plot_rollout_panels(truth: torch.Tensor, pred: torch.Tensor, steps: Sequence
     if title:
         fig.suptitle(title, fontsize=10)
     return save_figure(plt, fig, path)
+
+
+def legend(ax, **kwargs) -> None:
+    """A legend of the labelled lines, or none (matplotlib warns on an axis without one)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**kwargs)
 
 
 def rollout_title(model: str, source, position: int, channel: int) -> str:
@@ -104,7 +110,7 @@ def plot_error_curves(curves: Mapping[str, Sequence[float]], path: str | os.Path
     ax.set_ylabel("relative L2 error")
     ax.set_yscale("log")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
+    legend(ax, fontsize=7)
     ax.set_title(title or "rollout error per step", fontsize=10)
     return save_figure(plt, fig, path)
 
@@ -122,7 +128,7 @@ def plot_loss(steps: Sequence[int], losses: Sequence[float], path: str | os.Path
     ax.set_title(title or "training loss and test error", fontsize=10)
     ax.set_yscale("log")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    legend(ax, fontsize=8)
     return save_figure(plt, fig, path)
 
 

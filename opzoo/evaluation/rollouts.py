@@ -70,9 +70,12 @@ def headline(r: DatasetResult) -> tuple[str, float, float | None, str]:
         return full
     for h in sorted(r.short_horizons, reverse=True):
         if h < r.horizon and base.short_horizons.get(h, 1.0) < SATURATED:
+            mine, theirs = r.short_horizons[h], base.short_horizons.get(h, float("nan"))
+            worse = (f", where the model is worse than persistence ({mine:.3g} against {theirs:.3g}): it does not "
+                     f"beat repeating the last frame" if mine > theirs else "")
             note = (f"the full-rollout error is saturated (model {r.l2_full:.3g}, persistence {base.l2_full:.3g}, "
                     f"both >= {SATURATED}: the field has changed as much as it can since the last input frame) and "
-                    f"says little; horizon {h} is the headline")
+                    f"says little; horizon {h} is the headline{worse}")
             return f"horizon {h}", r.short_horizons[h], base.short_horizons.get(h), note
     return (*full[:3], f"every horizon is saturated (model and persistence >= {SATURATED}): the data change "
                        f"beyond recognition within the shortest horizon reported")

@@ -208,6 +208,9 @@ def cmd_validate(args) -> int:
                     training_set=args.training_set)
     failed = [r for r in rows if r.status != "ok"]
     print(f"wrote {out}: {len(rows) - len(failed)} scored, {len(failed)} failed")
+    if len(rows) - len(failed) > 1:
+        print("  nRMSE_minus_first: a row's nRMSE minus the first model's on the same file and trajectories, with its "
+              "paired 95 % bootstrap interval (_lo, _hi); below 0: better than the first model")
     for r in failed:
         print(f"  failed: {r.model} on {r.file}: {r.reason}")
     return 1 if failed else 0  # a table with a failed row is not a complete result

@@ -50,9 +50,10 @@ def vrmse_summary(per_step: Tensor, fields: Sequence[str]) -> dict[str, dict[str
 
 def vrmse_fields(model, src) -> dict[str, int] | None:
     """The channels VRMSE is reported for, by name: a model that names its time-varying fields gets
-    those; otherwise every channel of the file (padded channels have none)."""
+    those; otherwise every channel of the file. Padding and fill values (a field the file lacks) have none."""
     names = src.channel_names
     wanted = model.pretrained_cfg.get("time_varying_fields") or names
     if len(set(names)) != len(names):
         return None  # unnamed or ambiguous channels: evaluate_dataset numbers them
-    return {n: names.index(n) for n in wanted}
+    present = getattr(src, "present", [True] * len(names))
+    return {n: names.index(n) for n in wanted if n in names and present[names.index(n)]}

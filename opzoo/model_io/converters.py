@@ -39,11 +39,32 @@ def safe_torch_load(path: str | os.PathLike, allow: Iterable[type] = ()) -> Any:
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: {'not a regular file (a FIFO, device or directory)' if path.exists() else 'no such checkpoint file'}")
+    if path.stat().st_size == 0:
+        raise CheckpointError(f"{path}: an empty file (0 bytes), not a checkpoint; download or copy it again")
     try:
         with torch.serialization.safe_globals(list(allow)):
             return torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
-    except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile) as e:
-        raise CheckpointError(f"{path}: refused or unreadable as a weights-only checkpoint: {e}") from None
+    except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError) as e:
+        raise CheckpointError(refusal(path, e)) from None
+
+
+def refusal(path: Path, e: BaseException) -> str:
+    """Why a weights-only load refused ``path``, in one line of opzoo's own words (torch's text advises turning the
+    protection off, which opzoo never does)."""
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e))
+    found = re.search(r"GLOBAL ([\w.]+)", text) or re.search(r"Unsupported (?:global|operand)[^:]*: ([^\s.]+(?:\.\w+)*)",
+                                                              text)
+    if isinstance(e, pickle.UnpicklingError) or "Weights only load failed" in text:
+        what = f" ({found.group(1)})" if found else ""
+        return (f"{path}: holds Python objects{what} that a weights-only load refuses: opzoo reads tensors, numbers, "
+                f"strings and containers, never code; ask for a tensors-only file (safetensors, or torch.save of a "
+                f"state_dict)")
+    if isinstance(e, EOFError) or "EOF" in text or "truncated" in text.lower():
+        return f"{path}: the checkpoint ends early (truncated); download or copy it again"
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(e).__name__)
+    return f"{path}: not a readable PyTorch checkpoint ({first[:200]}); download or copy it again"
 
 
 __all__ = ["ConvertedCheckpoint", "safe_torch_load"]

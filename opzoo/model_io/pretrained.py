@@ -42,19 +42,33 @@ def pretrained_file(source: PretrainedSource, filename: str | None = None, local
     if source.repo_id is not None:
         names = [source.filename or WEIGHTS_NAME, *source.extra_files]
         local_copy = None
+        name = preset or "PRESET"
         if source.converter is not None:  # foreign files: not an opzoo repo, so not local-dir:
-            local_copy = (f"load a local copy of {' and '.join(names)} (that layout, under a directory PATH) with "
-                          f"opzoo.load('{preset or 'PRESET'}', pretrained=True, pretrained_cfg_overlay="
-                          f"{{'directory': 'PATH'}})")
+            local_copy = (f"convert a local copy with `opzoo convert {source.converter} FILE OUT` and use OUT as the "
+                          f"model (or in Python opzoo.load('{name}', pretrained=True, pretrained_cfg_overlay="
+                          f"{{'directory': 'PATH'}}) with {' and '.join(names)} under PATH), or pass --no-pretrained "
+                          f"for {name}'s architecture with random weights")
         yield hub_download(source.repo_id, filename, source.revision, companions=names, local_copy=local_copy,
                            **({"local_files_only": True} if local_files_only else {}))
         return
     resource = source.directory.joinpath(filename)
     if not resource.is_file():
-        raise HubError(f"pretrained weights {filename!r} are missing from {source.directory} "
-                       f"(the package was installed without its weights, or the directory moved)")
+        raise HubError(directory_refusal(source.directory, filename))
     with as_file(resource) as path:
         yield Path(path)
+
+
+def directory_refusal(directory, filename: str) -> str:
+    """Why ``filename`` is not found under a weights directory, and what to name instead."""
+    where = Path(str(directory))
+    sub = Path(filename).parts[:-1]
+    if not where.exists():
+        return (f"pretrained weights {filename!r}: the directory {directory} does not exist (moved, or a package "
+                f"installed without its weights)")
+    if sub and where.name == sub[-1] and (where / Path(filename).name).is_file():
+        return (f"{directory} is the subfolder {sub[-1]!r} of the repo: name the directory that holds it "
+                f"({where.parent}), where {filename} is")
+    return f"{directory} has no {filename}: name the directory that holds the Hub repo's layout ({filename} under it)"
 
 
 @contextlib.contextmanager

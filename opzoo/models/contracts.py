@@ -20,10 +20,9 @@ POT = DataContract(
                                     "window inside the model, and the prediction brought back (normalize=True)"},
         breaks="fields far from the scale of the pretraining data"),
     pad_value=1.0,
+    pad_source=f"as DPOT's mixture pads (utils/griddataset.py pad_data, 'use 1 for void padding' @ {DPOT_COMMIT})",
     other_fields="pad",
-    other_fields_source=f"fewer channels padded with ones, as DPOT's mixture pads (utils/griddataset.py pad_data, "
-                        f"'use 1 for void padding' @ {DPOT_COMMIT}); more channels adapt the input and output layers "
-                        "when fine-tuning",
+    other_fields_source="more channels adapt the input and output layers when fine-tuning (what matches copied)",
     rollout_note=(f"DPOT's training windows held ones there (T_ar 1, configs/pretrain_*.yaml @ {DPOT_COMMIT}); its test "
                   "loop feeds its prediction back instead (train_temporal.py)"),
     grid="its positional embedding's grid; another by --resolution (the embedding resized)",
@@ -38,8 +37,10 @@ SIMPLE = DataContract(
     name="simple",
     normalization=Normalization("none", "the model takes the fields as given"),
     pad_value=1.0,
-    other_fields="pad",
-    other_fields_source="fewer channels padded with ones; more adapt its input and output layers when fine-tuning",
+    pad_source="opzoo's, as DPOT's",
+    other_fields="refuse",
+    other_fields_source="its layers read a fixed channel count and it has no io_layout: build it for more channels "
+                        "(--no-pretrained --set model.args.in_channels=N)",
     grid="any grid (pointwise layers)",
     boundary="none (no spatial coupling)",
     spatial_dims=(1, 2, 3),

@@ -114,6 +114,7 @@ _MICRO_PRETRAINED_CFG: dict[str, Any] = dict(
     # vs 0.209 test l2 full after 500 steps on an unseen Brusselator set)
     finetune_lr=1e-3,
     finetune_lr_source="opzoo demo's fine-tuning recipe for the micro presets (docs/micro.md)",
+    license="MIT (opzoo's own weights, pretrained by opzoo on its synthetic suite: configs/micro/)",
 )
 
 

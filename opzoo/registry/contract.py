@@ -151,6 +151,7 @@ class DataContract:
     absent: Optional[Mapping[str, float]] = None
     absent_source: str = ""
     pad_value: Optional[float] = None  # a channel-by-position model: what fills the channels a file lacks
+    pad_source: str = ""
     other_fields: OtherFields = "refuse"
     other_fields_source: str = ""
     rollout_note: str = ""  # a rollout refills padded and absent channels (one rule): how that relates to upstream

@@ -83,6 +83,7 @@ class RunData:
     test_frames: list[int]  # frames each test set's evaluation reads (T_in + horizon)
     grid: str = ""  # which grid the run uses and why (GridChoice.line)
     fit: list[str] | None = None  # the fit block (evaluation.fit.FittedData.lines)
+    fields: list[str] | None = None  # the field each of the model's channels was trained on (<pad>: padding)
 
 
 def fit_run_data(model: nn.Module, cfg: RunConfig, opened: list[OpenDataset]):
@@ -139,7 +140,7 @@ def build_data(cfg: RunConfig, model: nn.Module, opened: list[OpenDataset] | Non
     mixture = MixtureDataset(parts, [d.weight for d, _, _ in splits], names=[d.name for d, _, _ in splits])
     return RunData(shape, mixture, [(d.name, te) for d, _, te in splits], test_frames,
                    grid.line([src for _, tr, te in splits for src in (tr, te)], training=True, mode=shape.resample),
-                   fitted.lines)
+                   fitted.lines, fitted.record.get("fields"))
 
 
 def adaptation_targets(model: nn.Module, cfg: RunConfig, opened: list[OpenDataset]) -> dict[str, Any]:

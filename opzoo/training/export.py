@@ -43,6 +43,7 @@ def export_model(model: nn.Module, ema: EMA | None, cfg: RunConfig, data: RunDat
                                 "channels": shape.channels, "in_timesteps": shape.in_timesteps,
                                 "datasets": data.train.names, "trained_steps": cfg.training.steps,
                                 "training_data": record, "data_fit": list(data.fit or []),
+                                **({"fields": list(data.fields)} if data.fields else {}),
                                 **({"base_model": cfg.model.reference.lineage_id} if started else {})}
         if not started:
             model.pretrained_cfg.pop("base_model", None)

@@ -54,7 +54,7 @@ def test_a_source_inside_a_zip_is_extracted_for_loading(saved, preset, tmp_path)
 
 def test_a_missing_weights_file_names_the_directory(preset, tmp_path):
     name = preset(opzoo.PretrainedSource(directory=tmp_path / "nowhere"))
-    with pytest.raises(HubError, match=r"pretrained weights 'model.safetensors' are missing from .*nowhere"):
+    with pytest.raises(HubError, match=r"pretrained weights 'model.safetensors': the directory .*nowhere does not exist"):
         opzoo.load(name, pretrained=True)
 
 

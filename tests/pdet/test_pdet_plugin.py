@@ -241,11 +241,13 @@ def test_readme_path_finetunes_pdet_sc_s_on_a_pde_it_never_saw(reference, monkey
     data = tmp_path / "ns.h5"
     assert main(["data", "generate", "ns", "--n", "6", "--res", "32", "--steps", "6", "--out", str(data)]) == 0
     assert main(["data", "inspect", str(data)]) == 0
-    sets = [f"model.args.{k}={json.dumps(v)}" for k, v in {**SEPARATE_ARGS, "in_channels": 1, "out_channels": 1}.items()]
+    sizes = {k: v for k, v in SEPARATE_ARGS.items() if k != "normalization"}  # the preset's: z-scored by the fit
+    sets = [f"model.args.{k}={json.dumps(v)}" for k, v in {**sizes, "in_channels": 1, "out_channels": 1}.items()]
     assert main(["finetune", "pdet-sc-s", "--data", str(data), "--out", str(tmp_path / "run"), "--steps", "3",
                  "--batch-size", "2", "--test-fraction", "0.34", "--set", *sets, "evaluation.plots=false"]) == 0
     out = capsys.readouterr().out
     assert "adapted pdet-sc from in_channels=2" in out and "zero-shot -> fine-tuned" in out
+    assert "normalization: vorticity: mean [" in out  # its training split's statistics, as pdetransformer per dataset
     assert main(["eval", str(tmp_path / "run" / "model"), "--data", str(data), "--out", str(tmp_path / "eval")]) == 0
     assert "persistence" in capsys.readouterr().out
     uploaded = record_pushes(monkeypatch)  # what `opzoo push` hands to huggingface_hub (no network here)

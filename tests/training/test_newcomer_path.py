@@ -148,10 +148,13 @@ def test_timm_names():
 
 def test_opzoo_list_pretrained(capsys):
     assert main(["list", "--pretrained", "dpot-*"]) == 0
-    rows = [line.split(None, 1) for line in capsys.readouterr().out.splitlines()]
-    names = [row[0] for row in rows]
-    assert "dpot-micro" in names and names == opzoo.list_models("dpot-*", pretrained=True)
-    assert all(len(row) == 2 for row in rows)  # a license column: the weights' license, or that none is stated
+    header, *lines = capsys.readouterr().out.splitlines()
+    assert header.split() == ["preset", "weights", "here", "license"]
+    rows = {line.split()[0]: line for line in lines}
+    assert list(rows) == opzoo.list_models("dpot-*", pretrained=True)
+    # where the weights are (the micro ones ship: offline), and their license, or that none is stated
+    assert "shipped (offline)  MIT (opzoo's own weights" in rows["dpot-micro"]
+    assert "download  " in rows["dpot-s"] and rows["dpot-s"].endswith("license not stated")
     assert main(["list", "--pretrained", "nestor-*"]) == 0
     assert capsys.readouterr().out.strip() == "no models with published weights match 'nestor-*'"
 

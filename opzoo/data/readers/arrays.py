@@ -106,6 +106,7 @@ class ArraySource(TrajectorySource):
     def _validate(self, a) -> SourceInfo:
         stated = parse_order(self.order_spec, a.ndim)
         in_file = check_axes(self.file_axes, f"{self.path}: its 'axes' entry {self.file_axes!r}") if self.file_axes else ""
+        self.file_params = self.file_coords.pop("params", {}) if isinstance(self.file_coords, dict) else {}
         if self.file_fields is not None:  # one array per field, stacked last: the entries name the other axes
             stated = stated and (stated if "C" in stated else stated + "C")
             in_file = in_file and (in_file if "C" in in_file else in_file + "C")
@@ -141,7 +142,7 @@ class ArraySource(TrajectorySource):
             raise self._fail(f"--fields {','.join(self.named_fields)} contradicts the file's own arrays "
                              f"({', '.join(self.file_fields)})")
         return SourceInfo(layout=self.layout, n_samples=size["N"], spatial_shape=spatial, n_steps=size["T"],
-                          fields=list(names), axis_note=self.axis_note)
+                          fields=list(names), axis_note=self.axis_note, params=dict(self.file_params))
 
     def _read(self, a, sample: int, t_start: int, t_stop: int) -> np.ndarray:
         one = np.take(a, sample, axis=self.axes.index("N"))
@@ -170,6 +171,8 @@ def _load_array(path: str) -> tuple[np.ndarray, str, list[str] | None, dict[str,
     suffix = os.path.splitext(path)[1].lower()
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such file")
+    if os.path.isfile(path) and os.path.getsize(path) == 0:
+        raise DataFormatError(f"{path}: an empty file (0 bytes), not an array; write it again (numpy.save, torch.save)")
     try:
         if suffix == ".npy":
             return np.load(path, mmap_mode="r", allow_pickle=False), "", None, {}
@@ -177,16 +180,24 @@ def _load_array(path: str) -> tuple[np.ndarray, str, list[str] | None, dict[str,
             with np.load(path, allow_pickle=False) as z:
                 arrays = {k: z[k] for k in z.files}
             axes = arrays.pop("axes", None)
-            return (*_one(path, arrays)[:1], _axes_entry(path, axes), *_one(path, arrays)[1:])
+            # 0-d entries are the file's parameters (a reaction's F, k), not fields: read apart, said by inspect
+            scalars = {k: arrays.pop(k) for k in [k for k, v in arrays.items() if np.ndim(v) == 0]}
+            array, names, coords = _one(path, arrays, scalars)
+            if scalars:
+                coords = {**coords, "params": {k: _scalar(v) for k, v in scalars.items()}}
+            return array, _axes_entry(path, axes), names, coords
         _refuse_hdf5(path)
         if suffix not in (".pt", ".pth"):
             raise DataFormatError(f"{path}: not a .npy, .npz or .pt array file (layout 'array' reads those)")
         import torch
 
         obj = torch.load(path, map_location="cpu", weights_only=True)
-    except (ValueError, OSError, RuntimeError, pickle.UnpicklingError) as e:  # objects, bad zips, truncated files
+    except (ValueError, OSError, RuntimeError, EOFError, pickle.UnpicklingError) as e:  # objects, bad zips, truncated
         reason = next((line.strip() for line in str(e).splitlines() if "Unsupported global" in line),
                       str(e).splitlines()[0] if str(e) else type(e).__name__).split(" was not")[0]
+        reason = reason or type(e).__name__
+        if "allow_pickle" in reason or "pickle" in reason.lower():  # never relay advice to turn the protection off
+            reason = "it holds pickled objects, or is not a numpy file at all; opzoo never unpickles a data file"
         raise DataFormatError(f"{path}: cannot be read as a plain {suffix} array ({reason}); save one array with "
                               f"numpy.save, or a tensor (or a dict of tensors) with torch.save") from None
     if isinstance(obj, dict):
@@ -222,10 +233,23 @@ def _refuse_hdf5(path: str) -> None:
 COORDINATE_NAMES = ("x", "y", "z", "t")
 
 
-def _one(path: str, arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, list[str] | None, dict[str, int]]:
+def _scalar(value) -> float | int | str:
+    value = np.asarray(value)
+    item = value.item()
+    if value.dtype in (np.float32, np.float16):  # as written, not its float64 widening (0.04, not 0.03999999910...)
+        item = float(f"{item:.{7 if value.dtype == np.float32 else 4}g}")
+    return item if isinstance(item, (int, float, str)) else str(item)
+
+
+def _one(path: str, arrays: dict[str, np.ndarray],
+         scalars: dict[str, np.ndarray] | None = None) -> tuple[np.ndarray, list[str] | None, dict[str, int]]:
     """``(array, field names, coordinate lengths)`` of a file's arrays: ``data`` (or the only array) as it is, or one
     array per field (every array of rank 2 or more, all of one shape) stacked as the last axis, with 1-D arrays named
-    x, y, z or t taken as coordinates (their lengths)."""
+    x, y, z or t taken as coordinates (their lengths). ``scalars``: 0-d entries already set apart as parameters."""
+    if not arrays:
+        raise DataFormatError(f"{path}: holds only 0-d values ({', '.join(scalars or {})}): parameters, no "
+                              f"trajectories; save the trajectories beside them (e.g. numpy.savez(file, data=u, "
+                              f"F=F, k=k))")
     if "data" in arrays:
         return arrays["data"], None, {}
     if len(arrays) == 1:

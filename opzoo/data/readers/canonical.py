@@ -23,7 +23,13 @@ class CanonicalSource(TrajectorySource):
     missing ``fields`` become ``c0, c1, ...``."""
 
     layout = "canonical"
-    expects = f"dataset 'data' {LAYOUT_SHAPE} (float), attrs 'fields', 'dt', 'pde', 'params' optional"
+    expects = (f"dataset 'data' {LAYOUT_SHAPE} (float), attrs 'fields', 'dt', 'pde', 'params' optional; another axis "
+               f"order: its attribute 'axes', or 'canonical:NTCXY'")
+    takes_order = True
+
+    def __init__(self, path, check_finite: bool = True, order: str = ""):
+        self.order_spec = order
+        super().__init__(path, check_finite=check_finite)
 
     @classmethod
     def detect(cls, f: h5py.File) -> bool:
@@ -32,7 +38,13 @@ class CanonicalSource(TrajectorySource):
     def _validate(self, f: h5py.File) -> SourceInfo:
         ds = self._require(f, DATA_KEY, (3, 4, 5, 6), LAYOUT_SHAPE)
         note = ""
-        if "axes" in ds.attrs:
+        named = check_axes(self.order_spec, f"layout 'canonical:{self.order_spec}'") if self.order_spec else ""
+        if named:
+            said = decode_str(ds.attrs["axes"]) if "axes" in ds.attrs else None
+            if said is not None and check_axes(said, "") != named:
+                raise self._fail(f"layout 'canonical:{named}' contradicts key '{DATA_KEY}''s attribute 'axes' {said!r}")
+            self.axes, note = named, f"as named (--layout canonical:{named})"
+        elif "axes" in ds.attrs:
             self.axes = check_axes(decode_str(ds.attrs["axes"]), f"{self.path}: key '{DATA_KEY}' attribute 'axes'")
             note = "as its attribute 'axes' says"
         else:  # the layout's order, checked against the file's time and coordinate attributes
@@ -51,6 +63,12 @@ class CanonicalSource(TrajectorySource):
         n, steps, channels = size["N"], size["T"], size.get("C", 1)
         spatial = [size[a] for a in "XYZ" if a in size]
         attrs = dict(f.attrs)
+        on_data = {k: ds.attrs[k] for k in ("fields", "boundary") if k in ds.attrs}  # said on the dataset itself
+        for key, value in on_data.items():
+            if key in attrs and decode_str_list(attrs[key]) != decode_str_list(value):
+                raise self._fail(f"the root attribute {key!r} ({decode_str_list(attrs[key])}) and key '{DATA_KEY}''s "
+                                 f"attribute {key!r} ({decode_str_list(value)}) disagree; keep one")
+            attrs.setdefault(key, value)
         fields = decode_str_list(attrs["fields"]) if "fields" in attrs else [f"c{i}" for i in range(channels)]
         if len(fields) != channels:
             raise self._fail(
@@ -81,7 +99,8 @@ class CanonicalSource(TrajectorySource):
             coords=coords,
             attrs={k: v for k, v in attrs.items() if not k.startswith("coord_")},
             axis_note=note,
-            boundary=str(params["boundary"]) if isinstance(params, dict) and params.get("boundary") else None,
+            boundary=(str(params["boundary"]) if isinstance(params, dict) and params.get("boundary") else
+                      decode_str(attrs["boundary"]) if "boundary" in attrs else None),
         )
 
     def _read(self, f: h5py.File, sample: int, t_start: int, t_stop: int) -> np.ndarray:

@@ -203,10 +203,10 @@ def contract(architecture: str) -> opzoo.DataContract:
         fields=None,
         units="each dataset's own, standardized per dataset",
         pad_value=0.0 if mixed else None,
+        pad_source=f"as its data pipeline pads a PDE's missing channels ({at('pdetransformer/data/multi_module.py', HEAD)})"
+        if mixed else "",
         other_fields="pad" if mixed else "any",
-        other_fields_source=(f"fewer channels padded with zeros, as its data pipeline pads a PDE's missing channels "
-                             f"({at('pdetransformer/data/multi_module.py', HEAD)}); more adapt the patch embedding and "
-                             f"final layer when fine-tuning") if mixed else
+        other_fields_source="more adapt the patch embedding and final layer when fine-tuning" if mixed else
                             "each channel is a token of its own: no tensor depends on the channel count",
         rollout_note="as pdetransformer zeroes the padded channels of its predictions" if mixed else "",
         grid="any grid that suits its patches and windows (no resolution-bound embedding); trained at 256x256",
