@@ -57,7 +57,6 @@ def main() -> None:
     files = load_module("training_set_files", here / "training_set_files.py")
     sys.path.insert(0, str(repo))
     import torch
-
     from gphyt.data.normalize import compute_statistics
     from gphyt.data.phys_dataset import PhysicsDataset
 
