@@ -83,6 +83,12 @@ def _license_of(index: dict | None, name: str) -> str:
     return str(cfg.get("license") or "license not stated")
 
 
+def _no_contract():
+    from ..registry.contract import DataContract, Normalization
+
+    return DataContract("none", Normalization("none", "not declared by its plugin"), other_fields="refuse")
+
+
 def _preset_info(name: str, overrides: dict) -> tuple[dict, object]:
     """A registered preset (or alias), built on the meta device: no memory, no weights."""
     import torch
@@ -90,6 +96,7 @@ def _preset_info(name: str, overrides: dict) -> tuple[dict, object]:
     from ..model_io.builder import build_preset
     from ..model_io.loading import preset_named
     from ..model_io.pretrained import source_description
+    from ..registry.registry import get_registry
 
     preset = preset_named(name)
     with torch.device("meta"):
@@ -107,6 +114,7 @@ def _preset_info(name: str, overrides: dict) -> tuple[dict, object]:
         "pretrained_cfg": dict(preset.pretrained_cfg),
         "provenance": [dataclasses.asdict(f) for f in preset.provenance],
         "load_checks": [c.name for c in src.checks] if src is not None else [],
+        "data_contract": (preset.contract or get_registry().contract(preset.backbone) or _no_contract()).summary(),
     }, model
 
 
@@ -192,6 +200,10 @@ def cmd_info(args) -> int:
     if info.get("load_checks"):
         print(f"  load checks: {'; '.join(info['load_checks'])} (run on the real files by load(pretrained=True) "
               f"and `opzoo verify {info['name']}`)")
+    if info.get("data_contract"):
+        print("  data contract (how it reads your files; docs/data-contract.md, `opzoo fit` for a file):")
+        for line in info["data_contract"]:
+            print(f"    {line}")
     if info.get("provenance"):
         from ..registry.provenance import Fact
 

@@ -17,14 +17,19 @@ from ..cli.common import FIELDS_HELP, LAYOUT_HELP, add_fit_options, at_least, co
 from ..errors import OpzooError
 
 
-def _load_model(name: str, pretrained: bool | None):
-    """The model a command runs, and print the header line saying which weights those are."""
+def _load_model(name: str, pretrained: bool | None, model_args: Sequence[str] | None = None):
+    """The model a command runs (``model_args``: ``KEY=VALUE`` config overrides), and print the header line saying
+    which weights those are."""
+    from ..cli.common import parse_overrides
     from ..model_io.loading import load
     from ..model_io.pretrained import resolve_weights
 
     pretrained, weights = resolve_weights(name, pretrained)
     say(f"weights: {weights}")
-    return load(name, pretrained=pretrained).eval()
+    overrides = parse_overrides(model_args)
+    if overrides:
+        say("model args: " + ", ".join(f"{k}={v!r}" for k, v in overrides.items()))
+    return load(name, pretrained=pretrained, **overrides).eval()
 
 
 def _claim_out_dir(out: Path, model: str, new: bool) -> None:
@@ -53,12 +58,16 @@ def _claim_out_dir(out: Path, model: str, new: bool) -> None:
     print(f"moved the previous results in {out} to {moved}")
 
 
+MODEL_ARGS_HELP = ("config fields of the model to set, e.g. normalization=stats (the weights must still fit; what "
+                   "changes no tensor)")
+
+
 def cmd_eval(args) -> int:
     from ..cli.common import output_dir
     from .run import evaluate_files
 
     _claim_out_dir(output_dir(args.out), args.model, args.new)
-    model = _load_model(args.model, args.pretrained)
+    model = _load_model(args.model, args.pretrained, args.model_args)
     return evaluate_files(model, args.model, args.data, args.out, resolution=args.resolution, layout=args.layout,
                           fields=fields_of(args), windows=args.windows, horizon=args.horizon,
                           batch_size=args.batch_size, split=args.split, test_fraction=args.test_fraction,
@@ -73,7 +82,7 @@ def cmd_rollout(args) -> int:
 
     if args.steps is not None and args.steps < 1:
         raise OpzooError(f"--steps must be >= 1, got {args.steps}")
-    model = _load_model(args.model, args.pretrained)
+    model = _load_model(args.model, args.pretrained, args.model_args)
     return rollout_trajectory(model, args.model, args.data, index=args.index, steps=args.steps,
                               resolution=args.resolution, layout=args.layout, fields=fields_of(args), plot=args.plot,
                               save=args.save, channel=args.channel, plot_steps=args.plot_steps, say=say,
@@ -84,9 +93,10 @@ def cmd_fit(args) -> int:
     """``opzoo fit``: how a model reads the files (the fit block), without running the model."""
     from .fit import fit_files_block
 
-    model = _load_model(args.model, args.pretrained)
+    model = _load_model(args.model, args.pretrained, args.model_args)
     fit_files_block(model, args.data, args.resolution, args.layout, fields_of(args), say=say,
-                    field_map=args.field_map, training_set=args.training_set, test_fraction=args.test_fraction)
+                    field_map=args.field_map, training_set=args.training_set, test_fraction=args.test_fraction,
+                    name=args.model)
     return 0
 
 
@@ -105,6 +115,7 @@ def add_evaluation_commands(subparsers) -> None:
         p.add_argument("--layout", help=LAYOUT_HELP)
         p.add_argument("--fields", help=FIELDS_HELP)
         add_fit_options(p)
+        p.add_argument("--model-args", nargs="*", metavar="KEY=VALUE", help=MODEL_ARGS_HELP)
         if name == "eval":
             p.add_argument("--data", nargs="+", required=True)
             p.add_argument("--out", default="eval_out", help="directory of the CSV/JSON results and PNG plots")
@@ -155,6 +166,7 @@ def add_evaluation_commands(subparsers) -> None:
     p.add_argument("--test-fraction", type=float, help="statistics a normalization needs come from the rest of each "
                                                        "file (default 0.1 held out)")
     add_fit_options(p)
+    p.add_argument("--model-args", nargs="*", metavar="KEY=VALUE", help=MODEL_ARGS_HELP)
     p.set_defaults(func=cmd_fit)
 
 

@@ -150,10 +150,10 @@ def recognised_training_set(contract: DataContract, src: TrajectoryDataset, aske
 
 
 def plan_fields(model: nn.Module, contract: DataContract, src: TrajectoryDataset, field_map: Mapping[str, str],
-                training_set: str | None, may_adapt: bool) -> FieldPlan:
-    """How ``model`` reads ``src``'s fields (see the module doc); ConfigError naming the flag that fits a file the
-    model cannot read honestly."""
-    name, path = model_name(model), src.path
+                training_set: str | None, may_adapt: bool, name: str | None = None) -> FieldPlan:
+    """How ``model`` (called ``name``) reads ``src``'s fields (see the module doc); ConfigError naming the flag that
+    fits a file the model cannot read honestly."""
+    name, path = name or model_name(model), src.path
     have = src.source.own_fields
     unknown = [f for f in field_map if f not in have]
     if unknown:
@@ -240,7 +240,7 @@ def fit_data(model: nn.Module, sources: list[TrajectoryDataset], resolution=None
              adapt_channels: bool = True, *, field_map: "str | Mapping[str, str] | None" = None,
              training_set: str | None = None, train: bool = False, targets: Mapping[str, Any] | None = None,
              stats_from: list[TrajectoryDataset] | None = None, seed: int = 0,
-             progress: bool | None = None) -> FittedData:
+             progress: bool | None = None, name: str | None = None) -> FittedData:
     """Fit ``sources`` to ``model`` (see the module doc) and return the fitted model, frames and the block.
 
     ``grid_from``: the files that choose the grid (default all; a run: its training splits); ``resolution`` names one
@@ -249,14 +249,15 @@ def fit_data(model: nn.Module, sources: list[TrajectoryDataset], resolution=None
     model's channel-shaped tensors to other fields; ``targets``: the run's other shape changes for
     :func:`opzoo.model_io.adapt.adapt_model` (``in_timesteps``, ``img_size``, ``periodic``, labels per channel), made
     in the same rebuild. ``stats_from``: the trajectories a normalization's statistics come from (default: each file's
-    training part by training's rule). A file that does not fit is a ConfigError naming the flag that fits it."""
+    training part by training's rule). ``name``: how the block names the model (default its preset's). A file that
+    does not fit is a ConfigError naming the flag that fits it."""
     from ..model_io.adapt import adapt_model
 
     contract = contract_of(model)
     per_source = isinstance(field_map, (list, tuple))
     fmaps = [_field_map(m) for m in (field_map if per_source else [field_map] * len(sources))]
     sets = list(training_set) if isinstance(training_set, (list, tuple)) else [training_set] * len(sources)
-    name = model_name(model)
+    name = name or model_name(model)
     targets = dict(targets or {})
     dims = getattr(model.config, "spatial_dims", None)
     for src in sources:
@@ -274,7 +275,7 @@ def fit_data(model: nn.Module, sources: list[TrajectoryDataset], resolution=None
     for src, fmap, tset in zip(sources, fmaps, sets):
         key = id(src.source)
         if key not in seen:
-            plan = plan_fields(model, contract, src, fmap, tset, may_adapt)
+            plan = plan_fields(model, contract, src, fmap, tset, may_adapt, name)
             if forced is not None and plan.mode == "named" and forced != len(plan.steps):
                 plan = FieldPlan("adapt", [(f, Expression(f, a=f)) for f in src.source.own_fields], lines=[
                     f"fields: the file's own ({', '.join(src.source.own_fields)}): model.args.in_channels={forced}"])
@@ -339,7 +340,7 @@ def fit_data(model: nn.Module, sources: list[TrajectoryDataset], resolution=None
     if "in_channels" in changes and c.in_channels != c.out_channels:
         raise ConfigError(f"{name} maps {c.in_channels} -> {c.out_channels} channels: it cannot be adapted to the "
                           f"files' {changes['in_channels']}")
-    config, norm_lines, norm_record = normalization(model, contract, plans, changes, stats_from, progress)
+    config, norm_lines, norm_record = normalization(model, contract, plans, changes, stats_from, progress, name)
     adapted = model
     if changes or targets or config:
         adapted = adapt_model(model, seed=seed, config=config, **changes, **targets)
@@ -353,7 +354,7 @@ def fit_data(model: nn.Module, sources: list[TrajectoryDataset], resolution=None
     grid = choose_grid(adapted, grid_from or sources, resolution, flag)
     shape = frame_shape(adapted, grid.resolution, channels, contract)
     lines.append(grid.line(sources, training=train, mode=shape.resample, source=contract.resample_source))
-    lines.append(boundary_line(adapted, contract, sources))
+    lines.append(boundary_line(adapted, contract, sources, name))
     lines += norm_lines
     record = {"model": name, "contract": contract.name, "files": [s.path for s in dict.fromkeys(
         s for s, _ in plans)], "fields": fitted_names, "training_sets": sorted(
@@ -390,6 +391,8 @@ def _fitted_names(model: nn.Module, plans, adapted: nn.Module) -> list[str] | No
     if len(names) > 1:
         return None
     own = list(next(iter(names)))
+    if own == [f"c{i}" for i in range(len(own))]:  # a file that names no channel: the reader's placeholders
+        return None
     return own + [PAD] * (adapted.config.in_channels - len(own))
 
 
@@ -403,7 +406,8 @@ def normalization_kind(model: nn.Module, norm: Normalization) -> str:
 
 
 def normalization(model: nn.Module, contract: DataContract, plans, changes: Mapping[str, Any],
-                  stats_from: list[TrajectoryDataset] | None, progress) -> tuple[dict, list[str], dict]:
+                  stats_from: list[TrajectoryDataset] | None, progress,
+                  name: str | None = None) -> tuple[dict, list[str], dict]:
     """``(config changes, lines, record)``: the contract's normalization for the fitted fields; statistics of the
     training split computed where the contract (or a field without a constant) asks for them."""
     norm = contract.normalization
@@ -417,7 +421,7 @@ def normalization(model: nn.Module, contract: DataContract, plans, changes: Mapp
         names = names[:changes["in_channels"]] + [PAD] * max(0, changes["in_channels"] - len(names))
     mean_key, std_key = norm.config
     ts = next((p.training_set for _, p in plans if p.training_set), None)
-    kept_mean, kept_std, why = _carried(model, norm, kind, mean_key, std_key, names)
+    kept_mean, kept_std, why = _carried(model, norm, kind, mean_key, std_key, names, name or model_name(model))
     mean, std, where = [None] * len(names), [None] * len(names), [""] * len(names)
     for i, n in enumerate(names):
         if n in kept_mean and n not in norm.dataset_mean:
@@ -457,7 +461,7 @@ def normalization(model: nn.Module, contract: DataContract, plans, changes: Mapp
 
 
 def _carried(model: nn.Module, norm: Normalization, kind: str, mean_key: str, std_key: str,
-             names: list[str]) -> tuple[dict, dict, str]:
+             names: list[str], name: str) -> tuple[dict, dict, str]:
     """The statistics the model carries, by field: its config's constants (a ``constants`` contract), or those a fit
     recorded with it (``pretrained_cfg['normalization']``, for the same fields)."""
     c = model.config
@@ -467,9 +471,9 @@ def _carried(model: nn.Module, norm: Normalization, kind: str, mean_key: str, st
         return {}, {}, ""
     recorded = (getattr(model, "pretrained_cfg", None) or {}).get("normalization")
     if isinstance(recorded, Mapping) and recorded.get("fields") == own:
-        why = f"recorded with {model_name(model)}: {recorded.get('from') or 'its training split'}"
+        why = f"recorded with {name}: {recorded.get('from') or 'its training split'}"
     elif kind == "constants":
-        why = f"{model_name(model)}'s pretraining constants"
+        why = f"{name}'s pretraining constants"
     else:
         return {}, {}, ""
     return dict(zip(own, map(float, mean))), dict(zip(own, map(float, std))), why
@@ -550,11 +554,12 @@ def neutral_statistics(name: str, overrides: Mapping[str, Any] | None = None) ->
 # ---- grid and boundary -------------------------------------------------------------------------------------------
 
 
-def boundary_line(model: nn.Module, contract: DataContract, sources: Sequence[TrajectoryDataset]) -> str:
+def boundary_line(model: nn.Module, contract: DataContract, sources: Sequence[TrajectoryDataset],
+                  name: str | None = None) -> str:
     """What the files state of their boundary, and what the model assumes (or, with a ``periodic`` flag, follows)."""
     stated = {s.boundary for s in sources if s.boundary}
     files = "; ".join(sorted(stated)) if stated else "none"
-    name = model_name(model)
+    name = name or model_name(model)
     if hasattr(model.config, "periodic"):
         return (f"boundary: the files state {files}; {name} runs with periodic={bool(model.config.periodic)} "
                 f"({contract.boundary})")
@@ -650,18 +655,20 @@ def array_order_lines(paths, layout: str | None) -> list[str]:
 
 def fit_files(model: nn.Module, paths, resolution=None, layout: str | None = None, fields: list[str] | None = None,
               say: Callable[[str], None] = print, *, field_map=None, training_set: str | None = None,
-              test_fraction: float | None = None) -> tuple[nn.Module, FrameShape, list[TrajectoryDataset]]:
+              test_fraction: float | None = None,
+              name: str | None = None) -> tuple[nn.Module, FrameShape, list[TrajectoryDataset]]:
     """``(model, frame shape, sources)``: the files ``paths`` opened and fitted to ``model`` (:func:`fit_data`); how a
     plain array is read and the fit block are said first (``say``: a line at a time). Statistics a normalization needs
     come from each file's training part by training's rule (``test_fraction``, default 0.1)."""
     fitted = fit_files_block(model, paths, resolution, layout, fields, say, field_map=field_map,
-                             training_set=training_set, test_fraction=test_fraction)
+                             training_set=training_set, test_fraction=test_fraction, name=name)
     return fitted.model, fitted.frame_shape, fitted.sources
 
 
 def fit_files_block(model: nn.Module, paths, resolution=None, layout: str | None = None,
                     fields: list[str] | None = None, say: Callable[[str], None] = print, *, field_map=None,
-                    training_set: str | None = None, test_fraction: float | None = None) -> FittedData:
+                    training_set: str | None = None, test_fraction: float | None = None,
+                    name: str | None = None) -> FittedData:
     """:func:`fit_files`, returning the whole :class:`FittedData` (its block and record too)."""
     from ..data.datasets import split_trajectories
 
@@ -676,7 +683,8 @@ def fit_files_block(model: nn.Module, paths, resolution=None, layout: str | None
                 parts.append(split_trajectories(s, test_fraction)[0])
             except DataFormatError as e:
                 raise ConfigError(str(e)) from None
-    fitted = fit_data(model, sources, resolution, field_map=field_map, training_set=training_set, stats_from=parts)
+    fitted = fit_data(model, sources, resolution, field_map=field_map, training_set=training_set, stats_from=parts,
+                      name=name)
     say_block(fitted, say)
     return fitted
 

@@ -64,7 +64,7 @@ def evaluate_files(model: "nn.Module", model_name: str, data: Sequence[str], out
 
     data = list(data)
     fitted = fit_files_block(model, data, resolution, layout, fields, say=say, field_map=field_map,
-                             training_set=training_set, test_fraction=test_fraction)
+                             training_set=training_set, test_fraction=test_fraction, name=model_name)
     model, frame_shape, sources = fitted.model, fitted.frame_shape, fitted.sources
     _check_channel(channel, sources)
     split_name = split
@@ -188,7 +188,7 @@ def rollout_trajectory(model: "nn.Module", model_name: str, data: str, *, index:
     if steps is not None and steps < 1:
         raise OpzooError(f"--steps must be >= 1, got {steps}")
     model, frame_shape, (src,) = fit_files(model, [data], resolution, layout, fields, say=say, field_map=field_map,
-                                           training_set=training_set)
+                                           training_set=training_set, name=model_name)
     _check_channel(channel, [src])
     t_in = frame_shape.in_timesteps
     if not 0 <= index < len(src):

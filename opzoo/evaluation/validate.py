@@ -77,7 +77,7 @@ def score(model, name: str, path: str, layout: str | None, horizon: int | None, 
     from .vrmse import vrmse_fields
 
     model, frame_shape, (src,) = fit_files(model, [path], None, layout, say=say, field_map=field_map,
-                                           training_set=training_set)
+                                           training_set=training_set, name=name)
     src = src.subset(indices)
     frames = src.n_steps if horizon is None else min(src.n_steps, frame_shape.in_timesteps + horizon)
     bad = scan_trajectories(src, max_trajectories, frames)

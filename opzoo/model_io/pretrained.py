@@ -207,8 +207,8 @@ def overlaid(preset: Preset, overlay: Mapping[str, Any]) -> tuple[Preset, str | 
             if preset.pretrained is not None else {}
         if "repo_id" in source:
             base.pop("directory", None)
-        if "directory" in source:
-            base.update(repo_id=None, revision=None, fallback_filenames=())
+        if "directory" in source:  # a local copy of the repo: its fallback weights files are read there too
+            base.update(repo_id=None, revision=None)
         try:
             new = PretrainedSource(**{**base, **source})
         except (TypeError, ValueError) as e:

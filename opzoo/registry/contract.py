@@ -160,7 +160,6 @@ class DataContract:
     resample_source: str = ""
     boundary: str = "not stated by upstream"
     spatial_dims: tuple[int, ...] = (2,)
-    loss: Literal["present", "all"] = "present"  # whether filled/padded channels are left out of the loss
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "training_sets", tuple(self.training_sets))
@@ -185,6 +184,26 @@ class DataContract:
                 return t
         known = ", ".join(t.name for t in self.training_sets) or "none"
         raise KeyError(f"{name!r} is none of the training sets the {self.name} contract knows ({known})")
+
+    def summary(self) -> list[str]:
+        """The contract as ``opzoo info`` says it: a line per decision."""
+        n = self.normalization
+        lines = [f"fields: {', '.join(self.fields) if self.fields else 'by position'} ({self.units})"]
+        if self.training_sets:
+            lines.append("training sets: " + "; ".join(f"{t.name}: {t.words()}" for t in self.training_sets))
+        if self.absent:
+            lines.append("absent fields: " + ", ".join(f"{k} as {v:g}" for k, v in self.absent.items())
+                         + (f" ({self.absent_source})" if self.absent_source else ""))
+        if self.pad_value is not None:
+            lines.append(f"fewer channels: padded with {self.pad_value:g}" + (f" ({self.pad_source})"
+                                                                              if self.pad_source else ""))
+        lines.append(f"other fields: {self.other_fields}" + (f" ({self.other_fields_source})"
+                                                             if self.other_fields_source else ""))
+        lines.append(f"normalization: {n.kind}: {n.words}" + (f"; breaks: {n.breaks}" if n.breaks else ""))
+        dims = ", ".join(f"{d}-D" for d in self.spatial_dims)
+        lines.append(f"grid: {dims}; {self.grid}; resampled {self.resample}")
+        lines.append(f"boundary: {self.boundary}")
+        return lines
 
     def fill(self, field: str) -> Optional[float]:
         """What fills ``field`` when a file lacks it (None: it cannot be absent)."""

@@ -45,8 +45,8 @@ class PretrainedSource:
 
     ``extra_files`` are other files of the repo that the converter or the checks read (e.g. the
     foreign ``config.json``); they are fetched with the weights, into the same snapshot. ``fallback_filenames`` are
-    weights files read instead, in order, when a Hub repo has no ``filename`` at the revision (e.g. a pickled
-    ``pytorch_model.bin`` before a repo gained ``model.safetensors``; the converter reads either). ``checks``
+    weights files read instead, in order, when a Hub repo (at the revision) or a directory has no ``filename`` (e.g. a
+    pickled ``pytorch_model.bin`` before a repo gained ``model.safetensors``; the converter reads either). ``checks``
     (:class:`opzoo.PretrainedCheck`) run on the fetched files and tensors before a model is returned:
     weights that fail one are refused (``opzoo verify`` runs them all and prints a table).
     """
@@ -70,8 +70,6 @@ class PretrainedSource:
             object.__setattr__(self, "directory", Path(self.directory))
         object.__setattr__(self, "extra_files", tuple(self.extra_files))
         object.__setattr__(self, "fallback_filenames", tuple(self.fallback_filenames))
-        if self.fallback_filenames and self.repo_id is None:
-            raise ValueError("PretrainedSource: fallback_filenames apply to Hub repos only, not to a directory")
         object.__setattr__(self, "checks", tuple(self.checks))
         for check in self.checks:
             if not isinstance(check, PretrainedCheck):

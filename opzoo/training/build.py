@@ -98,7 +98,8 @@ def fit_run_data(model: nn.Module, cfg: RunConfig, opened: list[OpenDataset]):
     sets = [t for o in opened for t in (o.spec.training_set, o.spec.training_set)]
     return fit_data(model, sources, cfg.data.resolution, "data.resolution", grid_from=[o.train for o in opened],
                     channels=cfg.data.channels, adapt_channels=cfg.model.adapt, field_map=maps, training_set=sets,
-                    train=True, targets=targets, stats_from=[o.train for o in opened], seed=cfg.seed)
+                    train=True, targets=targets, stats_from=[o.train for o in opened], seed=cfg.seed,
+                    name=cfg.model.name)
 
 
 def build_data(cfg: RunConfig, model: nn.Module, opened: list[OpenDataset] | None = None, fitted=None) -> RunData:

@@ -49,7 +49,8 @@ def recommended_lr(model: "str | ModelReference", pretrained: bool) -> tuple[flo
     ref = model_reference(model)
     model = ref.given
     if not pretrained and not ref.saved:  # a saved repo always brings its weights
-        return SCRATCH_LR, "the pretraining recipe's max lr (random init)"
+        return SCRATCH_LR, (f"opzoo's max lr for random init (DPOT's pretraining recipe, docs/training.md), not "
+                            f"necessarily {model}'s own (`opzoo info {model}`); --lr sets another")
     cfg = saved_pretrained_cfg(ref) if ref.saved else get_registry().preset(ref.preset).pretrained_cfg
     lr = cfg.get("finetune_lr")
     if lr is None:

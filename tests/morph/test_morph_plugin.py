@@ -252,3 +252,45 @@ def test_readme_path_finetunes_morph_ti_on_a_1d_and_a_2d_file(kind, res, monkeyp
     assert main(["push", str(tmp_path / "run" / "model"), f"me/morph-{kind}"]) == 0
     assert f"base_model: {REPO}" in uploaded["card"] and "model-index" in uploaded["card"]
 
+
+
+def test_a_rollout_from_a_field_at_rest_is_refused_under_window_revin_and_moves_with_split_statistics(tmp_path, capsys):
+    """With RevIN on the input window, a velocity starting from rest has variance 0: it was normalized to 0 and
+    de-normalized by sqrt(eps), so it stayed frozen for the whole rollout. It is refused in one line naming the
+    normalization that works; with the training split's statistics, the rollout moves it."""
+    import numpy as np
+
+    from opzoo.cli import main
+    from opzoo.data import write_canonical
+    from opzoo.evaluation.fit import fit_data, open_trajectories
+
+    rng = np.random.default_rng(0)
+    data = rng.standard_normal((4, 16, 16, 6, 2)).astype(np.float32)
+    data[..., 0, 0] = 0.0  # channel 0 (a velocity) at rest in the first frame of every trajectory
+    write_canonical(tmp_path / "rest.h5", data, ["velocity", "density"], pde="rest")
+    torch.manual_seed(0)
+    sizes = {**SMALL, "max_ar": 1, "dropout": 0.0, "emb_dropout": 0.0, "in_channels": 2, "out_channels": 2}
+    revin = opzoo.create_model("morph", **sizes).eval()
+    x = torch.from_numpy(data[:1, :, :, :1])  # [1, 16, 16, T=1, 2]: the velocity at rest, the density not
+    with pytest.raises(opzoo.ConfigError, match=r"field 0 \(channel 0\) of sample 0 is uniform over the input window"
+                                                r".*normalization='stats'") as e:
+        revin.rollout(x, steps=3)
+    assert "\n" not in str(e.value) and "--model-args normalization=stats" in str(e.value)
+    stats = opzoo.create_model("morph", **sizes, normalization="stats").eval()
+    stats.load_state_dict(revin.state_dict())
+    src = open_trajectories(str(tmp_path / "rest.h5"))
+    fitted = fit_data(stats, [src])
+    assert any(line.startswith("normalization: velocity, density: mean") for line in fitted.lines)
+    with torch.no_grad():
+        traj = fitted.model.rollout(x, steps=3)
+    assert traj[..., 0].abs().max() > 1e-3  # the field at rest moves (frozen, it stayed within sqrt(eps) of 0)
+    assert (traj[..., 1:, 0] - traj[..., :-1, 0]).abs().max() > 1e-4
+    # the command line: the refusal is one line, and --model-args normalization=stats rolls it out
+    model_dir = tmp_path / "morph"
+    revin.save_pretrained(model_dir)
+    assert main(["rollout", str(model_dir), "--data", str(tmp_path / "rest.h5"), "--steps", "2"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "normalization='stats'" in err
+    assert main(["rollout", str(model_dir), "--data", str(tmp_path / "rest.h5"), "--steps", "2", "--model-args",
+                 "normalization=stats"]) == 0
+    assert "normalization: velocity, density: mean" in capsys.readouterr().out

@@ -229,3 +229,15 @@ def test_readme_path_finetunes_poseidon_t_on_a_users_file_of_another_pde(monkeyp
     uploaded = record_pushes(monkeypatch)
     assert main(["push", str(tmp_path / "run" / "model"), "me/poseidon-ns"]) == 0
     assert "base_model: camlab-ethz/Poseidon-T" in uploaded["card"] and "cc-by-nc-4.0" in uploaded["card"]
+
+
+def test_a_local_copy_holding_only_the_pickled_bin_loads_through_the_directory_overlay(tmp_path):
+    """transformers 4.29.2's save_pretrained writes pytorch_model.bin (safe_serialization off): a local copy of the
+    repo holding only that file loads as the Hub cache's does (read through weights_only)."""
+    ckpt = upstream_dir(tmp_path / "Poseidon-T")
+    from safetensors.torch import load_file
+
+    torch.save(load_file(str(ckpt / "model.safetensors")), ckpt / "pytorch_model.bin")
+    (ckpt / "model.safetensors").unlink()
+    model = opzoo.load("poseidon-t", pretrained=True, pretrained_cfg_overlay={"directory": str(ckpt)}, **NARROW)
+    assert not model.training and model.preset_name == "poseidon-t"

@@ -109,7 +109,8 @@ def test_finetune_from_scratch_is_labelled_so(capsys, user_file, tmp_path):
                  "--steps", "2", "--batch-size", "2", "--test-fraction", "0.2", "--set", "evaluation.plots=false"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith(BUSY)]
     assert lines[0] == "weights: dpot-micro random init (--no-pretrained)"
-    assert lines[1] == "lr: 0.001 (the pretraining recipe's max lr (random init))"
+    assert lines[1] == ("lr: 0.001 (opzoo's max lr for random init (DPOT's pretraining recipe, docs/training.md), not "
+                        "necessarily dpot-micro's own (`opzoo info dpot-micro`); --lr sets another)")
     card = (out / "model" / "README.md").read_text()
     assert "base_model" not in card and "trained from scratch" in card and "at step 0 (random init)" in card
 

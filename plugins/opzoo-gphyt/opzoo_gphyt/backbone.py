@@ -115,7 +115,7 @@ class GPhyT(opzoo.Backbone):
             return frames, None
         if c.normalization == "stats":
             if c.field_mean is None:
-                raise ValueError(f"{self._name()} z-scores each field by its data's statistics, as its weights were "
+                raise opzoo.ConfigError(f"{self._name()} z-scores each field by its data's statistics, as its weights were "
                                  f"trained (normalization='stats'), and has none: give field_mean and field_std (one "
                                  f"per channel), let opzoo compute them from a file's training split (opzoo eval, "
                                  f"finetune), or choose normalization='instance'")

@@ -12,7 +12,7 @@ import opzoo
 
 REPO = "FloWsnr/General-Physics-Transformer"
 WEIGHTS_COMMIT = "4374116"  # 2025-10-08 "Add weights link to README": the code that published the weights
-RESTRUCTURED = "c40702d"  # 2026-02-07 "Restructure to ML-Training-Suite architecture"; head df1527c needs Python 3.12+
+RESTRUCTURED = "c40702d"  # 2026-02-07 "Restructure to ML-Training-Suite architecture" (requires-python >= 3.13)
 HUB_REPO = "flwi/Physics-Foundation-Model"
 FIELDS = ["pressure", "density", "temperature", "velocity_x", "velocity_y"]
 DATASETS = ["cylinder_sym_flow_water", "cylinder_pipe_flow_water", "object_periodic_flow_water",
@@ -109,9 +109,11 @@ def facts(variant: opzoo.Variant) -> tuple[opzoo.Fact, ...]:
              "load check reads the file's recorded config and every tensor", f"huggingface.co/{HUB_REPO} (not "
              "reachable offline)", verified=False,
              alternatives=("weights replaced on main since: the config and tensor checks refuse another network",)),
-        Fact("code that trained the weights", f"the code at {WEIGHTS_COMMIT} (2025-10-08), which published them; "
-             f"the code was restructured at {RESTRUCTURED} (2026-02-07) and its head needs Python 3.12+",
-             at("README.md") + f" (git log); {REPO} @ {RESTRUCTURED} (git show)"),
+        Fact("code that trained the weights", f"the code at {WEIGHTS_COMMIT} (2025-10-08), which published them "
+             f"(its pyproject.toml: requires-python >= 3.12); the code was restructured at {RESTRUCTURED} "
+             f"(2026-02-07), from which on it requires Python >= 3.13 (the head df1527c too)",
+             at("README.md") + " (git log); " + at("pyproject.toml") + f"; {REPO} pyproject.toml @ {RESTRUCTURED} "
+             "and @ df1527c"),
         Fact("weights file", "torch.save of {samples_trained, batches_trained, cycle_idx, model_state_dict, "
              "optimizer_state_dict, config, ...}, names prefixed by 'module.' (DDP) and '_orig_mod.' (torch.compile) "
              "where trained so; upstream unpickles it in full (weights_only off), opzoo with weights_only=True and only "

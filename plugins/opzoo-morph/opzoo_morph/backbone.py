@@ -183,7 +183,7 @@ class Morph(opzoo.Backbone):
     def _channel_stats(self, x: Tensor) -> tuple[Tensor, Tensor]:
         c = self.config
         if c.field_mean is None:
-            raise ValueError(f"{self._name()}: normalization='stats' z-scores each channel by its data's statistics, "
+            raise opzoo.ConfigError(f"{self._name()}: normalization='stats' z-scores each channel by its data's statistics, "
                              f"and it has none: give field_mean and field_std (one per channel), or let opzoo compute "
                              f"them from a file's training split (opzoo eval, finetune)")
         return (torch.tensor(c.field_mean, dtype=x.dtype, device=x.device),
@@ -212,11 +212,12 @@ class Morph(opzoo.Backbone):
             groups, _ = self.config.fields()
             first = sum(groups[:f])
             chans = f"channel {first}" if groups[f] == 1 else f"channels {first}-{first + groups[f] - 1}"
-            raise ValueError(f"{self._name()}: field {f} ({chans}) of sample {b} is uniform over the input window "
+            raise opzoo.ConfigError(f"{self._name()}: field {f} ({chans}) of sample {b} is uniform over the input window "
                              f"(variance below revin_eps={self.config.revin_eps:g}): RevIN on the window would "
                              f"normalize it to 0 and it could never change (upstream's RevIN is over the whole "
-                             f"trajectory, which a forecast cannot see); use normalization='stats' (--set "
-                             f"model.args.normalization=stats: each channel by its training split's statistics)")
+                             f"trajectory, which a forecast cannot see); use normalization='stats' (each channel by its training "
+                             f"split's statistics: opzoo eval/rollout --model-args normalization=stats, finetune --set "
+                             f"model.args.normalization=stats)")
 
     def _physical(self, y: Tensor, stats, grid) -> Tensor:
         if stats is not None:

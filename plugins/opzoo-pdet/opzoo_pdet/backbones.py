@@ -159,7 +159,7 @@ class PdetBackbone(opzoo.Backbone):
         if x.ndim != 5 or tuple(x.shape[-2:]) != (1, c.in_channels):
             raise ValueError(f"{name} expects [B, X, Y, T_in=1, C={c.in_channels}], got {list(x.shape)}")
         if c.normalization == "zscore" and not c.mean:
-            raise ValueError(f"{name} standardizes each channel by its dataset's mean and std, as its weights were "
+            raise opzoo.ConfigError(f"{name} standardizes each channel by its dataset's mean and std, as its weights were "
                              f"trained (normalization='zscore'), and has none: give mean and std (one per channel), let "
                              f"opzoo compute them from a file's training split (opzoo eval, finetune), or pass "
                              f"normalization='none' for fields you standardized")
