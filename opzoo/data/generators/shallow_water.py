@@ -2,7 +2,13 @@
 
     dh/dt + div(h u) = 0,   d(h u)/dt + div(h u u + g h^2 / 2 I) = 0,   g = 1,
     on [-2.5, 2.5]^2 with reflective walls, t in [0, 1];
-    h0 = 2 inside a circle of radius r ~ U(0.3, 0.7) about the origin, 1 outside; u0 = 0.
+    h0 = 1 + (2 - 1) * (1 - tanh((|x| - r) / w)) / 2: a dam of radius r ~ U(0.3, 0.7) about the origin, its edge a
+    tanh of width w = dx / 2 (half a cell); u0 = 0.
+
+Version 2: the edge was a sharp step, so the initial state depended on r only through which cell centres fall
+inside the circle: at 32 x 32 (dx = 0.156) a handful of states covered every r in [0.3, 0.7], and a file of 48
+trajectories held 15 distinct ones (issue 60). With the tanh edge every cell's height moves with r, so every
+trajectory is another.
 
 Finite volumes: MUSCL reconstruction of (h, u, v) with minmod slopes, HLL fluxes, SSP-RK2 in
 time, CFL-limited steps that land exactly on the recorded times. Walls are mirror ghost cells
@@ -31,7 +37,7 @@ def _minmod(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 class ShallowWater2D(PDEGenerator):
     kind = "swe"
-    version = "1"
+    version = "2"
     pde = "shallow-water"
     length = 5.0  # domain [-2.5, 2.5]
 
@@ -55,6 +61,7 @@ class ShallowWater2D(PDEGenerator):
         self.radius_range = (float(radius_range[0]), float(radius_range[1]))
         self.momentum, self.cfl = momentum, float(cfl)
         self.dx = self.length / self.res
+        self.edge_width = self.dx / 2
 
     @property
     def fields(self) -> tuple[str, ...]:
@@ -68,6 +75,7 @@ class ShallowWater2D(PDEGenerator):
     def params(self) -> dict[str, Any]:
         return dict(
             gravity=self.g, h_in=self.h_in, h_out=self.h_out, radius_range=list(self.radius_range),
+            dam_edge=f"tanh of width dx/2 = {self.edge_width:g}",
             domain=[[-2.5, 2.5], [-2.5, 2.5]], boundary="reflective walls", res=self.res,
             steps=self.steps, t_end=self.t_end, cfl=self.cfl,
             scheme="finite volume, MUSCL-minmod, HLL, SSP-RK2",
@@ -79,7 +87,8 @@ class ShallowWater2D(PDEGenerator):
         radius = lo + (hi - lo) * float(torch.rand((), generator=generator, dtype=torch.float64))
         x = torch.tensor(self.coords["x"], dtype=torch.float64)
         xx, yy = torch.meshgrid(x, x, indexing="ij")
-        h = torch.where(xx**2 + yy**2 < radius**2, self.h_in, self.h_out).to(torch.float64)
+        inside = 0.5 * (1.0 - torch.tanh((torch.sqrt(xx**2 + yy**2) - radius) / self.edge_width))
+        h = self.h_out + (self.h_in - self.h_out) * inside
         return torch.stack([h, torch.zeros_like(h), torch.zeros_like(h)], dim=-1)
 
     # -- finite volumes on q = [B, 3, X, Y] ---------------------------------------------------

@@ -199,7 +199,8 @@ class Morph(opzoo.Backbone):
         if mode == "none":
             return v, None, grid
         stats = self.revin_stats(v)
-        self._refuse_frozen(v, stats)
+        if not torch.compiler.is_compiling():  # a data-dependent refusal; a compiled graph runs after eager checks
+            self._refuse_frozen(v, stats)
         return (v - stats[0]) / stats[1], stats, grid
 
     def _refuse_frozen(self, v: Tensor, stats: tuple[Tensor, Tensor]) -> None:
