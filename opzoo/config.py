@@ -206,15 +206,20 @@ def write_config(path: str | os.PathLike, document: Mapping[str, Any]) -> None:
 def read_config(path: str | os.PathLike, text: str | bytes | None = None) -> dict[str, Any]:
     """Parse and check the envelope of a ``config.json`` (not yet the model_args types); ``text``: its
     contents, already read (e.g. through an open file descriptor)."""
+    from .files import JSON_LIMIT, read_json
+
     path = Path(path)
-    try:
-        doc = json.loads(path.read_bytes() if text is None else text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: not valid JSON ({e})") from None
-    except RecursionError:
-        raise ConfigError(f"{path}: JSON nested too deeply to be a config") from None
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot be read ({e.strerror or e})") from None
+    if text is None:
+        doc = read_json(path, "an opzoo config.json")
+    else:
+        if len(text) > JSON_LIMIT:
+            raise ConfigError(f"{path}: {len(text) / 2**20:.0f} MiB, larger than a config.json can be: not read")
+        try:
+            doc = json.loads(text)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{path}: not valid JSON ({e})") from None
+        except RecursionError:
+            raise ConfigError(f"{path}: JSON nested too deeply to be a config") from None
     if not isinstance(doc, dict):
         raise ConfigError(f"{path}: expected a JSON object, got {type(doc).__name__}")
     required = {"architecture": str, "opzoo_version": str, "model_args": dict}

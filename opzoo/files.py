@@ -1,5 +1,6 @@
 """Writing opzoo's own files: whole or not at all, never through a planted link, cleaning up after dead writers, and
-JSON without NaN (:func:`strict_json`).
+JSON without NaN (:func:`strict_json`); reading JSON with a bound (:func:`read_json`, the one reader of every JSON
+config and record); the one rule for a command's output directory (:func:`claim_output_dir`).
 
 Every temporary name is ``.<target>.opzoo-tmp-<what>-<pid>@<host>-<random>`` in the target's directory (a file, a
 staging directory of a save, a checkpoint being written): the name says which process owns it, so
@@ -96,6 +97,78 @@ def open_regular(path: str | os.PathLike) -> IO[bytes]:
     except BaseException:
         os.close(fd)
         raise
+
+
+JSON_LIMIT = 128 * 2**20  # bytes: the largest JSON config or record read (a training record of ~10^6 trajectories)
+
+
+def read_json(path: str | os.PathLike, what: str = "a JSON file", *, limit: int = JSON_LIMIT,
+              follow_links: bool = True, error: type[Exception] | None = None) -> Any:
+    """The JSON document at ``path`` (``what`` names it in messages), read only if it is a regular file of at most
+    ``limit`` bytes (``follow_links=False``: a symbolic link in its place is refused too, for a record a process of
+    opzoo wrote itself); any failure is one line of ``error`` (default :class:`opzoo.ConfigError`) naming the file: a
+    6 GB file is refused before a byte is read, where reading it whole took twice its size in memory."""
+    import json
+
+    from .errors import ConfigError
+
+    error = error or ConfigError
+    if not follow_links and os.path.islink(path):
+        raise error(f"{path}: a symbolic link where {what} belongs (to {os.readlink(path)}); opzoo wrote a file there "
+                    f"and reads no other: restore it, or start over")
+    try:
+        with open_regular(path) as f:
+            raw = read_bounded(f, path, what, limit=limit, error=error)
+    except FileNotFoundError:
+        raise error(f"{path}: no such file ({what})") from None
+    except OSError as e:
+        raise error(f"{path}: cannot be read as {what} ({e.strerror or e})") from None
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise error(f"{path}: not valid JSON ({e}): {what} cut short or damaged") from None
+    except RecursionError:
+        raise error(f"{path}: JSON nested too deeply to be {what}") from None
+
+
+def read_bounded(f: IO[bytes], path: str | os.PathLike, what: str, *, limit: int = JSON_LIMIT,
+                 error: type[Exception] | None = None) -> bytes:
+    """The bytes of the open file ``f`` (of ``path``), refused in one line of ``error`` when it holds more than
+    ``limit``: judged by its size before a byte is read, and by what the read returns (a file growing meanwhile)."""
+    from .errors import ConfigError
+
+    size = os.fstat(f.fileno()).st_size
+    raw = f.read(limit + 1) if size <= limit else b""
+    if size > limit or len(raw) > limit:
+        raise (error or ConfigError)(f"{path}: {max(size, len(raw)) / 2**20:.0f} MiB, larger than {what} can be "
+                                     f"({limit / 2**20:.0f} MiB): not read; is it the file you meant?")
+    return raw
+
+
+def claim_output_dir(out: str | os.PathLike, owned, *, force: bool = False, flag: str = "--out",
+                     what: str = "its output", advice: str = "pass --force to write beside them") -> Path:
+    """The one rule for a command that writes into a directory: ``out`` may be new, or hold only files opzoo writes
+    there (``owned(path)`` says which; temporaries of dead writers too); a directory holding any other file is refused
+    before any work, naming them, unless ``force`` (even then no such file is removed, and one is replaced only where
+    opzoo writes a file of that name). A symbolic link at ``out`` (or a file) is refused: the results would land in
+    its target, or be lost after they were computed."""
+    from .errors import OpzooError
+
+    out = Path(out)
+    if out.is_symlink():
+        raise OpzooError(f"{flag} {out}: a symbolic link (to {os.readlink(out)}); name a real directory for {what}")
+    if out.exists() and not out.is_dir():
+        raise OpzooError(f"{flag} {out}: a file, not a directory; name a directory for {what}")
+    parent = next((p for p in out.parents if p.exists() or p.is_symlink()), None)
+    if parent is not None and not parent.is_dir():
+        raise OpzooError(f"{flag} {out}: {parent} is not a directory")
+    if out.is_dir() and not force:
+        foreign = sorted(p.name for p in out.iterdir() if TMP_MARK not in p.name and not owned(p))
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+            raise OpzooError(f"{flag} {out} holds files opzoo did not write ({shown}); choose another directory, or "
+                             f"{advice} (files opzoo did not write are never removed)")
+    return out
 
 
 def check_regular(path: str | os.PathLike) -> None:

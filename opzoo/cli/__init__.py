@@ -236,8 +236,10 @@ def cmd_verify(args) -> int:
     else:
         print(format_table(rows))
         counts = {s: sum(r.status == s for r in rows) for s in ("passed", "FAILED", "not run")}
-        print(f"\n{counts['passed']} passed, {counts['FAILED']} failed, {counts['not run']} not run")
-    return 1 if any(r.status == "FAILED" for r in rows) else 0
+        print(f"\n{counts['passed']} passed, {counts['FAILED']} failed, {counts['not run']} not run"
+              + ("; a check that did not run verified nothing: exit 1" if counts["not run"] else ""))
+    # a gate on `opzoo verify` must not pass while nothing was verified: a check not run fails the command too
+    return 1 if any(r.status in ("FAILED", "not run") for r in rows) else 0
 
 
 def cmd_cards(args) -> int:
@@ -273,16 +275,14 @@ def cmd_plugins(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from ..errors import OpzooError
+    from ..files import claim_output_dir
     from ..model_io.loading import load
     from ..model_io.pretrained import resolve_weights
     from ..model_io.reference import parse_model_reference
+    from ..model_io.repo_dir import written_by_opzoo
 
-    out = Path(args.out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not args.force:
-        what = "a file" if not out.is_dir() else "not empty"
-        raise OpzooError(f"{out} is {what}: export would replace what it holds (its config.json, model.safetensors, "
-                         f"README.md); pass --force to replace them, or choose another directory")
+    claim_output_dir(args.out, written_by_opzoo, force=args.force, flag="OUT", what="the exported repo",
+                     advice="pass --force to write the repo's config.json, model.safetensors and README.md beside them")
 
     pretrained, header = resolve_weights(args.name, True if parse_model_reference(args.name, backbones=False).saved
                                          else args.pretrained)
@@ -297,7 +297,7 @@ def cmd_convert(args) -> int:
     from ..model_io.pretrained import convert_to_repo
 
     options = {**({"dataset": args.dataset} if args.dataset else {}), **parse_overrides(args.option)}
-    out = convert_to_repo(args.converter, args.file, args.out, **options)
+    out = convert_to_repo(args.converter, args.file, args.out, force=args.force, **options)
     print(f"converted {args.file} with {args.converter!r} -> {out}")
     return 0
 
@@ -355,7 +355,9 @@ def build_parser(plugin_commands: bool = True) -> argparse.ArgumentParser:
     p.add_argument("out")
     p.add_argument("--pretrained", action="store_true", help="with its published weights")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides")
-    p.add_argument("--force", action="store_true", help="replace what a non-empty OUT holds")
+    p.add_argument("--force", action="store_true", help="write into an OUT that holds files opzoo did not write (they "
+                                                        "are kept, but a config.json, model.safetensors or README.md "
+                                                        "there is replaced)")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("convert", help="convert a foreign checkpoint into an opzoo repo")
@@ -366,6 +368,9 @@ def build_parser(plugin_commands: bool = True) -> argparse.ArgumentParser:
                                      "(the-well: e.g. shear_flow)")
     p.add_argument("--option", nargs="*", default=[], metavar="KEY=VALUE",
                    help="other converter options, e.g. fourier_blocks=dropped for the-well's FNO/TFNO")
+    p.add_argument("--force", action="store_true", help="write into an OUT that holds files opzoo did not write (they "
+                                                        "are kept, but a config.json, model.safetensors or README.md "
+                                                        "there is replaced)")
     p.set_defaults(func=cmd_convert)
 
     p = sub.add_parser("push", help="upload an opzoo repo directory to the Hugging Face Hub")

@@ -8,7 +8,6 @@ eval MODEL --data FILE`` works on its own.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -32,10 +31,19 @@ def _load_model(name: str, pretrained: bool | None, model_args: Sequence[str] | 
     return load(name, pretrained=pretrained, **overrides).eval()
 
 
+EVAL_FILES = ("eval.json", "eval.csv", "eval_per_step.csv", "eval_windows.json", "error-vs-step.png",
+              "expert-load.png")
+
+
 def _claim_out_dir(out: Path, model: str, new: bool) -> None:
     """``--out`` may hold results of this same model (re-evaluated, overwritten), not another's, unless
-    ``--new`` moves them aside."""
-    from ..files import move_aside
+    ``--new`` moves them aside; and nothing but what ``eval`` writes (the one output-directory rule)."""
+    from ..errors import ConfigError
+    from ..files import claim_output_dir, move_aside, read_json
+
+    claim_output_dir(out, lambda p: p.name in EVAL_FILES or p.name.endswith("-panels.png"), force=new,
+                     what="the evaluation's results", advice=f"pass --new to move what it holds aside (to "
+                     f"{out}.replaced-<time>)")
 
     found = [out / n for n in ("eval.json", "eval_windows.json") if (out / n).is_file()]
     if not found:
@@ -43,8 +51,8 @@ def _claim_out_dir(out: Path, model: str, new: bool) -> None:
     owners = set()
     for f in found:
         try:
-            owners.add(json.loads(f.read_text()).get("model"))
-        except (OSError, ValueError, AttributeError):
+            owners.add(read_json(f, "an evaluation's results").get("model"))
+        except (ConfigError, AttributeError):
             owners.add(None)
     from .run import model_identity
 

@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 from .._deprecation import renamed_arguments
 from ..data import FrameShape, TrajectoryDataset
 from ..data.transforms import resize_batch
-from ..files import atomic_write, atomic_writer, strict_json
+from ..files import atomic_write, atomic_writer, read_json, strict_json
 from .l2 import l2_full, l2_per_step
 from .vrmse import vrmse, vrmse_summary
 
@@ -370,7 +370,7 @@ def read_results(path: str | os.PathLike) -> list[DatasetResult]:
 
     path = Path(path)
     try:
-        doc = json.loads(path.read_text())
+        doc = read_json(path, "an evaluation result", error=OpzooError)
         return [result(name, d) for name, d in doc["datasets"].items()]
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise OpzooError(f"{path}: not a readable evaluation result ({type(e).__name__}: {e})") from None

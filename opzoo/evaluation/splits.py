@@ -109,14 +109,32 @@ def describe_recipe(recipe: dict[str, Any]) -> str:
     return f"{recipe['generator']} v{recipe['generator_version']}, seed {recipe['seed']}"
 
 
-def _indices(part, n: int) -> list[int]:
+def _indices(part, n, limit: int | None = None, where: str = "a training record") -> list[int]:
+    """The trajectory positions a record's ``train``/``test`` part names, for a file of ``n`` trajectories (as the
+    record says), below ``limit`` (the file at hand's count; a record is never trusted to size a list). A part that is
+    not a span of the file (negative, past its end, reversed, another type) is a ConfigError naming ``where``: the
+    record is damaged."""
+    def damaged(why: str) -> ConfigError:
+        return ConfigError(f"{where}: {why}: the training record in the model's config.json (pretrained_cfg."
+                           f"training_data) is damaged; restore the model's files")
+
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise damaged(f"its trajectory count {n!r} is not a count")
+    stop = n if limit is None else max(0, min(n, limit))
     if part is None:
         return []
     if part == "all":
-        return list(range(n))
+        return list(range(stop))
     if isinstance(part, dict):
-        return sorted(part["indices"])
-    return list(range(part[0], part[1] + 1))
+        idx = part.get("indices")
+        if not isinstance(idx, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n
+                                                for i in idx):
+            raise damaged(f"'indices' {str(idx)[:80]} are not positions in its {n} trajectories")
+        return sorted(i for i in idx if i < stop)
+    if (not isinstance(part, (list, tuple)) or len(part) != 2 or
+            not all(isinstance(i, int) and not isinstance(i, bool) for i in part) or not 0 <= part[0] <= part[1] < n):
+        raise damaged(f"the part {str(part)[:80]} is not [first, last] within its {n} trajectories")
+    return list(range(part[0], min(part[1] + 1, stop)))
 
 
 def _describe(idx: list[int]) -> str:
@@ -137,10 +155,9 @@ def seen_in(model, source, own: str = "this model") -> dict[int, str]:
     if recipe is not None:
         for r in _records(model):
             if r.get("recipe") == recipe:
-                n = int(r.get("trajectories") or 0)
-                for i in _indices(r.get("train"), n):
-                    if i < file.n_samples:
-                        out.setdefault(i, r.get("by") or own)
+                n = r.get("trajectories") or 0
+                for i in _indices(r.get("train"), n, file.n_samples, f"{file.path}: the record of {r.get('file')}"):
+                    out.setdefault(i, r.get("by") or own)
     seen = seen_hashes(model, own)
     if seen:
         for i in range(file.n_samples):
@@ -154,7 +171,8 @@ def trained_by(model, source, index: int) -> str | None:
     """Who trained on trajectory ``index`` of the file ``source`` (a ``TrajectoryDataset``): the model ("this model")
     or an ancestor, by the model's record of the file or by the trajectory's content; None: nobody."""
     record = record_for(model, source.path, source.source)
-    if record is not None and index in _indices(record.get("train"), source.source.n_samples):
+    n = source.source.n_samples
+    if record is not None and index in _indices(record.get("train"), n, n, f"{source.path}: its training record"):
         return "this model"
     return seen_in(model, source).get(index)
 
@@ -197,7 +215,8 @@ def choose_split(model, source, split: str | None, test_fraction: float | None,
     if record.get("trajectories") not in (None, n):
         raise ConfigError(f"{path}: has {n} trajectories, but the model's record of this file ({record['file']}) says "
                           f"{record['trajectories']}")
-    trained, held_out = _indices(record.get("train"), n), _indices(record.get("test"), n)
+    where = f"{path}: the model's record of this file"
+    trained, held_out = _indices(record.get("train"), n, n, where), _indices(record.get("test"), n, n, where)
     if test_fraction is not None:
         raise ConfigError(f"{path}: the model trained on this file ({record['file']}) and records its split: "
                           f"held out {_describe(held_out) if held_out else 'nothing'}; leave --test-fraction out")

@@ -59,10 +59,13 @@ def write_checksums(directory: str | os.PathLike, names: Iterable[str], record: 
 def read_checksums(path: str | os.PathLike) -> dict[str, str]:
     """The ``{name: sha256}`` of a checksum record; ChecksumError naming the file when malformed."""
     path = Path(path)
+    from ..errors import ConfigError
+    from ..files import read_json
+
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ChecksumError(f"{path}: unreadable checksum record ({e})", path) from None
+        doc = read_json(path, "a checksum record", follow_links=False)
+    except ConfigError as e:
+        raise ChecksumError(f"unreadable checksum record: {e}", path) from None
     if not isinstance(doc, dict) or doc.get("algorithm") != ALGORITHM:
         raise ChecksumError(f"{path}: expected an object with algorithm {ALGORITHM!r}", path)
     files = doc.get("files")

@@ -34,17 +34,37 @@ def safe_torch_load(path: str | os.PathLike, allow: Iterable[type] = ()) -> Any:
     """``torch.load(weights_only=True)`` with only the classes in ``allow`` added to the allow-list.
 
     Never falls back to full unpickling: a file that needs anything else is refused with a
-    CheckpointError, and none of its code runs.
+    CheckpointError, and none of its code runs. A zip checkpoint's records are checked first (each one's CRC-32,
+    reading the file once), and the tensors are read whole, not memory-mapped: torch's reader then checks that each
+    record holds as many bytes as its tensor needs (a memory-mapped load reads a short record's missing bytes from
+    whatever follows it in the file).
     """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: {'not a regular file (a FIFO, device or directory)' if path.exists() else 'no such checkpoint file'}")
     if path.stat().st_size == 0:
         raise CheckpointError(f"{path}: an empty file (0 bytes), not a checkpoint; download or copy it again")
+    with open(path, "rb") as f:
+        head = f.read(2)
+    zipped = zipfile.is_zipfile(path)
+    if not zipped and head[:1] != b"\x80":  # neither torch's zip format nor a pickle (protocol 2+ starts 0x80)
+        raise CheckpointError(f"{path}: not a PyTorch checkpoint (neither a zip archive nor a pickle: it starts "
+                              f"with {head!r}); is it the weights file?")
+    if zipped:
+        try:
+            with zipfile.ZipFile(path) as archive:
+                bad = archive.testzip()
+        except (zipfile.BadZipFile, OSError, EOFError) as e:
+            raise CheckpointError(f"{path}: a damaged checkpoint archive ({e}); download or copy it again") from None
+        if bad is not None:
+            raise CheckpointError(f"{path}: the record {bad} does not match its checksum (CRC-32): the file is damaged; "
+                                  f"download or copy it again")
     try:
         with torch.serialization.safe_globals(list(allow)):
-            return torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
-    except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError) as e:
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=False)
+    except (KeyboardInterrupt, MemoryError):
+        raise
+    except Exception as e:  # noqa: BLE001 - whatever torch's reader raises on a hostile or damaged file: one line
         raise CheckpointError(refusal(path, e)) from None
 
 
@@ -63,6 +83,9 @@ def refusal(path: Path, e: BaseException) -> str:
                 f"state_dict)")
     if isinstance(e, EOFError) or "EOF" in text or "truncated" in text.lower():
         return f"{path}: the checkpoint ends early (truncated); download or copy it again"
+    if "does not match expected size" in text:  # a record shorter (or longer) than its tensor
+        return f"{path}: a tensor's record does not hold its tensor's bytes ({text.splitlines()[0][:160]}): the file is " \
+               f"damaged or was edited; download or copy it again"
     first = next((line.strip() for line in text.splitlines() if line.strip()), type(e).__name__)
     return f"{path}: not a readable PyTorch checkpoint ({first[:200]}); download or copy it again"
 

@@ -251,12 +251,19 @@ def load_checkpoint_file(model: "nn.Module", preset: Preset, path: Path) -> None
     load_state_dict_strict(model, state_dict, where)
 
 
-def convert_to_repo(converter: str, path: str | os.PathLike, out_dir: str | os.PathLike, **options: Any) -> Path:
+def convert_to_repo(converter: str, path: str | os.PathLike, out_dir: str | os.PathLike, *, force: bool = False,
+                    **options: Any) -> Path:
     """Convert a foreign checkpoint and write an opzoo repo (config.json, model.safetensors, README.md).
 
     ``options`` go to the converter. The card is the converter's (``ConvertedCheckpoint.card``), else
-    its preset's.
+    its preset's. ``out_dir`` may be new or hold an opzoo repo; a directory holding other files is refused before
+    anything is read, unless ``force`` (:func:`opzoo.files.claim_output_dir`).
     """
+    from ..files import claim_output_dir
+    from .repo_dir import written_by_opzoo
+
+    claim_output_dir(out_dir, written_by_opzoo, force=force, flag="OUT", what="the converted repo",
+                     advice="pass --force to write the repo's config.json, model.safetensors and README.md beside them")
     converted = convert_file(converter, path, **options)
     preset = converted.preset
     model = build_model(converted.architecture, converted.model_args, f"{path} (converted by {converter!r})",

@@ -26,6 +26,7 @@ from ..files import (
     clean_dead_temporaries,
     new_file_mode,
     open_regular,
+    read_bounded,
     temporary_name,
 )
 from .checksums import sha256_file
@@ -59,6 +60,34 @@ def wait_for_save(directory: Path, wait: float = 2.0) -> bool:
     return True
 
 
+def written_by_opzoo(path: Path) -> bool:
+    """Whether ``path`` is a file of a repo opzoo saved: its card (front matter ``library_name: opzoo``), its
+    ``config.json`` (architecture, model_args, opzoo_version) or its weights (``opzoo_version`` in their metadata).
+    Read as untrusted: only a regular file, only its head."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        if path.name == CARD_NAME:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                head = f.read(4096)
+            front = head.split("---", 2)[1] if head.startswith("---") and head.count("---") >= 2 else ""
+            return any(line.strip() == "library_name: opzoo" for line in front.splitlines())
+        if path.name == CONFIG_NAME:
+            from ..files import read_json
+
+            doc = read_json(path, "a config.json", limit=JSON_HEAD_LIMIT)
+            return isinstance(doc, dict) and {"architecture", "model_args", "opzoo_version"} <= set(doc)
+        if path.name == WEIGHTS_NAME:
+            with open(path, "rb") as f:
+                return "opzoo_version" in weights_metadata(f)
+    except Exception:  # noqa: BLE001 - unreadable or not ours: not written by opzoo
+        return False
+    return False
+
+
+JSON_HEAD_LIMIT = 128 * 2**20
+
+
 def only_repo_files(directory: Path) -> bool:
     """Whether ``directory`` holds nothing but an opzoo repo's files (it can be replaced as a whole)."""
     return all(p.name in REPO_FILES or TMP_MARK in p.name for p in directory.iterdir())
@@ -87,7 +116,8 @@ def write_repo(model: torch.nn.Module, save_directory: str | os.PathLike, docume
             staging.mkdir()
             writing.path = directory / WEIGHTS_NAME
             save_file(unshared_state_dict(model), str(staging / WEIGHTS_NAME),
-                      metadata={"format": "pt", "opzoo_version": __version__})
+                      metadata={"format": "pt", "opzoo_version": __version__,
+                                RECORD_KEY: record_digest(document.get("pretrained_cfg"))})
             document["checksums"] = {WEIGHTS_NAME: sha256_file(staging / WEIGHTS_NAME)}
             writing.path = directory / CONFIG_NAME
             write_config(staging / CONFIG_NAME, document)
@@ -102,17 +132,57 @@ def write_repo(model: torch.nn.Module, save_directory: str | os.PathLike, docume
 
 
 SWAP_ATTEMPTS = 20
+RECORD_KEY = "pretrained_cfg_sha256"  # the weights' metadata binds them to config.json's pretrained_cfg
+
+
+def record_digest(pretrained_cfg: Any) -> str:
+    """sha256 of a ``pretrained_cfg`` as canonical JSON: written into the weights' metadata at save, so that a
+    training record removed or edited in config.json afterwards is caught on load (it decides which trajectories
+    ``eval`` calls held-out)."""
+    import hashlib
+    import json
+
+    text = json.dumps(pretrained_cfg or {}, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def weights_metadata(f) -> dict[str, str]:
+    """The ``__metadata__`` of an open safetensors file (its header only; ``{}`` when it has none or is not one)."""
+    import json
+    import struct
+
+    f.seek(0)
+    head = f.read(8)
+    if len(head) < 8:
+        return {}
+    size = struct.unpack("<Q", head)[0]
+    if size > 100 * 2**20:
+        return {}
+    try:
+        header = json.loads(f.read(size))
+    except (ValueError, UnicodeDecodeError):
+        return {}
+    meta = header.get("__metadata__") if isinstance(header, dict) else None
+    return meta if isinstance(meta, dict) else {}
 
 
 def swap_in(staging: Path, directory: Path) -> None:
     """Put the repo written in ``staging`` at ``directory``: renamed there when the name is free; swapped whole (two
-    renames) for a directory holding only an earlier repo; else its files renamed in one by one. Another save of the
+    renames) for a directory holding only an earlier repo, or for a symbolic link at the name (the link is replaced,
+    its target untouched); else its files renamed in one by one. Another save of the
     same directory can take the name between two renames: then the swap is tried again (the last save wins), and
     only after ``SWAP_ATTEMPTS`` races is the error raised."""
     for attempt in range(SWAP_ATTEMPTS):
         try:
             if not directory.exists() and not directory.is_symlink():
                 os.rename(staging, directory)
+            elif directory.is_symlink():  # a link planted at the name: replaced by the repo, never written through
+                old = temporary_name(directory, "old")
+                os.rename(directory, old)
+                try:
+                    os.rename(staging, directory)
+                finally:
+                    old.unlink()
             elif directory.is_dir() and only_repo_files(directory):
                 old = temporary_name(directory, "old")
                 os.rename(directory, old)
@@ -152,6 +222,14 @@ class OpenRepo:
     def verify(self) -> None:
         """The weights' sha256 against the one config.json records (a repo saved before checksums has none).
         A mismatch because a save replaced the files raises RepoChanged; otherwise it is a WeightsError."""
+        recorded = weights_metadata(self._wf).get(RECORD_KEY)
+        if recorded is not None and recorded != record_digest(self.document.get("pretrained_cfg")):
+            if replaced_since_opened(self.config_path, self._cf) or replaced_since_opened(self.weights_path, self._wf):
+                raise RepoChanged()
+            raise WeightsError(f"{self.config_path}: its pretrained_cfg (the model's training record and facts) is not "
+                               f"the one saved with {self.weights_path.name} (sha256 recorded in its metadata): it was "
+                               f"edited or cut, and eval would call trajectories the model trained on held-out; "
+                               f"restore config.json, or re-save the model")
         expected = self.document.get("checksums", {}).get(WEIGHTS_NAME)
         if expected is None:
             return
@@ -170,7 +248,7 @@ def open_repo(config_path: Path, weights_path: Path) -> Iterator[OpenRepo]:
     A file gone between the renames of a concurrent :func:`write_repo` raises RepoChanged."""
     try:
         with open_regular(config_path) as cf, open_regular(weights_path) as wf:
-            document = read_config(config_path, cf.read())
+            document = read_config(config_path, read_bounded(cf, config_path, "an opzoo config.json"))
             stable = Path(f"/proc/self/fd/{wf.fileno()}")
             yield OpenRepo(config_path, weights_path, document, stable if stable.exists() else Path(weights_path),
                            cf, wf)

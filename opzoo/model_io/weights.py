@@ -40,10 +40,32 @@ def check_state_dict(model: torch.nn.Module, shapes: Mapping[str, tuple[int, ...
 
 
 def load_state_dict_strict(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor], source: str) -> None:
-    """Check names and shapes first, so a bad state dict changes nothing; then load."""
+    """Check names, shapes and kinds of number first, so a bad state dict changes nothing; then load."""
     check_state_dict(model, {k: tuple(v.shape) for k, v in state_dict.items()}, source)
+    check_dtypes(model, state_dict, source)
     check_finite(state_dict, source)
     model.load_state_dict(state_dict, strict=True)
+
+
+def check_dtypes(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor], source: str) -> None:
+    """The one dtype rule of every load (converted or opzoo's own): a tensor goes into a model tensor of its kind, a
+    real floating tensor (float16, bfloat16, float32, float64) into a floating one, an integer one into an integer
+    one; anything else (an int64, bool or complex weight, which no upstream file holds) is refused naming it, never
+    cast in silence."""
+    own = model.state_dict()
+    bad = []
+    for name, value in state_dict.items():
+        target = own.get(name)
+        if target is None:
+            continue
+        kind = (value.is_floating_point(), value.is_complex(), value.dtype == torch.bool)
+        if kind != (target.is_floating_point(), target.is_complex(), target.dtype == torch.bool):
+            bad.append(f"{name} ({str(value.dtype).removeprefix('torch.')}, the model's is "
+                       f"{str(target.dtype).removeprefix('torch.')})")
+    if bad:
+        shown = ", ".join(bad[:SHOWN]) + (f" and {len(bad) - SHOWN} more" if len(bad) > SHOWN else "")
+        raise WeightsError(f"{source}: tensors of another kind of number than the model's: {shown}; no upstream file "
+                           f"holds such weights, and they are not cast")
 
 
 def check_finite(state_dict: Mapping[str, torch.Tensor], source: str) -> None:

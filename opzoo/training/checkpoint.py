@@ -36,7 +36,7 @@ from safetensors.torch import load_file, save_file
 
 from ..disk_full import disk_full_as_error
 from ..errors import OpzooError
-from ..files import new_file_mode, temporary_name
+from ..files import new_file_mode, read_json, temporary_name
 from ..model_io.checksums import ChecksumError, read_checksums, verify_checksums, write_checksums
 
 PREFIX = "step-"
@@ -255,8 +255,9 @@ def read_checkpoint(path: str | os.PathLike, trust_unverified: bool = False) -> 
         if not f.is_file():
             raise CheckpointReadError(f"{f}: missing")
         try:
-            out[name] = json.loads(f.read_text()) if name.endswith(".json") else load_file(str(f))
-        except (SafetensorError, OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            out[name] = (read_json(f, "a checkpoint's state", follow_links=False, error=CheckpointReadError)
+                         if name.endswith(".json") else load_file(str(f)))
+        except (SafetensorError, OSError) as e:
             raise CheckpointReadError(f"{f}: unreadable ({e})") from None
     return out
 

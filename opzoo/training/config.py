@@ -126,6 +126,9 @@ class TrainingSection:
     # recompute each block's activations in backward (model.set_grad_checkpointing): less memory, the same
     # losses and gradients, about one more forward of time
     grad_checkpointing: bool = False
+    # seconds a SIGTERM/SIGINT waits for the step in progress and its checkpoint before the run ends without them
+    # (a scheduler's grace period is often 30 s); None: no deadline
+    stop_deadline: Optional[float] = 20.0
 
 
 @dataclasses.dataclass
@@ -206,6 +209,8 @@ def _check_values(cfg: RunConfig, base: Path | None, source: str) -> None:
              f"{cfg.data.max_test_trajectories}")
     if t.expert_load_window < 1:
         fail(f"training.expert_load_window must be >= 1, got {t.expert_load_window}")
+    if t.stop_deadline is not None and not t.stop_deadline > 0:
+        fail(f"training.stop_deadline must be > 0 seconds or null (no deadline), got {t.stop_deadline}")
     if t.noise_scale < 0:
         fail(f"training.noise_scale must be >= 0, got {t.noise_scale}")
     if t.ema is not None and not 0.0 < t.ema < 1.0:
@@ -330,7 +335,13 @@ def read_document(path: str | os.PathLike) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"run config {str(path)!r} does not exist")
-    text = path.read_text()
+    from ..files import open_regular, read_bounded
+
+    try:
+        with open_regular(path) as f:
+            text = read_bounded(f, path, "a run config").decode()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot be read as a run config ({getattr(e, 'strerror', None) or e})") from None
     try:
         if path.suffix in (".yaml", ".yml"):
             document = _load_yaml(text)

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..files import strict_json
+from ..files import atomic_write, strict_json
 
 
 class RunLogger:
@@ -29,12 +29,14 @@ class RunLogger:
         if not enabled:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if resume_step is not None and self.path.exists():
+        if resume_step is not None and self.path.is_file() and not self.path.is_symlink():
             kept = [line for line in self.path.read_text().splitlines() if _step_of(line) <= resume_step]
-            self.path.write_text("".join(line + "\n" for line in kept))
-        elif resume_step is None and self.path.exists():
-            self.path.unlink()
-        self._fh = open(self.path, "a")
+            atomic_write(self.path, "".join(line + "\n" for line in kept))  # replaces the name, never follows it
+        elif self.path.is_symlink() or (resume_step is None and self.path.exists()):
+            self.path.unlink()  # a link planted at the log's name is removed, its target left alone
+        # appended to, never through a link (O_NOFOLLOW): a link planted after the truncation is refused
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
+        self._fh = os.fdopen(fd, "a")
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import ConfigError
-from ..files import atomic_write
+from ..files import atomic_write, read_json
 from ..processes import process_alive
 from .checkpoint import checkpoint_name, list_checkpoints, resumable_checkpoint
 
@@ -48,6 +48,7 @@ HARMLESS_KEYS = (
     "training.eval_every",
     "training.num_workers",           # batches are a function of (seed, step), not of the loader
     "training.grad_checkpointing",    # the same losses and gradients, with less memory
+    "training.stop_deadline",         # how long a stop waits, not what is trained
     "training.expert_load_threshold",  # warnings only
     "training.expert_load_window",
     "checkpoint.every",
@@ -304,18 +305,15 @@ def read_started_config(run_dir: Path) -> dict[str, Any] | None:
     """The config the run in ``run_dir`` was started with: ``run_config.json`` or, for a directory of an
     older opzoo that had none, the config recorded in its newest checkpoint."""
     path = run_dir / CONFIG_NAME
-    if path.is_file():
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise RunDirError(f"{path}: unreadable ({e}); move the directory aside with --new") from None
+    if path.is_file() or path.is_symlink():
+        doc = read_json(path, "a run's started config", follow_links=False, error=RunDirError)
         if not isinstance(doc, dict):
             raise RunDirError(f"{path}: expected a JSON object")
         return doc
     for ckpt in reversed(list_checkpoints(run_dir / "checkpoints")):
         try:
-            return json.loads((ckpt / "state.json").read_text()).get("config")
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+            return read_json(ckpt / "state.json", "a checkpoint's state", follow_links=False).get("config")
+        except (ConfigError, AttributeError):
             continue
     return None
 
@@ -323,8 +321,8 @@ def read_started_config(run_dir: Path) -> dict[str, Any] | None:
 def is_finished(run_dir: Path, steps: int) -> bool:
     """``finished.json`` says all ``steps`` are done and the final checkpoint is still there."""
     try:
-        marker = json.loads((run_dir / FINISHED_NAME).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        marker = read_json(run_dir / FINISHED_NAME, "a run's finished marker", follow_links=False)
+    except ConfigError:
         return False
     return isinstance(marker, dict) and marker.get("step") == steps and \
         (run_dir / "checkpoints" / checkpoint_name(steps)).is_dir()
@@ -407,7 +405,7 @@ def record_or_check_data(run_dir: Path, plan: RunPlan, sources) -> None:
                           f"shows that the files now are those its checkpoints saw. Restore it, or pass --new to "
                           f"start the run again")
     if plan.action == "resume":
-        recorded = {f["path"]: f for f in json.loads(path.read_text())}
+        recorded = read_data_record(path)
         for now in current:
             before = recorded.get(now["path"])
             changes = fingerprint_changes(before, now) if before else ["not a file of this run when it started"]
@@ -417,6 +415,17 @@ def record_or_check_data(run_dir: Path, plan: RunPlan, sources) -> None:
                     f"test on other data than the checkpoints saw. Restore the file, or pass --new to start again")
     elif plan.action == "fresh" or not path.is_file():
         write_json_atomic(path, current)
+
+
+def read_data_record(path: Path) -> dict[str, dict[str, Any]]:
+    """A run's ``data_fingerprints.json`` by file path, or a RunDirError saying it is damaged (cut short, another
+    shape, a link in its place): what the run trained on cannot be told from it."""
+    doc = read_json(path, "a run's data record", follow_links=False, error=RunDirError)
+    if not isinstance(doc, list) or not all(isinstance(f, dict) and isinstance(f.get("path"), str) for f in doc):
+        raise RunDirError(f"{path}: not the list of file records this run wrote (got a {type(doc).__name__}): it is "
+                          f"damaged, so nothing shows which data the checkpoints trained on. Restore it, or pass --new "
+                          f"to start the run again")
+    return {f["path"]: f for f in doc}
 
 
 def write_json_atomic(path: Path, doc: Any) -> None:

@@ -190,7 +190,7 @@ class Trainer:
             logger = RunLogger(self.run_dir, enabled=self.env.is_main, resume_step=start if start else None,
                                home=self.home)
             try:
-                with StopSignals() as stop:
+                with StopSignals(t.stop_deadline, self.state.last_checkpoint) as stop:
                     self._loop(start, result, logger, stop)
             finally:
                 logger.close()
@@ -310,6 +310,7 @@ class Trainer:
         msg = (f"{stop.name or 'signal'}: stopped at step {done}; last checkpoint {self.state.last_checkpoint()}; "
                "re-run the same command to resume")
         logger.log({"kind": "stopped", "step": done, "message": msg}, flush=True)
+        stop.stopped()
         raise RunStopped(msg, stop.signum or 15)
 
 

@@ -7,8 +7,9 @@ Run once, with the old code, from the repository root:
 
 It writes tests/aot/data/: ``aot-pot-random/`` (a small pot config with AOT residuals and random
 parameters, saved with ``save_pretrained``) and ``reference_outputs.safetensors`` (fixed seeded
-inputs and the old code's outputs for that model and for the shipped aot-pot-micro weights, in
-float64 and float32).
+inputs and the old code's outputs for that model and for the aot-pot-micro weights shipped then, in
+float64 and float32; those weights are kept in tests/aot/data/aot-pot-micro-2026-11-23/, since the shipped ones
+were retrained in issue 60).
 """
 
 from __future__ import annotations

@@ -75,3 +75,23 @@ def test_full_demo_beats_persistence_and_fine_tuning_beats_zero_shot_and_scratch
     ft = result.finetune
     assert ft.finetuned.l2_full < ft.zero_shot.l2_full, ft
     assert ft.finetuned.l2_full < ft.scratch.l2_full, ft
+
+
+def test_a_demo_rerun_with_other_shipped_weights_trains_again(tmp_path):
+    """The fine-tuned run's directory key covers the weights it starts from: an upgraded opzoo-aot does not reuse a
+    run fine-tuned from its previous weights."""
+    import types
+
+    import opzoo
+    from opzoo_aot.demo import demo_run_dir, weights_digest
+
+    data = tmp_path / "x.h5"
+    data.write_bytes(b"trajectories")
+    cfg = types.SimpleNamespace(to_dict=lambda: {"model": {"name": "aot-pot-micro"}, "seed": 0})
+    shipped = opzoo.load("aot-pot-micro", pretrained=True)
+    other = opzoo.load("aot-pot-micro", pretrained=True)
+    with torch.no_grad():
+        next(other.parameters()).add_(1e-3)
+    assert weights_digest(shipped) == weights_digest(opzoo.load("aot-pot-micro", pretrained=True))
+    dirs = {demo_run_dir(tmp_path, "finetuned", cfg, data, weights_digest(m)) for m in (shipped, other)}
+    assert len(dirs) == 2

@@ -1,5 +1,7 @@
 """Saved aot-pot-* repos load unchanged into the rewritten AOT residual (issue 25) and give the
-outputs recorded with the code before it (tests/aot/record_reference.py, the C-kernel version)."""
+outputs recorded with the code before it (tests/aot/record_reference.py, the C-kernel version). "micro" is the
+aot-pot-micro weights of 2026-11-23 that the recording used (data/aot-pot-micro-2026-11-23/; the shipped ones were
+retrained on 2026-11-28, issue 60)."""
 
 from pathlib import Path
 
@@ -17,14 +19,12 @@ REFERENCE = load_file(DATA / "reference_outputs.safetensors")
 def load(key: str) -> torch.nn.Module:
     if key == "random":
         return opzoo.load(f"local-dir:{DATA / 'aot-pot-random'}").eval()
-    return opzoo.load("aot-pot-micro", pretrained=True).eval()
+    return opzoo.load(f"local-dir:{DATA / 'aot-pot-micro-2026-11-23'}").eval()
 
 
 @pytest.mark.parametrize("key", ["random", "micro"])
 def test_parameter_names_and_shapes_are_the_saved_ones(key):
-    from importlib.resources import files
-
-    path = DATA / "aot-pot-random" if key == "random" else files("opzoo_aot") / "pretrained" / "aot-pot-micro"
+    path = DATA / ("aot-pot-random" if key == "random" else "aot-pot-micro-2026-11-23")
     with safe_open(str(path / "model.safetensors"), framework="pt") as f:
         saved = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
     model = load(key)

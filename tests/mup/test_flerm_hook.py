@@ -159,7 +159,7 @@ def test_unmappable_model_fails_before_training(tmp_path, datasets):
 
 @pytest.mark.parametrize("content, message", [
     (None, "does not exist"),
-    ("{not json", "not a JSON FLeRM record"),
+    ("{not json", "not valid JSON .*a FLeRM record cut short or damaged"),
     (json.dumps({"format": "other"}), "key 'format'"),
     (json.dumps({"format": "opzoo-flerm", "version": 2, "steps": [1, 5], "block_lists": {}, "base_lr": [1.0, 1.0],
                  "fslr": {"a": [1.0]}, "lr_scale": {"a": [1.0, 1.0]}}), r"fslr\['a'\] has 1 values for 2 steps"),

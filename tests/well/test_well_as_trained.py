@@ -472,9 +472,9 @@ def test_eval_every_window_is_the_wells_test_score(tmp_path, capsys):
                                     init_features=4, stages=2, blocks_per_stage=1).eval()
     well.save_pretrained(tmp_path / "hub-repo")
     assert opzoo_main(["convert", "the-well", str(tmp_path / "hub-repo"), str(tmp_path / "model"), "--dataset", name]) == 0
-    config = json.loads((tmp_path / "model" / "config.json").read_text())
-    config["pretrained_cfg"].update(test_batch_size=batch, test_protocol="The Well's test (for this test)")
-    (tmp_path / "model" / "config.json").write_text(json.dumps(config))
+    converted = opzoo.load(f"local-dir:{tmp_path / 'model'}")
+    converted.pretrained_cfg.update(test_batch_size=batch, test_protocol="The Well's test (for this test)")
+    converted.save_pretrained(tmp_path / "model")  # re-saved: the weights' metadata binds the pretrained_cfg
     files = [write_well_file(tmp_path / "test" / f"part{i}.hdf5", name, spatial, n_traj=2, n_steps=6, seed=i)
              for i in range(2)]
 

@@ -62,19 +62,29 @@ def evaluate_on(models: dict[str, nn.Module], files: dict[str, Path], frame_shap
     return out
 
 
-def demo_run_dir(parent: Path, label: str, cfg, train_file: Path) -> Path:
+def demo_run_dir(parent: Path, label: str, cfg, train_file: Path, base_weights: str = "") -> Path:
     """``<parent>/aot-pot-micro-<label>-<key>``: ``key`` is a hash of what defines the run (its config but
-    the harmless keys, and the training data's bytes), so a demo re-run with the same arguments finds its
-    finished run again and one with other arguments trains in a directory of its own; nothing is moved
-    or deleted."""
+    the harmless keys, the training data's bytes, and ``base_weights``, a digest of the weights it starts from), so
+    a demo re-run with the same arguments and weights finds its finished run again, and one with other arguments or
+    other shipped weights (an upgraded opzoo-aot) trains in a directory of its own; nothing is moved or deleted."""
     from opzoo.training import flatten_config, is_harmless
 
     defining = {k: v for k, v in flatten_config(cfg.to_dict()).items() if not is_harmless(k)}
-    text = json.dumps(defining, sort_keys=True, default=str) + content_hash(train_file)
+    text = json.dumps(defining, sort_keys=True, default=str) + content_hash(train_file) + base_weights
     return parent / f"aot-pot-micro-{label}-{hashlib.sha256(text.encode()).hexdigest()[:10]}"
 
 
-def finetune_unseen(train_file: Path, out_dir: Path, steps: int, lr: float, batch_size: int, seed: int) -> FinetuneResult:
+def weights_digest(model: nn.Module) -> str:
+    """sha256 of a model's tensors (names, dtypes, shapes and values)."""
+    h = hashlib.sha256()
+    for name, value in sorted(model.state_dict().items()):
+        h.update(f"{name}:{value.dtype}:{tuple(value.shape)}".encode())
+        h.update(value.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def finetune_unseen(train_file: Path, out_dir: Path, steps: int, lr: float, batch_size: int, seed: int,
+                    base_weights: str = "") -> FinetuneResult:
     """aot-pot-micro fine-tuned on ``train_file`` vs the same architecture from scratch, same budget.
 
     A run that a previous demo finished with the same config and data is reused (its evaluations
@@ -88,7 +98,7 @@ def finetune_unseen(train_file: Path, out_dir: Path, steps: int, lr: float, batc
         args = dict(steps=steps, batch_size=batch_size, lr=lr, test_fraction=FINETUNE_TEST_FRACTION,
                     pretrained=pretrained, overrides={"seed": seed, "evaluation.plots": False, "training.log_every": 10})
         provisional = finetune_config("aot-pot-micro", [str(train_file)], str(out_dir), **args)  # output_dir: harmless
-        run_dir = demo_run_dir(out_dir, label, provisional, train_file)
+        run_dir = demo_run_dir(out_dir, label, provisional, train_file, base_weights if pretrained else "")
         print(f"  {'fine-tuning the pretrained' if pretrained else 'training from scratch the'} aot-pot-micro, "
               f"{steps} steps -> {run_dir}")
         result = Trainer(finetune_config("aot-pot-micro", [str(train_file)], str(run_dir), **args)).fit()
@@ -215,7 +225,8 @@ def run_demo(out_dir: str | Path = "demo_out", finetune_steps: int = 300, n_test
         print(f"\n2. a PDE neither model saw: {name} (Navier-Stokes, viscosity 1e-5), {n_finetune} trajectories "
               f"(seed {UNSEEN_SEED}), the last 20 % held out")
         train_file = make_data(spec, out_dir / "data" / f"{name}.h5", n_finetune, UNSEEN_SEED)
-        ft = finetune_unseen(train_file, out_dir / "finetune", finetune_steps, finetune_lr, batch_size, seed)
+        ft = finetune_unseen(train_file, out_dir / "finetune", finetune_steps, finetune_lr, batch_size, seed,
+                             weights_digest(models["aot-pot-micro"]))
         test = split_trajectories(TrajectoryDataset(str(train_file)), FINETUNE_TEST_FRACTION)[1]  # the trainer's test split
         persistence = persistence_result(name, test, frame_shape)
         print(f"\nunseen {name}, l2 full on its held-out trajectories ({finetune_steps} steps, same budget and lr):")

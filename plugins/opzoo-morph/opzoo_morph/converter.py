@@ -143,6 +143,9 @@ def sizes_of(sd: Mapping[str, torch.Tensor], where: str) -> dict[str, Any]:
     mlp_dim = _shape(sd, "net.blocks.0.fc1.weight", 2, where)[0]
     depth = len({k.split(".")[2] for k in sd if k.startswith("net.blocks.")})
     head_rows = _shape(sd, "net.head.weight", 2, where)[0]
+    if 0 in (filters, dim, features, mlp_dim, head_rows, max_components, max_ar, max_patches):
+        raise opzoo.CheckpointError(f"{where}: a tensor with a dimension of size 0 (filters {filters}, width {dim}, "
+                                    f"features {features}, MLP {mlp_dim}): not a MORPH network")
     patch = round((features / filters) ** (1 / 3))
     if patch**3 * filters != features or table_dim != dim or head_rows % (max_components * patch**3):
         raise opzoo.CheckpointError(f"{where}: the tensor shapes do not form a MORPH network (projection "

@@ -230,7 +230,11 @@ def train_one(cfg: MutransferConfig, spec: RunSpec, root: Path, source: str = "m
     run_dir = root / "runs" / spec.key()
     done = run_dir / "result.json"
     if done.is_file():  # finished before (the folder may have been copied from another sweep)
-        return {**json.loads(done.read_text()), "run_dir": str(run_dir)}
+        result = opzoo.read_json(done, "a finished run's result")
+        if not isinstance(result, dict):
+            raise opzoo.ConfigError(f"{done}: not a finished run's result (a JSON object); remove {run_dir} to train "
+                                    f"it again")
+        return {**result, "run_dir": str(run_dir)}
     run_cfg = parse_run_config(run_document(cfg, spec, run_dir), f"{source}: {spec.key()}")
     t0 = time.perf_counter()
     status, loss, train_loss = "ok", math.inf, math.inf

@@ -5,7 +5,6 @@ weights."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -41,10 +40,7 @@ def repo_files(path: Path) -> tuple[Path, Path]:
 
 
 def read_config(path: Path) -> dict[str, Any]:
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise opzoo.CheckpointError(f"{path}: not readable JSON ({e})") from None
+    doc = opzoo.read_json(path, "a diffusers config.json", error=opzoo.CheckpointError)
     if not isinstance(doc, dict):
         raise opzoo.CheckpointError(f"{path}: expected a JSON object")
     return doc

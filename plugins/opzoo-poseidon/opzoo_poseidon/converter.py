@@ -8,7 +8,6 @@ only (never unpickling code). The tensor names are upstream's; opzoo's network k
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -40,12 +39,7 @@ def read_config(path: Path) -> dict[str, Any]:
     """The ``config.json`` beside the weights, as a dict (one-line errors naming the file)."""
     if not path.is_file():
         raise opzoo.CheckpointError(f"{path}: missing; a Poseidon checkpoint is read with the config.json beside it")
-    try:
-        config = json.loads(path.read_bytes())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise opzoo.CheckpointError(f"{path}: not valid JSON ({e})") from None
-    except RecursionError:
-        raise opzoo.CheckpointError(f"{path}: JSON nested too deeply to be a config") from None
+    config = opzoo.read_json(path, "a ScOTConfig config.json", error=opzoo.CheckpointError)
     if not isinstance(config, dict):
         raise opzoo.CheckpointError(f"{path}: expected a JSON object (a ScOTConfig), got {type(config).__name__}")
     return config

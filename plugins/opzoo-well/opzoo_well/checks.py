@@ -25,13 +25,12 @@ presets make about The Well's Hub repos, tested on the downloaded files before a
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from typing import Any
 
 import torch
 
-from opzoo import CheckFailed, PretrainedArtifacts, PretrainedCheck
+from opzoo import CheckFailed, PretrainedArtifacts, PretrainedCheck, read_json
 
 from .provenance import FNO_FIX, PR_64
 
@@ -57,10 +56,9 @@ def config_agrees(artifacts: PretrainedArtifacts) -> str:
     path = artifacts.files.get(CONFIG_FILE)
     if path is None:
         raise CheckFailed(f"the repo has no {CONFIG_FILE}, which every repo The Well pushed has")
-    try:
-        found = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise CheckFailed(f"{path}: not a readable JSON file ({e})") from None
+    found = read_json(path, "The Well's config.json", error=CheckFailed)
+    if not isinstance(found, dict):
+        raise CheckFailed(f"{path}: expected a JSON object of init arguments, got {type(found).__name__}")
     expected = _expected_config(artifacts.model_config)
     wrong = [f"{k}: config.json {found[k]!r}, preset {v!r}" for k, v in expected.items()
              if k in found and (list(found[k]) if isinstance(found[k], (list, tuple)) else found[k]) != v]

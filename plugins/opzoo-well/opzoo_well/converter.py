@@ -16,7 +16,6 @@ by the_well <= 1.1.0 (the published ones), ``"applied"`` for weights trained fro
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any, Mapping
@@ -67,10 +66,7 @@ def repo_files(path: Path) -> tuple[Path | None, Path]:
 def read_init_args(config: Path | None) -> dict[str, Any]:
     if config is None:
         return {}
-    try:
-        args = json.loads(config.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise opzoo.CheckpointError(f"{config}: not a readable JSON file ({e})") from None
+    args = opzoo.read_json(config, "The Well's config.json", error=opzoo.CheckpointError)
     if not isinstance(args, dict):
         raise opzoo.CheckpointError(f"{config}: expected an object of init arguments, got {type(args).__name__}")
     return args

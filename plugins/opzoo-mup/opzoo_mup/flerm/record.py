@@ -98,10 +98,7 @@ class FslrRecord:
             p = p / "flerm" / "record.json"
         if not p.is_file():
             raise opzoo.ConfigError(f"FLeRM base record {str(p)!r} does not exist (record one with mode: record)")
-        try:
-            doc = json.loads(p.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise opzoo.ConfigError(f"{p}: not a JSON FLeRM record ({e})") from None
+        doc = opzoo.read_json(p, "a FLeRM record")
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             raise opzoo.ConfigError(f"{p}: not an opzoo FLeRM record (key 'format' is not {FORMAT!r})")
         if doc.get("version") == 1:
