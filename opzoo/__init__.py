@@ -21,7 +21,7 @@ from .errors import (
     UpstreamUnavailable,
     WeightsError,
 )
-from .files import atomic_write, atomic_writer, read_json
+from .files import atomic_write, atomic_writer, claim_output_dir, read_json
 from .registry.contract import DataContract, Normalization, TrainingSet
 from .registry.family import CheckpointFamily, Variant
 from .registry.provenance import CheckFailed, Fact, PretrainedArtifacts, PretrainedCheck, Result
@@ -112,5 +112,5 @@ __all__ = [
     "CheckpointError", "OptimizerHook", "StepContext", "SpectralLayer", "SpectralWeight", "find_spectral_weights",
     "PretrainedCfg", "Fact", "PretrainedCheck", "PretrainedArtifacts", "CheckFailed", "Result",
     "Upstream", "UpstreamUnavailable", "CheckpointFamily", "Variant", "DataContract", "Normalization", "TrainingSet",
-    "atomic_write", "atomic_writer", "read_json",
+    "atomic_write", "atomic_writer", "claim_output_dir", "read_json",
 ]

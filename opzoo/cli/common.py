@@ -222,18 +222,5 @@ def output_file(path: str, flag: str = "--out") -> Path:
     return out
 
 
-def output_dir(path: str, flag: str = "--out") -> Path:
-    """``path`` checked as a directory a command will write into, before it does any work."""
-    from ..errors import OpzooError
-
-    out = Path(path)
-    if out.exists() and not out.is_dir():
-        raise OpzooError(f"{flag} {out}: a file, not a directory; name a directory for the results")
-    parent = next((p for p in out.parents if p.exists()), None)
-    if parent is not None and not parent.is_dir():
-        raise OpzooError(f"{flag} {out}: {parent} is a file, not a directory")
-    return out
-
-
-__all__ = ["Parser", "DefaultsHelpFormatter", "at_least", "output_file", "output_dir", "parse_overrides", "run_parser", "run_command", "command_group_main",
+__all__ = ["Parser", "DefaultsHelpFormatter", "at_least", "output_file", "parse_overrides", "run_parser", "run_command", "command_group_main",
            "LAYOUT_HELP", "FIELDS_HELP", "FIELD_MAP_HELP", "TRAINING_SET_HELP", "add_fit_options", "fields_of", "say"]

@@ -41,10 +41,14 @@ def _claim_out_dir(out: Path, model: str, new: bool) -> None:
     from ..errors import ConfigError
     from ..files import claim_output_dir, move_aside, read_json
 
-    claim_output_dir(out, lambda p: p.name in EVAL_FILES or p.name.endswith("-panels.png"), force=new,
-                     what="the evaluation's results", advice=f"pass --new to move what it holds aside (to "
-                     f"{out}.replaced-<time>)")
+    def written_by_eval(p: Path) -> bool:
+        return p.name in EVAL_FILES or p.name.endswith("-panels.png")
 
+    claim_output_dir(out, written_by_eval, force=new, what="the evaluation's results",
+                     advice=f"pass --new to move what it holds aside (to {out}.replaced-<time>)")
+    if new and out.is_dir() and any(not written_by_eval(p) for p in out.iterdir()):
+        print(f"moved the previous contents of {out} to {move_aside(out)}")
+        return
     found = [out / n for n in ("eval.json", "eval_windows.json") if (out / n).is_file()]
     if not found:
         return
@@ -71,10 +75,9 @@ MODEL_ARGS_HELP = ("config fields of the model to set, e.g. normalization=stats 
 
 
 def cmd_eval(args) -> int:
-    from ..cli.common import output_dir
     from .run import evaluate_files
 
-    _claim_out_dir(output_dir(args.out), args.model, args.new)
+    _claim_out_dir(Path(args.out), args.model, args.new)
     model = _load_model(args.model, args.pretrained, args.model_args)
     return evaluate_files(model, args.model, args.data, args.out, resolution=args.resolution, layout=args.layout,
                           fields=fields_of(args), windows=args.windows, horizon=args.horizon,

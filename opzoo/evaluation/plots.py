@@ -19,12 +19,19 @@ def pyplot():
     return plt
 
 
-def save_figure(plt, fig, path: str | os.PathLike) -> Path:
+def save_figure(plt, fig, path: str | os.PathLike, dpi: int = 90) -> Path:
+    """Write ``fig`` to ``path`` (its format from the suffix) whole, never through a link planted there, and close it."""
+    import io
+
+    from ..files import atomic_write
+
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=path.suffix.lstrip(".") or "png", dpi=dpi)
     plt.close(fig)
+    atomic_write(path, buffer.getvalue())
     return path
 
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from ..errors import ConfigError
-from ..files import atomic_write
+from ..files import atomic_write, claim_output_dir
 
 INDEX = "README.md"
 
@@ -48,29 +47,20 @@ def catalogue(names: Sequence[str]) -> dict[str, str]:
 INDEX_TITLE = "# opzoo's model cards"
 
 
-def written_by_opzoo(path: Path) -> bool:
-    """Whether ``path`` is a file this catalogue wrote: a card (front matter with ``library_name: opzoo``) or the
-    index. Read as untrusted: only a regular file, only its first lines."""
+def written_by_catalogue(path: Path) -> bool:
+    """Whether ``path`` is a file this catalogue wrote: a card (``repo_dir.is_opzoo_card``) or the index. Read as
+    untrusted: only a regular file, only its first lines."""
+    from .repo_dir import is_opzoo_card
+
+    if path.name != INDEX:
+        return path.suffix == ".md" and is_opzoo_card(path)
     if path.is_symlink() or not path.is_file():
         return False
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
-            head = f.read(4096)
+            return f.read(len(INDEX_TITLE)) == INDEX_TITLE
     except OSError:
         return False
-    if path.name == INDEX:
-        return head.startswith(INDEX_TITLE)
-    front = head.split("---", 2)[1] if head.startswith("---") and head.count("---") >= 2 else ""
-    return path.suffix == ".md" and any(line.strip() == "library_name: opzoo" for line in front.splitlines())
-
-
-def foreign_files(out: Path) -> list[Path]:
-    """What ``out`` holds that the catalogue did not write (empty for a new directory)."""
-    if not out.exists():
-        return []
-    if not out.is_dir() or out.is_symlink():
-        raise ConfigError(f"--out {out}: not a directory; name a directory for the cards (e.g. model_cards)")
-    return sorted(p for p in out.iterdir() if not written_by_opzoo(p))
 
 
 def write_catalogue(out: Path, names: Sequence[str], complete: bool = True, force: bool = False) -> list[str]:
@@ -80,12 +70,8 @@ def write_catalogue(out: Path, names: Sequence[str], complete: bool = True, forc
 
     A directory holding files the catalogue did not write is refused (before any rendering) unless ``force``; even
     then no such file is removed, and one is replaced only where a card or the index goes."""
-    out = Path(out)
-    foreign = foreign_files(out)
-    if foreign and not force:
-        shown = ", ".join(p.name for p in foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-        raise ConfigError(f"--out {out} holds files opzoo did not write ({shown}); choose another directory, or pass "
-                          "--force to write the cards beside them (files opzoo did not write are never removed)")
+    out = claim_output_dir(out, written_by_catalogue, force=force, what="the cards",
+                           advice="pass --force to write the cards beside them")
     files = catalogue(names)
     if not complete:
         files.pop(INDEX)
@@ -98,7 +84,7 @@ def write_catalogue(out: Path, names: Sequence[str], complete: bool = True, forc
         atomic_write(path, text)
         changed.append(file_name)
     for stale in sorted(set(p.name for p in out.glob("*.md")) - set(files) if complete else ()):
-        if written_by_opzoo(out / stale):  # a card of a preset that is gone; anything else stays
+        if written_by_catalogue(out / stale):  # a card of a preset that is gone; anything else stays
             (out / stale).unlink()
             changed.append(stale)
     return changed

@@ -68,10 +68,7 @@ def written_by_opzoo(path: Path) -> bool:
         return False
     try:
         if path.name == CARD_NAME:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                head = f.read(4096)
-            front = head.split("---", 2)[1] if head.startswith("---") and head.count("---") >= 2 else ""
-            return any(line.strip() == "library_name: opzoo" for line in front.splitlines())
+            return is_opzoo_card(path)
         if path.name == CONFIG_NAME:
             from ..files import read_json
 
@@ -86,6 +83,20 @@ def written_by_opzoo(path: Path) -> bool:
 
 
 JSON_HEAD_LIMIT = 128 * 2**20
+
+
+def is_opzoo_card(path: Path) -> bool:
+    """Whether ``path`` is a model card opzoo wrote (front matter ``library_name: opzoo``): only a regular file, only
+    its head is read."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    front = head.split("---", 2)[1] if head.startswith("---") and head.count("---") >= 2 else ""
+    return any(line.strip() == "library_name: opzoo" for line in front.splitlines())
 
 
 def only_repo_files(directory: Path) -> bool:

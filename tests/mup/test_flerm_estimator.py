@@ -233,6 +233,7 @@ def test_monte_carlo_estimate_agrees_within_its_standard_error(probed):
         assert abs(mc.value() - exact[n]) <= 3 * mc.stderr(), (name, n, mc.value(), exact[n], mc.stderr())
 
 
+@pytest.mark.slow  # 6 s: 300 probes of a documented variant that is not the default
 def test_factored_complex_dim_is_biased_low_on_spectral_weights():
     """The literal "real/imaginary as one more factored dim" variant: Eq. 28 over D + 1 dims. Its
     expectation (300 probes) is recorded here as measured (docs/flerm.md): within 35 % of exact on the

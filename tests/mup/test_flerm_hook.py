@@ -268,6 +268,7 @@ def test_flerm_records_and_matches_on_small_versions_of_the_presets(tmp_path, na
     assert all(np.isfinite(g["lr"]) and g["lr"] > 0 for g in trainer.optimizer.param_groups)
 
 
+@pytest.mark.slow  # 5 s: every preset on meta
 def test_every_registered_preset_groups_and_maps_onto_itself():
     """On the meta device (shapes only): one group per tensor and a record of the model maps onto it (The Well's
     presets: one per architecture and dimension, the others differ in channel counts only)."""

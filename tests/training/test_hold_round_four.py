@@ -139,6 +139,9 @@ def test_eval_out_onto_a_link_is_refused_before_any_work(tmp_path, datasets, cap
     assert main(["eval", "simple-op", "--data", str(datasets["heat"]), "--out", str(mine)]) == 2
     assert "holds files opzoo did not write (notes.md)" in one_line(capsys)
     assert [p.name for p in mine.iterdir()] == ["notes.md"]
+    assert main(["eval", "simple-op", "--data", str(datasets["heat"]), "--out", str(mine), "--new"]) == 0
+    [aside] = tmp_path.glob("mine.replaced-*")
+    assert [p.name for p in aside.iterdir()] == ["notes.md"] and (mine / "eval.json").is_file()
 
 
 # ---- 3, 6 and 12. the checked checkpoint reader and the dtype rule -------------------------------------------------
@@ -448,3 +451,33 @@ def test_the_stop_deadline_is_a_validated_harmless_key(tmp_path, datasets):
     assert is_harmless("training.stop_deadline")
     with pytest.raises(opzoo.ConfigError, match="training.stop_deadline must be > 0 seconds or null"):
         parse_run_config(run_document(tmp_path / "run", datasets, training={"stop_deadline": 0}))
+
+
+# ---- the same rules for every plot and every command that writes a directory ---------------------------------------
+def test_a_plot_is_written_whole_and_never_through_a_planted_link(tmp_path):
+    from opzoo.evaluation import pyplot, save_figure
+
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me")
+    (tmp_path / "plot.png").symlink_to(precious)
+    plt = pyplot()
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    save_figure(plt, fig, tmp_path / "plot.png")
+    assert precious.read_text() == "keep me"
+    assert not (tmp_path / "plot.png").is_symlink() and (tmp_path / "plot.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_demo_and_a_mutransfer_sweep_refuse_a_directory_of_the_users_files(tmp_path):
+    from opzoo_aot.demo import run_demo
+    from opzoo_mup.mutransfer import load_config, run_mutransfer
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("x")
+    with pytest.raises(opzoo.OpzooError, match=r"--out .*mine holds files opzoo did not write \(thesis.tex\)"):
+        run_demo(out_dir=mine)
+    with pytest.raises(opzoo.OpzooError, match=r"output_dir .*mine holds files opzoo did not write \(thesis.tex\)"):
+        run_mutransfer(load_config(Path(__file__).parents[2] / "configs" / "mutransfer-burgers.yaml",
+                                   output_dir=str(mine)), progress=False)
+    assert [p.name for p in mine.iterdir()] == ["thesis.tex"]

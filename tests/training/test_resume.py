@@ -40,6 +40,7 @@ def reference(tmp_path_factory, datasets):
     return tmp / "run"
 
 
+@pytest.mark.slow  # 10 s: its reference run is a subprocess (the slow resume tests share it)
 def test_uninterrupted_run_keeps_last_k(reference):
     assert [s for s, _ in train_losses(reference)] == list(range(1, 9))
     assert [p.name for p in list_checkpoints(reference / "checkpoints")] == ["step-00000006", "step-00000008"]

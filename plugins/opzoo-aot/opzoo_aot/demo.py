@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from opzoo import MICRO_SUITE, load
+from opzoo import MICRO_SUITE, claim_output_dir, load
 from opzoo.data import FrameShape, TrajectoryDataset, content_hash, split_trajectories
 from opzoo.evaluation import DatasetResult, evaluate_dataset, field2d, persistence_result, pyplot, save_figure
 from opzoo.training import generate_dataset
@@ -196,10 +196,14 @@ class DemoResult:
     plots: tuple[Path, Path]
 
 
+DEMO_FILES = ("data", "finetune", "demo.png", "error-vs-step.png")  # what a demo writes in its --out
+
+
 def run_demo(out_dir: str | Path = "demo_out", finetune_steps: int = 300, n_test: int = 8, n_finetune: int = 40,
              finetune_lr: float = 1e-3, batch_size: int = 8, seed: int = 0) -> DemoResult:
     """The whole demo (see the module doc). ``finetune_steps=0`` skips the fine-tuning part."""
-    out_dir = Path(out_dir)
+    out_dir = claim_output_dir(out_dir, lambda p: p.name in DEMO_FILES, what="the demo's data, runs and plots",
+                               advice="choose another --out")
     torch.manual_seed(seed)
     print("opzoo demo: pretrained micro operators by name, offline")
     models: dict[str, nn.Module] = {}

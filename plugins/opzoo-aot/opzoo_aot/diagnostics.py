@@ -133,6 +133,8 @@ def plot_amax_gains(diagnostics: AOTDiagnostics, path: str | Path, title: str = 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from opzoo.evaluation import save_figure
+
     single, composite = diagnostics.single_gains(), diagnostics.composite_gains()
     layers = range(len(diagnostics.layers))
     fig, axes = plt.subplots(2, 1, figsize=(6, 6), sharex=True)
@@ -145,8 +147,4 @@ def plot_amax_gains(diagnostics: AOTDiagnostics, path: str | Path, title: str = 
     axes[1].set_xlabel("sub-layer l")
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(plt, fig, path, dpi=100)

@@ -337,11 +337,12 @@ def plot_landscape(rows: list[dict], path: Path, fixed: dict[str, tuple] | None 
     """Write :func:`draw_landscape` as a PNG."""
     import matplotlib.pyplot as plt
 
-    fig = draw_landscape(rows, fixed, title)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    from opzoo.evaluation import save_figure
+
+    return save_figure(plt, draw_landscape(rows, fixed, title), path, dpi=110)
+
+
+SWEEP_FILES = ("runs", "check", "sweep.csv", "lr_landscape.png", "transfer.json")  # what a sweep writes in output_dir
 
 
 def run_mutransfer(cfg: MutransferConfig, progress: bool = True, source: str = "mutransfer") -> dict[str, Any]:
@@ -349,7 +350,8 @@ def run_mutransfer(cfg: MutransferConfig, progress: bool = True, source: str = "
     from tqdm.auto import tqdm
 
     s = cfg.sweep
-    root = Path(cfg.output_dir)
+    root = opzoo.claim_output_dir(cfg.output_dir, lambda p: p.name in SWEEP_FILES, flag="output_dir",
+                                  what="the sweep", advice="choose another output_dir (--out)")
     root.mkdir(parents=True, exist_ok=True)
     grid = hyper_grid(cfg)
     sweep_modes = sorted({s.proxy_modes, *s.landscape_modes})
@@ -405,5 +407,5 @@ def run_mutransfer(cfg: MutransferConfig, progress: bool = True, source: str = "
     write_csv(rows, root / "sweep.csv")
     plot_landscape([r for r in rows if r["K"] in sweep_modes], root / "lr_landscape.png", fixed,
                    title=f"{source}: loss vs learning rate (seeds {s.seeds})")
-    (root / "transfer.json").write_text(json.dumps(summary, indent=2))
+    opzoo.atomic_write(root / "transfer.json", json.dumps(summary, indent=2))
     return summary
