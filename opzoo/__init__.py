@@ -24,6 +24,7 @@ from .errors import (
 from .files import atomic_write, atomic_writer, claim_output_dir, read_json
 from .registry.contract import DataContract, Normalization, TrainingSet
 from .registry.family import CheckpointFamily, Variant
+from .registry.metric import Metric
 from .registry.provenance import CheckFailed, Fact, PretrainedArtifacts, PretrainedCheck, Result
 from .registry.registry import PretrainedSource, Registry
 from .registry.registry import set_registry_source as _set_registry_source
@@ -112,5 +113,5 @@ __all__ = [
     "CheckpointError", "OptimizerHook", "StepContext", "SpectralLayer", "SpectralWeight", "find_spectral_weights",
     "PretrainedCfg", "Fact", "PretrainedCheck", "PretrainedArtifacts", "CheckFailed", "Result",
     "Upstream", "UpstreamUnavailable", "CheckpointFamily", "Variant", "DataContract", "Normalization", "TrainingSet",
-    "atomic_write", "atomic_writer", "claim_output_dir", "read_json",
+    "atomic_write", "atomic_writer", "claim_output_dir", "read_json", "Metric",
 ]

@@ -27,84 +27,164 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import torch
 from torch import Tensor
+
+from ..registry.metric import Metric
 
 NAMES = ("RMSE", "nRMSE", "cRMSE", "bRMSE", "fRMSE_low", "fRMSE_mid", "fRMSE_high", "max_error")
 I_LOW, I_HIGH = 4, 12  # metric_func's iLow, iHigh
 
 
+def _spatial(p: Tensor) -> tuple[int, ...]:
+    return tuple(range(1, p.ndim - 2))
+
+
+def _rmse(p: Tensor, u: Tensor, lengths) -> Tensor:
+    return (p - u).pow(2).mean(_spatial(p)).sqrt().transpose(1, 2)  # [B, C, T]
+
+
+def _nrmse(p: Tensor, u: Tensor, lengths) -> Tensor:
+    return _rmse(p, u, lengths) / u.pow(2).mean(_spatial(p)).sqrt().transpose(1, 2)
+
+
+def _conserved(p: Tensor, u: Tensor, lengths) -> Tensor:
+    points = math.prod(p.shape[1:-2])
+    return ((p.sum(_spatial(p)) - u.sum(_spatial(u))) / points).pow(2).transpose(1, 2)  # [B, C, T]: pooled, rooted
+
+
+def _boundary_parts(p: Tensor, u: Tensor, lengths) -> Tensor:
+    return _boundary(p - u)
+
+
+def _spectrum_parts(p: Tensor, u: Tensor, lengths) -> Tensor:
+    scale = math.prod(lengths) / math.prod(p.shape[1:-2])  # the domain volume over N
+    return _spectrum(p - u) * scale**2  # [B, C, bins, T]: pooled, rooted, averaged over a band of bins
+
+
+def _largest(p: Tensor, u: Tensor, lengths) -> Tensor:
+    return (p - u).abs().amax(_spatial(p)).transpose(1, 2)
+
+
+def _root_mean(pooled: Tensor) -> Tensor:
+    return pooled.sqrt().reshape(pooled.shape[0], -1).mean(1)
+
+
+def _band(lo: int, hi: int | None):
+    def reduce(pooled: Tensor) -> Tensor:  # [n, C, bins, T]
+        return pooled.sqrt()[:, :, lo:hi].mean(2).mean((1, 2))
+    return reduce
+
+
+#: PDEBench's set as :class:`opzoo.Metric` s, registered by the core first (``host.builtins``).
+PDEBENCH_METRICS = (
+    Metric("RMSE", _rmse, description="root mean squared error over the grid, per channel and step"),
+    Metric("nRMSE", _nrmse, description="RMSE over the root mean square of the truth"),
+    Metric("cRMSE", _conserved, reduce=_root_mean,
+           description="error of the conserved quantity (the sum over the grid), over the grid's points"),
+    Metric("bRMSE", _boundary_parts, description="RMSE on the domain's boundary"),
+    Metric("fRMSE_low", _spectrum_parts, reduce=_band(0, I_LOW), description="spectral error, wavenumbers 0-3"),
+    Metric("fRMSE_mid", _spectrum_parts, reduce=_band(I_LOW, I_HIGH), description="spectral error, wavenumbers 4-11"),
+    Metric("fRMSE_high", _spectrum_parts, reduce=_band(I_HIGH, None), description="spectral error, wavenumbers 12+"),
+    Metric("max_error", _largest, pool="max", description="largest absolute error over the grid and trajectories"),
+)
+
+
+def registered_metrics() -> tuple[Metric, ...]:
+    """The metrics every evaluation scores: the registry's (PDEBench's set, then the plugins'), or PDEBench's set
+    when no plugin host runs."""
+    from ..registry.registry import live_registry
+
+    registry = live_registry()
+    if registry is None:
+        from ..registry.registry import get_registry
+
+        try:
+            registry = get_registry()
+        except RuntimeError:
+            return PDEBENCH_METRICS
+    return tuple(registry.metrics()) or PDEBENCH_METRICS
+
+
+def plugin_metric_names(metrics) -> list[str]:
+    """The names in ``metrics`` beyond PDEBench's set: the metrics plugins registered (:class:`opzoo.Metric`)."""
+    return [k for k in metrics if k not in NAMES]
+
+
 @dataclass
 class TrajectoryMetrics:
-    """Per-trajectory parts of PDEBench's metrics (each a list over trajectories): ``rmse``, ``nrmse``, ``boundary``
-    ``[C, T]`` (3-D: ``[1, T]``); ``conserved`` (``sum_S p - sum_S u``) ``[C, T]``; ``spectrum`` (binned ``|FFT(p - u)|^2``)
-    ``[C, bins, T]``; ``max`` ``[C, T]``; ``points`` ``N`` and ``volume`` the domain's."""
+    """Each metric's per-trajectory parts (:class:`opzoo.Metric`), kept so that the set's values, bootstrap
+    intervals over trajectories and paired comparisons come from the same numbers. ``metrics``: the metrics scored
+    (default: every registered one, :func:`registered_metrics`)."""
 
-    rmse: list[Tensor] = field(default_factory=list)
-    nrmse: list[Tensor] = field(default_factory=list)
-    conserved: list[Tensor] = field(default_factory=list)
-    boundary: list[Tensor] = field(default_factory=list)
-    spectrum: list[Tensor] = field(default_factory=list)
-    max: list[Tensor] = field(default_factory=list)
-    points: int = 0
-    volume: float = 1.0
+    metrics: Sequence[Metric] | None = None
+    parts: dict[str, list[Tensor]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.metrics = tuple(registered_metrics() if self.metrics is None else self.metrics)
+        for m in self.metrics:
+            self.parts.setdefault(m.name, [])
 
     def __len__(self) -> int:
-        return len(self.rmse)
+        return len(next(iter(self.parts.values()), []))
+
+    _RENAMED = {"rmse": "RMSE", "nrmse": "nRMSE", "boundary": "bRMSE", "max": "max_error"}  # the parts kept as were
+
+    def __getattr__(self, name: str):
+        if name in self._RENAMED:  # the fields before the parts were per metric (0.x): one release more
+            import warnings
+
+            warnings.warn(f"TrajectoryMetrics.{name} is deprecated; use .parts[{self._RENAMED[name]!r}] (removed in "
+                          f"the next release)", DeprecationWarning, stacklevel=2)
+            return self.parts[self._RENAMED[name]]
+        if name in ("conserved", "spectrum", "points", "volume"):
+            raise AttributeError(f"TrajectoryMetrics.{name} is gone: the parts are per metric now, "
+                                 f"parts['cRMSE'] and parts['fRMSE_low'] scaled by the grid (CHANGELOG.md)")
+        raise AttributeError(name)
+
+    @property
+    def names(self) -> list[str]:
+        return [m.name for m in self.metrics]
 
     def add(self, pred: Tensor, truth: Tensor, lengths: tuple[float, ...] | None = None) -> None:
-        """Add a batch ``[B, *S, T, C]`` (float64 inside)."""
+        """Add a batch ``[B, *S, T, C]`` (float64 inside); ``lengths``: the domain's per spatial axis (default 1)."""
         p, u = pred.double(), truth.double()
-        d = p.ndim - 3  # spatial dims
-        spatial = tuple(range(1, 1 + d))
-        diff = p - u
-        self.points = math.prod(p.shape[1:1 + d])
-        self.volume = math.prod(lengths) if lengths else 1.0
-        err = diff.pow(2).mean(spatial).sqrt()  # [B, T, C]
-        norm = u.pow(2).mean(spatial).sqrt()
-        cons = p.sum(spatial) - u.sum(spatial)
-        mx = diff.abs().amax(spatial)
-        bnd = _boundary(diff)
-        spec = _spectrum(diff)
-        for b in range(p.shape[0]):
-            self.rmse.append(err[b].T)
-            self.nrmse.append((err[b] / norm[b]).T)
-            self.conserved.append(cons[b].T)
-            self.max.append(mx[b].T)
-            self.boundary.append(bnd[b])
-            self.spectrum.append(spec[b])
+        lengths = tuple(lengths) if lengths else (1.0,) * (p.ndim - 3)
+        for m in self.metrics:
+            value = m.parts(p, u, lengths)
+            if not isinstance(value, Tensor) or value.ndim < 1 or value.shape[0] != p.shape[0]:
+                raise ValueError(f"metric {m.name!r}: parts() must return a tensor [B, ...] with one entry per "
+                                 f"trajectory (B = {p.shape[0]}), got "
+                                 f"{tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__}")
+            self.parts[m.name].extend(value.double().unbind(0))
 
     def values(self, idx: list[int] | None = None) -> dict[str, float]:
         """The metrics of the trajectories ``idx`` (default all; repeats allowed, as a bootstrap draws them)."""
         idx = list(range(len(self))) if idx is None else idx
         if not idx:
-            return {n: math.nan for n in NAMES}
+            return {n: math.nan for n in self.names}
         counts = torch.zeros(1, len(self), dtype=torch.float64)
         counts.index_add_(1, torch.tensor(idx), torch.ones(1, len(idx), dtype=torch.float64))
         return {k: float(v[0]) for k, v in self.resampled(counts).items()}
 
     def resampled(self, counts: Tensor) -> dict[str, Tensor]:
         """Each metric ``[n]`` for ``n`` resamples of the trajectories, given as ``counts [n, B]`` (how often each
-        trajectory is drawn): weighted means where the metric averages over trajectories, the root of a weighted
-        mean of squares for cRMSE and fRMSE, the maximum over the drawn trajectories for the max error."""
+        trajectory is drawn): its ``reduce`` of the weighted mean of its parts over the drawn trajectories (``pool``
+        ``"mean"``), or of their maximum (``"max"``)."""
         n, total = counts.shape[0], counts.sum(1, keepdim=True)
-
-        def mean(parts: list[Tensor]) -> Tensor:  # [n, *part shape]
-            x = torch.stack(parts)
-            return (counts @ x.reshape(len(parts), -1) / total).reshape(n, *x.shape[1:])
-
-        conserved = mean([c.pow(2) for c in self.conserved]).sqrt() / self.points
-        spectrum = mean(self.spectrum).sqrt() * self.volume / self.points  # [n, C, bins, T]
         drawn = counts > 0
-        mx = torch.stack(self.max)  # [B, C, T]
-        largest = torch.where(drawn[:, :, None, None], mx[None], torch.tensor(-math.inf, dtype=mx.dtype)).amax(1)
-        return {"RMSE": mean(self.rmse).mean((1, 2)), "nRMSE": mean(self.nrmse).mean((1, 2)),
-                "cRMSE": conserved.mean((1, 2)), "bRMSE": mean(self.boundary).mean((1, 2)),
-                "fRMSE_low": spectrum[:, :, :I_LOW].mean(2).mean((1, 2)),
-                "fRMSE_mid": spectrum[:, :, I_LOW:I_HIGH].mean(2).mean((1, 2)),
-                "fRMSE_high": spectrum[:, :, I_HIGH:].mean(2).mean((1, 2)),
-                "max_error": largest.mean((1, 2))}
+        out = {}
+        for m in self.metrics:
+            x = torch.stack(self.parts[m.name])  # [B, ...]
+            if m.pool == "max":
+                shape = (n, x.shape[0]) + (1,) * (x.ndim - 1)
+                pooled = torch.where(drawn.reshape(shape), x[None], torch.tensor(-math.inf, dtype=x.dtype)).amax(1)
+            else:
+                pooled = (counts @ x.reshape(x.shape[0], -1) / total).reshape(n, *x.shape[1:])
+            out[m.name] = m.reduce(pooled)
+        return out
 
 
 def _boundary(diff: Tensor) -> Tensor:
@@ -146,7 +226,7 @@ def bootstrap(metrics: TrajectoryMetrics, other: TrajectoryMetrics | None = None
               level: float = 0.95) -> dict[str, tuple[float, float]]:
     """A percentile bootstrap interval over trajectories of each metric, or, with ``other`` (the same trajectories
     scored by another model or by persistence), of the difference ``metrics - other`` (a paired comparison: both
-    resampled with the same draws)."""
+    resampled with the same draws) for each metric both scored."""
     m = len(metrics)
     if other is not None and len(other) != m:
         raise ValueError(f"a paired comparison needs the same trajectories: {m} and {len(other)}")
@@ -156,9 +236,9 @@ def bootstrap(metrics: TrajectoryMetrics, other: TrajectoryMetrics | None = None
     values = metrics.resampled(counts)
     if other is not None:
         theirs = other.resampled(counts)
-        values = {k: v - theirs[k] for k, v in values.items()}
+        values = {k: v - theirs[k] for k, v in values.items() if k in theirs}
     lo, hi = (1 - level) / 2, 1 - (1 - level) / 2
     return {k: (float(torch.quantile(v, lo)), float(torch.quantile(v, hi))) for k, v in values.items()}
 
 
-__all__ = ["NAMES", "TrajectoryMetrics", "bootstrap"]
+__all__ = ["NAMES", "PDEBENCH_METRICS", "TrajectoryMetrics", "bootstrap", "plugin_metric_names", "registered_metrics"]

@@ -92,7 +92,11 @@ def metric_table(r: DatasetResult) -> list[str]:
 
     base = r.persistence
     grid = "x".join(map(str, r.grid)) if r.grid else "?"
-    lines = [f"{r.name}: PDEBench's metrics at the file's grid {grid}, over {r.n_trajectories} trajectories"
+    from .pdebench_metrics import plugin_metric_names
+
+    added = plugin_metric_names(r.metrics)
+    which = "PDEBench's metrics" + (f" and the plugins' ({', '.join(added)})" if added else "")
+    lines = [f"{r.name}: {which} at the file's grid {grid}, over {r.n_trajectories} trajectories"
              + (" (95 % bootstrap intervals over trajectories)" if r.intervals else "") + ":",
              f"  {'metric':<12}{'model':<32}{'persistence':<32}{'model - persistence (paired)' if r.paired else ''}"]
     for k, v in r.metrics.items():

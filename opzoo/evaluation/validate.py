@@ -47,6 +47,8 @@ class ValidateRow:
     nRMSE_minus_first_hi: float = math.nan
     reason: str = ""
     per_trajectory: object = dataclasses.field(default=None, repr=False, compare=False)
+    # metrics registered by plugins (opzoo.Metric): name -> value, name_lo / name_hi -> its 95 % interval
+    plugin_metrics: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
 
 def models_matching(patterns: Sequence[str]) -> list[str]:
@@ -94,11 +96,17 @@ def score(model, name: str, path: str, layout: str | None, horizon: int | None, 
     one_step = [v["one_step"] for v in r.vrmse.values() if "one_step" in v]
     at = {k: r.per_step[k - 1] if len(r.per_step) >= k else math.nan for k in (1, 5)}
     lo, hi = r.intervals.get("nRMSE", (math.nan, math.nan))
+    from .pdebench_metrics import plugin_metric_names
+
+    extra = {}
+    for metric in plugin_metric_names(r.metrics):
+        extra[metric] = r.metrics[metric]
+        extra[f"{metric}_lo"], extra[f"{metric}_hi"] = r.intervals.get(metric, (math.nan, math.nan))
     return ValidateRow(name, path, "ok", split_label, r.n_trajectories, r.horizon, "x".join(map(str, r.grid)),
                        r.l2_full, r.persistence.l2_full, r.short_horizons.get(1, at[1]),
                        r.short_horizons.get(5, math.nan), at[1], at[5],
                        sum(one_step) / len(one_step) if one_step else math.nan, r.metrics.get("nRMSE", math.nan), lo,
-                       hi, per_trajectory=r.per_trajectory)
+                       hi, per_trajectory=r.per_trajectory, plugin_metrics=extra)
 
 
 def paired_with_first(rows: Sequence[ValidateRow]) -> None:
@@ -190,12 +198,15 @@ def validate(patterns: Sequence[str], data: Sequence[str], out: Path, *, layout:
 def write_rows(rows: Sequence[ValidateRow], out: Path) -> None:
     from ..files import atomic_writer
 
+    extra = list(dict.fromkeys(k for r in rows for k in r.plugin_metrics))  # plugins' metrics, before the reason
+    columns = (*COLUMNS[:-1], *extra, COLUMNS[-1])
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_writer(out) as f:
         w = csv.writer(f)
-        w.writerow(COLUMNS)
+        w.writerow(columns)
         for r in rows:
-            w.writerow([f"{v:.6g}" if isinstance(v, float) else v for v in (getattr(r, c) for c in COLUMNS)])
+            values = (r.plugin_metrics.get(c, math.nan) if c in extra else getattr(r, c) for c in columns)
+            w.writerow([f"{v:.6g}" if isinstance(v, float) else v for v in values])
 
 
 def cmd_validate(args) -> int:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from importlib.resources import files
 
 from ..contracts.hookspecs import hookimpl
+from ..data.readers import LAYOUTS
+from ..evaluation.pdebench_metrics import PDEBENCH_METRICS
 from ..layers.feedforward import MlpFeedForward
 from ..layers.mixers import PointwiseMLPMixer
 from ..layers.residual import PlainResidual
@@ -28,6 +30,10 @@ def opzoo_register_components(registry):
     registry.register_block("sandwich", SandwichBlock)
     registry.register_backbone("simple", SimpleOperator, contract=SIMPLE)
     registry.register_backbone("pot", PotBackbone, contract=POT)
+    for reader in LAYOUTS.values():  # the core's readers, first in detection order
+        registry.register_reader(reader)
+    for metric in PDEBENCH_METRICS:  # PDEBench's set, first in every table
+        registry.register_metric(metric)
 
 
 @hookimpl

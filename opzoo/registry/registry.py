@@ -1,7 +1,8 @@
 """The registry of components and presets that plugins fill through their hooks (docs/architecture.md, Plugins).
 
 Kinds of component: ``mixer``, ``feedforward``, ``residual``, ``block``, ``backbone``,
-``optimizer_hook`` and ``converter``, each looked up by the name a config (or a training run) gives.
+``optimizer_hook``, ``converter``, ``upstream``, ``reader`` (a layout of trajectory files) and ``metric`` (a score of a
+rollout), each looked up by the name a config, a command or a file's layout gives.
 Routers are not a kind: the block or feed-forward that routes builds its :class:`opzoo.Router` itself.
 Every entry remembers the distribution that registered it, so that two plugins claiming one name is
 an error naming both.
@@ -24,12 +25,15 @@ from typing import Any, Callable, Iterator, Mapping
 from ..errors import RegistryConflictError, UnknownNameError
 from .contract import DataContract
 from .family import CheckpointFamily
+from .metric import Metric
 from .provenance import Fact, PretrainedCheck, Result
 
 HF_HUB_PREFIX = "hf-hub:"  # a model reference to the Hub (parsed in opzoo.model_io.reference)
 LOCAL_DIR_PREFIX = "local-dir:"  # a model reference to a directory
 
-COMPONENT_KINDS = ("mixer", "feedforward", "residual", "block", "backbone", "optimizer_hook", "converter", "upstream")
+HDF5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".mat")  # HDF5 files: a reader is chosen by their content (detect)
+COMPONENT_KINDS = ("mixer", "feedforward", "residual", "block", "backbone", "optimizer_hook", "converter", "upstream",
+                   "reader", "metric")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,6 +215,47 @@ class Registry:
         :class:`opzoo.UpstreamUnavailable` to say why it cannot."""
         self.register("upstream", name, UpstreamEntry(backbone, build))
         return build
+
+    def register_reader(self, cls: type) -> type:
+        """``cls``, an :class:`opzoo.data.TrajectorySource` subclass, reads files of its ``layout`` (the name
+        ``--layout`` takes); ``expects`` says in one line what such a file holds. Detection tries the readers in the
+        order they were registered (the core's first): a file whose name ends in one of ``cls.suffixes`` is this
+        reader's; otherwise an HDF5 file is the first whose ``cls.detect(h5_file)`` is true (``cls.doubt`` may refuse
+        to guess)."""
+        layout = getattr(cls, "layout", None)
+        if not isinstance(cls, type) or not isinstance(layout, str) or not layout or ":" in layout:
+            raise TypeError(f"register_reader: expected a TrajectorySource subclass with a layout name (no ':'), got "
+                            f"{cls!r}")
+        for attr in ("detect", "doubt"):
+            if not callable(getattr(cls, attr, None)):
+                raise TypeError(f"register_reader({cls.__name__}): it has no {attr}() (subclass "
+                                f"opzoo.data.TrajectorySource)")
+        suffixes = getattr(cls, "suffixes", ())
+        if not isinstance(suffixes, tuple) or not all(isinstance(x, str) and x.startswith(".") for x in suffixes):
+            raise TypeError(f"register_reader({cls.__name__}): suffixes must be a tuple of '.ext' strings")
+        for suffix in suffixes:  # a file's name must not name two readers, nor take HDF5 files from detection
+            if suffix.lower() in HDF5_SUFFIXES:
+                raise RegistryConflictError(f"reader {layout!r} claims {suffix} files, which are HDF5 and told apart "
+                                            f"by their content: leave suffixes empty and give it a detect(h5_file)")
+            for other in self._components["reader"].values():
+                if suffix.lower() in (x.lower() for x in getattr(other.obj, "suffixes", ())):
+                    self._conflict(f"reader {layout!r}: the suffix {suffix} (reader {other.name!r})", other.owner)
+        return self.register("reader", layout, cls)
+
+    def readers(self) -> dict[str, type]:
+        """Layout name -> reader class, in detection order (registration order: the core's first)."""
+        return {name: entry.obj for name, entry in self._components["reader"].items()}
+
+    def register_metric(self, metric: Metric) -> Metric:
+        """``metric`` (:class:`opzoo.Metric`) is scored by ``eval``, ``validate``, ``finetune`` and every evaluation
+        beside PDEBench's set, with its bootstrap interval and paired difference from persistence."""
+        if not isinstance(metric, Metric):
+            raise TypeError(f"register_metric: expected opzoo.Metric, got {type(metric).__name__}")
+        return self.register("metric", metric.name, metric)
+
+    def metrics(self) -> list[Metric]:
+        """Every registered metric, in registration order (PDEBench's set first)."""
+        return [entry.obj for entry in self._components["metric"].values()]
 
     def upstreams_for(self, backbone: str) -> list[tuple[str, Callable]]:
         """``(name, build)`` of the upstream implementations registered for ``backbone``."""

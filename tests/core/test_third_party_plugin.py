@@ -49,6 +49,48 @@ def test_installed_plugin_is_listed_by_the_cli(installed_plugin):
     assert "opzoo-example-plugin 0.3.1" in result.stdout
 
 
+LAB_FILE_RUN = """
+import csv, json, sys
+import numpy as np, torch, opzoo.cli
+from opzoo_example_plugin.lab_format import write_labtraj
+
+x = np.linspace(0, 2 * np.pi, 16, endpoint=False)
+data = np.stack([np.stack([np.stack([np.sin(x[:, None] + 0.2 * t + n) * np.cos(x[None, :]),
+                                     np.cos(x[:, None] - 0.1 * t * n) + 0 * x[None, :]]) for t in range(12)])
+                 for n in range(6)]).astype(np.float32)  # [N, T, C, H, W], as the lab's solver writes it
+write_labtraj("lab.labtraj", data, ["u", "v"])
+source = opzoo.data.open_source("lab.labtraj")
+assert source.info.layout == "lab-traj" and source.info.fields == ["u", "v"]
+np.testing.assert_array_equal(source.read(4, 2, 5), data[4, 2:5].transpose(2, 3, 0, 1))  # [H, W, T, C]
+torch.manual_seed(0)
+assert opzoo.cli.main(["data", "inspect", "lab.labtraj"]) == 0
+assert opzoo.cli.main(["eval", "example-shift-op", "--data", "lab.labtraj", "--out", "ev"]) == 0
+assert opzoo.cli.main(["validate", "example-shift-op", "--data", "lab.labtraj", "--out", "val.csv"]) == 0
+result = json.load(open("ev/eval.json"))["datasets"]["lab"]
+(row,) = csv.DictReader(open("val.csv"))
+print(json.dumps({"eval": result["pdebench_metrics"], "intervals": result["bootstrap_95"], "row": row}))
+"""
+
+
+def test_a_plugin_reads_its_own_file_format_and_adds_its_metric_to_every_table(installed_plugin, tmp_path):
+    """Issue 57: a lab's own format (.labtraj, channels-first frames) and its own score (MAE) ship in a pip-installed
+    plugin; `data inspect`, `eval` and `validate` read the file by its suffix and score MAE beside PDEBench's set."""
+    import json
+
+    result = run_python(LAB_FILE_RUN, cwd=tmp_path,
+                        env={"PYTHONPATH": str(installed_plugin), **env_enabling("opzoo-example-plugin")})
+    assert result.returncode == 0, result.stderr
+    assert "layout:   lab-traj" in result.stdout and "fields:   u, v" in result.stdout
+    assert "PDEBench's metrics and the plugins' (MAE) at the file's grid 16x16" in result.stdout
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert list(out["eval"])[-1] == "MAE" and 0 < out["eval"]["MAE"] < out["eval"]["max_error"]
+    lo, hi = out["intervals"]["MAE"]
+    assert lo <= out["eval"]["MAE"] <= hi
+    row = out["row"]
+    assert list(row)[-4:] == ["MAE", "MAE_lo", "MAE_hi", "reason"] and row["status"] == "ok"
+    assert float(row["MAE_lo"]) <= float(row["MAE"]) <= float(row["MAE_hi"])
+
+
 def test_without_the_install_the_preset_is_unknown():
     result = run_python("import opzoo; print(opzoo.get_registry().has_preset('example-shift-op'))")
     assert result.stdout.strip() == "False"

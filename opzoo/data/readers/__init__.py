@@ -16,6 +16,9 @@ array[:<axes>]     ``.npy`` / ``.npz`` / tensor-only ``.pt``: one array ``[N, *S
 
 Detection never guesses: a file that only *might* be in a layout (the FNO layout read from a lone key
 ``u`` in a file that is not a ``.mat``) is refused with the candidate layouts and how to name one.
+
+These are the core's readers (:data:`LAYOUTS`); a plugin adds its own with ``registry.register_reader(cls)``, and
+detection and ``--layout`` go through every registered reader (:func:`registered_readers`), the core's first.
 """
 
 from __future__ import annotations
@@ -33,8 +36,9 @@ from opzoo.data.readers.canonical import CanonicalSource
 from opzoo.data.readers.fno_mat import FNOMatSource
 from opzoo.data.readers.pdebench import PDEBenchCFDSource, PDEBenchGroupsSource, PDEBenchTensorSource
 from opzoo.data.readers.the_well import TheWellSource
+from opzoo.registry.registry import HDF5_SUFFIXES
 
-#: Layouts in detection order (the first whose ``detect`` matches wins).
+#: The core's layouts in detection order (the first whose ``detect`` matches wins), registered first by the core.
 LAYOUTS: dict[str, type[TrajectorySource]] = {
     cls.layout: cls
     for cls in (
@@ -52,37 +56,54 @@ LAYOUT_OPTION = ("name the layout: `--layout NAME` on the command line (opzoo da
                  "finetune), `layout: NAME` in a run config's dataset, or open_source(path, layout=NAME)")
 
 
+def registered_readers() -> dict[str, type[TrajectorySource]]:
+    """Layout name -> reader, in detection order: the registry's (the core's :data:`LAYOUTS`, then the plugins'), or
+    the core's alone when no plugin host runs."""
+    from opzoo.registry.registry import get_registry, live_registry
+
+    registry = live_registry()
+    if registry is None:
+        try:
+            registry = get_registry()
+        except RuntimeError:
+            return dict(LAYOUTS)
+    return registry.readers() or dict(LAYOUTS)
+
+
 def detect_layout(path: str | os.PathLike) -> str:
     """Name of the layout a file is in; UnknownLayoutError listing what was found otherwise."""
     path = os.fspath(path)
-    if path.lower().endswith(ARRAY_SUFFIXES):
-        return ArraySource.layout
+    readers = registered_readers()
+    for name, cls in readers.items():  # a format of its own, told by the file's name (.npy, a plugin's .xyz)
+        if cls.suffixes and path.lower().endswith(tuple(x.lower() for x in cls.suffixes)):
+            return name
     with open_h5(path) as f:
-        for name, cls in LAYOUTS.items():
-            if cls.detect(f):
+        for name, cls in readers.items():
+            if not cls.suffixes and cls.detect(f):
                 doubt = cls.doubt(f, path)
                 if doubt:
-                    raise UnknownLayoutError(describe_ambiguous(path, f, name, doubt))
+                    raise UnknownLayoutError(describe_ambiguous(path, f, name, doubt, readers))
                 return name
-        raise UnknownLayoutError(describe_unknown(path, f))
+        raise UnknownLayoutError(describe_unknown(path, f, readers))
 
 
 def directory_refusal(path: str | os.PathLike) -> str:
     """Why a directory is not read as data, naming the files in it that could be."""
-    readable = sorted(p.name for p in Path(path).iterdir() if p.is_file() and p.suffix.lower() in DATA_SUFFIXES)
+    suffixes = DATA_SUFFIXES + tuple(x.lower() for cls in registered_readers().values() for x in cls.suffixes)
+    readable = sorted(p.name for p in Path(path).iterdir() if p.is_file() and p.suffix.lower() in suffixes)
     listed = ", ".join(readable[:8]) + (f" and {len(readable) - 8} more" if len(readable) > 8 else "")
     return (f"{os.fspath(path)} is a directory, not a data file; name the file(s) to read"
             + (f": {listed} (several can follow one --data)" if readable else " (it holds no .h5/.hdf5/.mat/.npy/.npz/"
                ".pt file)"))
 
 
-DATA_SUFFIXES = (".h5", ".hdf5", ".hdf", ".mat", *ARRAY_SUFFIXES)
+DATA_SUFFIXES = (*HDF5_SUFFIXES, *ARRAY_SUFFIXES)  # the core's (a directory's refusal adds plugins')
 
 
 def open_source(path: str | os.PathLike, layout: str | None = None, **options) -> TrajectorySource:
     """Open ``path`` lazily as ``N`` trajectories ``[*S, T, C]``.
 
-    ``layout`` forces one layout (a key of :data:`LAYOUTS`); by default it is detected.
+    ``layout`` forces one layout (a registered reader's, :func:`registered_readers`); by default it is detected.
     ``options`` go to the reader (``check_finite``, and ``prepend_initial`` for ``fno-mat``).
     """
     if os.path.isdir(path):
@@ -96,28 +117,30 @@ def open_source(path: str | os.PathLike, layout: str | None = None, **options) -
         raise DataFormatError(f"{os.fspath(path)}: --fields names the channels of a plain array (.npy/.npz/.pt); a "
                               f"{layout} file names its own")
     name, _, order = layout.partition(":")
-    if name not in LAYOUTS or (order and not getattr(LAYOUTS[name], "takes_order", False)):
-        ordered = [n for n, cls in LAYOUTS.items() if getattr(cls, "takes_order", False) and n != ArraySource.layout]
-        raise UnknownLayoutError(f"unknown layout {layout!r}; known layouts: {', '.join(LAYOUTS)} (array also as "
+    readers = registered_readers()
+    if name not in readers or (order and not getattr(readers[name], "takes_order", False)):
+        ordered = [n for n, cls in readers.items() if getattr(cls, "takes_order", False) and n != ArraySource.layout]
+        raise UnknownLayoutError(f"unknown layout {layout!r}; known layouts: {', '.join(readers)} (array also as "
                                  f"'array:<axes>', e.g. 'array:NTXYC'; an axis order also for "
                                  f"{', '.join(ordered)}, e.g. '{ordered[0]}:NXYT')")
-    return LAYOUTS[name](path, order=order, **options) if order else LAYOUTS[name](path, **options)
+    return readers[name](path, order=order, **options) if order else readers[name](path, **options)
 
 
-def describe_ambiguous(path: str, f: h5py.File, name: str, doubt: str) -> str:
+def describe_ambiguous(path: str, f: h5py.File, name: str, doubt: str,
+                       readers: dict[str, type[TrajectorySource]] | None = None) -> str:
     """The error for a file that fits layout ``name`` only by a generic key (``doubt`` says why)."""
     found = "; ".join(f"'{k}' {describe_shape(f[k].shape)}" if isinstance(f[k], h5py.Dataset) else f"'{k}' group"
                       for k in list(f.keys())[:8])
     lines = [f"{path}: the layout cannot be told from the file ({found}): {doubt}.",
              "  candidate layouts:"]
-    lines += [f"    {n}: {cls.expects}" for n, cls in LAYOUTS.items() if n == name]
+    lines += [f"    {n}: {cls.expects}" for n, cls in (readers or LAYOUTS).items() if n == name]
     lines += ["    canonical: rewrite the file as 'data' [N, *S, T, C] (opzoo data convert), or save the array as "
               ".npy and read it with layout 'array' / 'array:<axes>' (e.g. 'array:TXYNC')"]
     lines.append(f"  {LAYOUT_OPTION}, e.g. --layout {name}")
     return "\n".join(lines)
 
 
-def describe_unknown(path: str, f: h5py.File) -> str:
+def describe_unknown(path: str, f: h5py.File, readers: dict[str, type[TrajectorySource]] | None = None) -> str:
     """The error text for a file in no known layout: what it holds and what each layout expects."""
     found = []
     for key in list(f.keys())[:20]:
@@ -133,7 +156,7 @@ def describe_unknown(path: str, f: h5py.File) -> str:
         f"  found: {'; '.join(found) if found else 'no keys'}; root attributes {sorted(f.attrs.keys())}",
         "  expected one of:",
     ]
-    lines += [f"    {name}: {cls.expects}" for name, cls in LAYOUTS.items()]
+    lines += [f"    {name}: {cls.expects}" for name, cls in (readers or LAYOUTS).items()]
     return "\n".join(lines)
 
 
@@ -152,4 +175,5 @@ __all__ = [
     "FNOMatSource",
     "ArraySource",
     "LAYOUT_OPTION",
+    "registered_readers",
 ]

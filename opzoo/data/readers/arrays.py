@@ -77,6 +77,7 @@ class ArraySource(TrajectorySource):
     """A ``.npy``/``.npz``/tensor-only ``.pt`` array of trajectories (see the module doc)."""
 
     layout = "array"
+    suffixes = SUFFIXES
     expects = ("a .npy, .npz or tensor-only .pt file holding one array [N, *S, T, C]; another axis order with "
                "layout 'array:<axes>', e.g. 'array:NTXYC'")
 

@@ -92,6 +92,9 @@ class TrajectorySource(abc.ABC):
     layout: str = ""
     #: One line saying which keys and shapes this layout needs (used in error messages).
     expects: str = ""
+    #: File-name endings that are this layout's alone (a format of its own, not HDF5: ``.npy``); empty for an HDF5
+    #: layout, told by :meth:`detect` on the open file. A reader of another format overrides ``_h5`` to open its file.
+    suffixes: tuple[str, ...] = ()
 
     def __init__(self, path: str | os.PathLike, check_finite: bool = True):
         self.path = os.fspath(path)

@@ -4,6 +4,7 @@ from torch import nn
 import opzoo
 
 from .family import FAMILY
+from .lab_format import MAE, LabTrajSource
 
 
 class ShiftMixer(opzoo.Mixer):
@@ -21,6 +22,8 @@ class ShiftMixer(opzoo.Mixer):
 @opzoo.hookimpl
 def opzoo_register_components(registry):
     registry.register_mixer("example-shift", ShiftMixer)
+    registry.register_reader(LabTrajSource)
+    registry.register_metric(MAE)
 
 
 @opzoo.hookimpl
