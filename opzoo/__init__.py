@@ -22,6 +22,7 @@ from .errors import (
     WeightsError,
 )
 from .files import atomic_write, atomic_writer, claim_output_dir, read_json
+from .registry import kit
 from .registry.contract import DataContract, Normalization, TrainingSet
 from .registry.family import CheckpointFamily, Variant
 from .registry.metric import Metric
@@ -113,5 +114,5 @@ __all__ = [
     "CheckpointError", "OptimizerHook", "StepContext", "SpectralLayer", "SpectralWeight", "find_spectral_weights",
     "PretrainedCfg", "Fact", "PretrainedCheck", "PretrainedArtifacts", "CheckFailed", "Result",
     "Upstream", "UpstreamUnavailable", "CheckpointFamily", "Variant", "DataContract", "Normalization", "TrainingSet",
-    "atomic_write", "atomic_writer", "claim_output_dir", "read_json", "Metric",
+    "atomic_write", "atomic_writer", "claim_output_dir", "read_json", "Metric", "kit",
 ]

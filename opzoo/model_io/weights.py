@@ -18,7 +18,7 @@ SHOWN = 8  # tensors named per kind in a mismatch message
 
 
 def check_state_dict(model: torch.nn.Module, shapes: Mapping[str, tuple[int, ...]], source: str) -> None:
-    """Raise WeightsError listing every missing, unexpected and mis-shaped tensor."""
+    """Raise WeightsError listing every missing, unexpected and mis-shaped tensor (one line)."""
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     missing = sorted(set(expected) - set(shapes))
     unexpected = sorted(set(shapes) - set(expected))
@@ -27,16 +27,15 @@ def check_state_dict(model: torch.nn.Module, shapes: Mapping[str, tuple[int, ...
         def some(names: list[str]) -> str:
             return ", ".join(names[:SHOWN]) + (f", and {len(names) - SHOWN} more" if len(names) > SHOWN else "")
 
-        lines = [f"{source} does not match {type(model).__name__}:"]
+        parts = []
         if missing:
-            lines.append(f"  missing tensors ({len(missing)}): {some(missing)}")
+            parts.append(f"missing tensors ({len(missing)}): {some(missing)}")
         if unexpected:
-            lines.append(f"  unexpected tensors ({len(unexpected)}): {some(unexpected)}")
-        for k in misshaped[:SHOWN]:
-            lines.append(f"  mis-shaped tensor {k}: file {list(shapes[k])}, model {list(expected[k])}")
+            parts.append(f"unexpected tensors ({len(unexpected)}): {some(unexpected)}")
+        parts += [f"mis-shaped tensor {k}: file {list(shapes[k])}, model {list(expected[k])}" for k in misshaped[:SHOWN]]
         if len(misshaped) > SHOWN:
-            lines.append(f"  and {len(misshaped) - SHOWN} more mis-shaped tensors")
-        raise WeightsError("\n".join(lines))
+            parts.append(f"and {len(misshaped) - SHOWN} more mis-shaped tensors")
+        raise WeightsError(f"{source} does not match {type(model).__name__}: {'; '.join(parts)}")
 
 
 def load_state_dict_strict(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor], source: str) -> None:

@@ -148,6 +148,7 @@ def test_opzoo_has_no_import_circle():
 
 # docs/architecture.md's layers, bottom to top, and the arrows that run up (each named there)
 LAYERS = ["root", "contracts", "registry", "layers", "models", "model_io", "data", "evaluation", "training", "benchmark",
+          "testing",
           "plugin-host", "cli"]
 UPWARD = {
     ("opzoo.contracts.interfaces", "opzoo.model_io.saving"),  # Backbone.save_pretrained & co., inside the methods
@@ -172,15 +173,15 @@ def test_no_first_party_plugin_has_an_import_circle():
 
 
 PUBLIC_MODULES = ("opzoo", "opzoo.training", "opzoo.evaluation", "opzoo.data")
-# the modules a plugin's table may be imported by: its entry point, its package and the generator of its docs
-ABOVE_THE_TABLE = ("plugin", "__init__", "provenance_doc")
+# the modules a plugin's table (``family``, whose PLUGIN is its entry point) may be imported by: its package alone
+ABOVE_THE_TABLE = ("__init__",)
 
 
 def test_first_party_plugins_import_public_names_and_their_tables_sit_on_top():
     """The plugins' layers: a first-party plugin imports only opzoo's public names (``__all__`` of opzoo,
-    opzoo.training, opzoo.evaluation, opzoo.data); inside a plugin nothing imports its entry point (``plugin``), and
-    its checkpoint tables (``families``) are imported only from above (the entry point, the package, a docs
-    generator), never by the converter or the checks the tables use."""
+    opzoo.training, opzoo.evaluation, opzoo.data); inside a plugin its checkpoint tables and entry point (``family``,
+    whose ``PLUGIN`` the entry point names) are imported only by the package, never by the converter or the checks
+    the tables use."""
     wrong = plugin_layer_violations(plugin_packages())
     assert not wrong, "plugin imports that break the plugins' layers:\n" + "\n".join(wrong)
 
@@ -207,25 +208,24 @@ def plugin_layer_violations(packages: list[Path]) -> list[str]:
             short = module.rpartition(".")[2] if module != package.name else "__init__"
             for target in targets:
                 last = target.rpartition(".")[2]
-                if last == "plugin" or last == "families" and short not in ABOVE_THE_TABLE:
+                if last == "family" and short not in ABOVE_THE_TABLE:
                     wrong.append(f"{module} imports {target}")
     return wrong
 
 
 def test_the_plugin_layer_check_finds_each_kind(tmp_path):
     _write(tmp_path, {
-        "opzoo_bad/__init__.py": "from .families import TABLE\n",
-        "opzoo_bad/families.py": "from .checks import check\nTABLE = ()\n",
-        "opzoo_bad/checks.py": "def check():\n    from .families import TABLE\n",
+        "opzoo_bad/__init__.py": "from .family import TABLE\n",
+        "opzoo_bad/family.py": "from .checks import check\nTABLE = ()\n",
+        "opzoo_bad/checks.py": "def check():\n    from .family import TABLE\n",
         "opzoo_bad/converter.py": "from opzoo.registry.registry import Registry\nfrom opzoo import _LAZY, Fact\nimport opzoo.model_io\n",
-        "opzoo_bad/plugin.py": "from .families import TABLE\n",
-        "opzoo_bad/helpers.py": "from . import plugin\n",
+        "opzoo_bad/helpers.py": "from . import family\n",
     })
     assert sorted(plugin_layer_violations([tmp_path / "opzoo_bad"])) == sorted([
         f"{tmp_path / 'opzoo_bad' / 'converter.py'}:1 from opzoo.registry.registry",
         f"{tmp_path / 'opzoo_bad' / 'converter.py'}:2 opzoo._LAZY",
         f"{tmp_path / 'opzoo_bad' / 'converter.py'}:3 import opzoo.model_io",
-        "opzoo_bad.checks imports opzoo_bad.families", "opzoo_bad.helpers imports opzoo_bad.plugin"])
+        "opzoo_bad.checks imports opzoo_bad.family", "opzoo_bad.helpers imports opzoo_bad.family"])
 
 
 def layer_of(module: str) -> str:

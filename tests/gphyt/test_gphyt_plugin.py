@@ -16,7 +16,7 @@ from huggingface_hub import constants
 import opzoo
 from opzoo.cli import main
 from opzoo_gphyt.converter import convert_gphyt, upstream_name
-from opzoo_gphyt.families import GPHYT
+from opzoo_gphyt.family import GPHYT
 
 from ..hub_cache import place_in_hf_cache, record_pushes
 
@@ -94,7 +94,7 @@ def test_verify_runs_the_config_check_on_the_cached_file(monkeypatch, tmp_path, 
     assert main(["verify", "gphyt-s", "--json"]) == 1
     rows = json.loads(capsys.readouterr().out)
     assert [r["check"] for r in rows if r["status"] == "FAILED"] == [
-        "weights fit the preset", "the recorded config and tensors agree with the preset"]
+        "weights fit the preset", "the file's network is the preset's"]
 
 
 def resaved(tmp_path: Path, name: str, change) -> Path:

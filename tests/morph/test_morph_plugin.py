@@ -16,7 +16,7 @@ from huggingface_hub import constants
 import opzoo
 from opzoo.cli import main
 from opzoo_morph.converter import convert_morph, upstream_name
-from opzoo_morph.families import MORPH
+from opzoo_morph.family import MORPH
 
 from ..hub_cache import place_in_hf_cache, record_pushes
 
@@ -78,7 +78,7 @@ def test_verify_runs_the_tensor_check_on_the_cached_file(monkeypatch, tmp_path, 
     assert main(["verify", "morph-ti", "--json"]) == 1
     rows = json.loads(capsys.readouterr().out)
     assert [r["check"] for r in rows if r["status"] == "FAILED"] == ["weights fit the preset",
-                                                                    "the tensors agree with the preset"]
+                                                                    "the file's network is the preset's"]
     assert rows[0]["repo"] == f"hf-hub:{REPO}"
 
 

@@ -20,7 +20,7 @@ import opzoo
 from opzoo.cli import main
 from opzoo.model_io import pretrained as pretrained_module
 from opzoo_poseidon.converter import convert_poseidon
-from opzoo_poseidon.families import POSEIDON
+from opzoo_poseidon.family import POSEIDON
 
 from ..hub_cache import place_in_hf_cache, record_pushes
 
@@ -89,7 +89,7 @@ def test_load_from_the_hub_cache_checks_says_the_license_once_and_matches_opzoo_
         standardized = (x - mean) / std
         got = converted(standardized) * std + mean
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    with pytest.raises(opzoo.CheckFailed, match=r"describes another scOT network \(embed_dim: file 8, model 48.*"
+    with pytest.raises(opzoo.CheckFailed, match=r"holds another Poseidon \(scOT\) network \(embed_dim: file 8, model 48.*"
                                                 r"opzoo.load\(\.\.\., embed_dim=8"):
         opzoo.load("poseidon-t", pretrained=True)
 
@@ -114,7 +114,7 @@ def test_verify_runs_the_config_and_tensor_check_on_the_cached_files(monkeypatch
     assert main(["verify", "poseidon-t", "--json"]) == 1
     rows = json.loads(capsys.readouterr().out)
     assert [r["check"] for r in rows if r["status"] == "FAILED"] == [
-        "weights fit the preset", "config.json and the tensors agree with the preset"]
+        "weights fit the preset", "the file's network is the preset's"]
 
 
 def test_list_pretrained_shows_the_weights_license(capsys):

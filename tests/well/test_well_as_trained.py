@@ -298,7 +298,7 @@ def test_well_check_messages_name_what_is_wrong_and_what_works(tmp_path, monkeyp
     config refusal suggested an `opzoo convert` that fails without --option fourier_blocks; the blocks check said
     "never trained" for what it can only bound."""
     from opzoo.registry.provenance import PretrainedArtifacts
-    from opzoo_well.checks import blocks_untrained, config_agrees
+    from opzoo_well.converter import blocks_untrained, config_agrees
 
     with torch.device("meta"):
         model = opzoo.load("well-fno-shear_flow")

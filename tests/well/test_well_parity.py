@@ -159,7 +159,7 @@ def test_meta_parameter_counts_and_names_match_the_published_models():
     from opzoo.model_io.weights import check_state_dict
     from opzoo_well.architectures import ARCHITECTURES, N_STEPS_INPUT, preset_name
     from opzoo_well.converter import map_state_dict
-    from opzoo_well.families import checkpoints
+    from opzoo_well.family import checkpoints
 
     assert len(checkpoints()) == 58
     for arch, ds in checkpoints():

@@ -13,9 +13,9 @@ import opzoo
 from opzoo.cli import main as opzoo_main
 from opzoo.evaluation.vrmse import vrmse, vrmse_summary
 from opzoo_well.architectures import hub_repo, model_args, preset_name
-from opzoo_well.cards import card_text
 from opzoo_well.datasets import DATASETS, dataset, normalization_args
-from opzoo_well.families import checkpoints
+from opzoo_well.family import checkpoints
+from opzoo_well.provenance import card_text
 
 from .well_files import write_well_file
 
@@ -236,15 +236,15 @@ def test_pretrained_cfg_is_typed_by_the_well_schema(tmp_path):
 
 
 def test_the_provenance_table_in_the_docs_is_current_and_every_row_has_a_source():
-    """docs/the-well-provenance.md is rendered from the families' tables (python -m opzoo_well.provenance_doc); every
+    """docs/the-well-provenance.md is rendered from the families' tables (python -m opzoo_well.family); every
     preset's rows are on it and in `opzoo info`, unverified facts list alternatives."""
     from pathlib import Path
 
+    from opzoo_well.family import markdown_table
     from opzoo_well.provenance import STATS_ALTERNATIVES
-    from opzoo_well.provenance_doc import markdown_table
 
     doc = Path(__file__).resolve().parents[2] / "docs" / "the-well-provenance.md"
-    assert doc.read_text() == markdown_table(), "stale: python -m opzoo_well.provenance_doc docs/the-well-provenance.md"
+    assert doc.read_text() == markdown_table(), "stale: python -m opzoo_well.family docs/the-well-provenance.md"
     registry = opzoo.get_registry()
     for name in opzoo.list_models("well-*"):
         facts = registry.preset(name).provenance

@@ -69,14 +69,7 @@ class GPhyTConfig(opzoo.ModelConfig):
                                     f"{self.num_heads} heads")
         if self.integrator not in INTEGRATORS:
             raise opzoo.ConfigError(f"{source}.integrator: one of {', '.join(INTEGRATORS)}, got {self.integrator!r}")
-        if (self.field_mean is None) != (self.field_std is None):
-            raise opzoo.ConfigError(f"{source}: give field_mean and field_std together (or neither)")
-        for key in ("field_mean", "field_std"):
-            values = getattr(self, key)
-            if values is not None and len(values) != self.in_channels:
-                raise opzoo.ConfigError(f"{source}.{key}: one value per channel ({self.in_channels}), got {len(values)}")
-        if self.field_std is not None and min(self.field_std) < 0:
-            raise opzoo.ConfigError(f"{source}.field_std: standard deviations are >= 0, got {list(self.field_std)}")
+        opzoo.kit.check_field_statistics(self, source, zero_std=True)  # upstream adds its own epsilon
 
     @property
     def tokens(self) -> tuple[int, int, int]:

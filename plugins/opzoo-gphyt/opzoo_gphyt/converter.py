@@ -11,6 +11,7 @@ runs. The network's sizes come from the tensor shapes, checked against the recor
 
 from __future__ import annotations
 
+import os
 import pathlib
 import re
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any, Mapping
 import torch
 
 import opzoo
+from opzoo import kit
 
 from .provenance import pretrained_cfg
 
@@ -30,7 +32,6 @@ SIZES = {
     "GPT_XL": {"hidden_dim": 1280, "mlp_dim": 5120, "num_heads": 16, "num_layers": 32},
 }
 PREFIXES = ("module.", "_orig_mod.")
-BLOCK = re.compile(r"attention_blocks\.(\d+)\.(.+)")
 BLOCK_NAMES = {
     "attention.to_qkv.weight": "attention.to_qkv.weight",
     "attention.attention.in_proj_weight": "attention.attention.in_proj_weight",
@@ -51,25 +52,18 @@ GLOBAL_NAMES = {
 BUFFERS = ("derivatives.dt_filter", "derivatives.dh_filter", "derivatives.dw_filter", "tokenizer.patch_size")
 
 
-def opzoo_name(name: str) -> str | None:
-    if name in GLOBAL_NAMES:
-        return GLOBAL_NAMES[name]
-    m = BLOCK.fullmatch(name)
-    if m and m.group(2) in BLOCK_NAMES:
-        return f"net.blocks.{m.group(1)}.{BLOCK_NAMES[m.group(2)]}"
-    return None
+_BLOCK_PART = "|".join(map(re.escape, BLOCK_NAMES))
+RENAMES = kit.Renames([*((re.escape(k), v) for k, v in GLOBAL_NAMES.items()),
+                       (rf"attention_blocks\.(\d+)\.({_BLOCK_PART})", lambda m: f"net.blocks.{m[1]}.{BLOCK_NAMES[m[2]]}"),
+                       *((re.escape(k), None) for k in BUFFERS)])  # the buffers: checked, then computed by opzoo
+_OURS = {v: k for k, v in BLOCK_NAMES.items()}
+UPSTREAM_NAMES = kit.Renames([*((re.escape(v), k) for k, v in GLOBAL_NAMES.items()),
+                              (rf"net\.blocks\.(\d+)\.({'|'.join(map(re.escape, _OURS))})",
+                               lambda m: f"attention_blocks.{m[1]}.{_OURS[m[2]]}")])
 
 
-def upstream_name(name: str) -> str:
-    """The inverse of :func:`opzoo_name`."""
-    inverse = {v: k for k, v in GLOBAL_NAMES.items()}
-    if name in inverse:
-        return inverse[name]
-    m = re.fullmatch(r"net\.blocks\.(\d+)\.(.+)", name)
-    ours = {v: k for k, v in BLOCK_NAMES.items()}
-    if m and m.group(2) in ours:
-        return f"attention_blocks.{m.group(1)}.{ours[m.group(2)]}"
-    raise KeyError(name)
+opzoo_name = RENAMES.get  # an upstream tensor's opzoo name (None: not one opzoo knows)
+upstream_name = UPSTREAM_NAMES.name  # the inverse, for running upstream's network on opzoo's weights (KeyError)
 
 
 def strip_prefixes(name: str) -> str:
@@ -86,14 +80,7 @@ def strip_prefixes(name: str) -> str:
 def read_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], Mapping[str, Any] | None]:
     """``(model_state_dict without prefixes, the recorded config or None)``; nothing is executed."""
     payload = opzoo.safe_torch_load(path, allow=[pathlib.PosixPath, pathlib.WindowsPath])
-    if not isinstance(payload, Mapping) or "model_state_dict" not in payload:
-        got = (f"a dict with keys {', '.join(map(str, list(payload)[:6]))}" if isinstance(payload, Mapping)
-               else type(payload).__name__)
-        raise opzoo.CheckpointError(f"{path}: not a GPhyT checkpoint: expected a dict with 'model_state_dict' (as "
-                                    f"upstream's Trainer saves), got {got}")
-    sd = payload["model_state_dict"]
-    if not isinstance(sd, Mapping) or not sd or not all(isinstance(v, torch.Tensor) for v in sd.values()):
-        raise opzoo.CheckpointError(f"{path}: 'model_state_dict' is not a non-empty dict of tensors")
+    sd = kit.tensors_under(payload, "model_state_dict", str(path), "GPhyT", "upstream's Trainer")
     config = payload.get("config")
     if config is not None and not isinstance(config, Mapping):
         raise opzoo.CheckpointError(f"{path}: 'config' is a {type(config).__name__}, not the run's config dict")
@@ -124,11 +111,7 @@ def to_opzoo_names(sd: Mapping[str, torch.Tensor], path: Path) -> dict[str, torc
 
 
 def _shape(sd: Mapping[str, torch.Tensor], key: str, ndim: int, where: str) -> tuple[int, ...]:
-    if key not in sd:
-        raise opzoo.CheckpointError(f"{where}: tensor {key!r} is missing: not a GPhyT network")
-    if sd[key].ndim != ndim:
-        raise opzoo.CheckpointError(f"{where}: {key!r} has shape {list(sd[key].shape)}, expected {ndim} dims")
-    return tuple(sd[key].shape)
+    return kit.tensor_shape(sd, key, where, "GPhyT", ndim)
 
 
 def sizes_of(sd: Mapping[str, torch.Tensor], where: str) -> dict[str, Any]:
@@ -227,3 +210,59 @@ def convert_gphyt(path, num_heads: int | None = None, integrator: str | None = N
     cfg["source"] = f"GPhyT checkpoint {path} (converted by opzoo's 'gphyt' converter)"
     return opzoo.ConvertedCheckpoint(architecture="gphyt", model_args=args, state_dict=sd, pretrained_cfg=cfg,
                                      preset=match.name if match is not None else None)
+
+
+def file_args(artifacts: opzoo.PretrainedArtifacts) -> dict[str, Any]:
+    """The config the file builds (the load check, :func:`opzoo.kit.file_args_agree`): the heads and the integrator as
+    the file records them (or its size's row), never the preset's: a file recorded with RK4 is another function than
+    the Euler preset, whatever the tensors say; and the normalization it records."""
+    c = artifacts.model_config
+    path = next(iter(artifacts.files.values()))
+    raw, config = read_checkpoint(path)
+    try:
+        args = model_args(to_opzoo_names(raw, path), config, str(path))
+    except opzoo.CheckpointError as e:
+        if "pass num_heads" not in str(e):
+            raise
+        args = model_args(to_opzoo_names(raw, path), config, str(path), num_heads=c.num_heads)
+    recorded = recorded_normalization(config)
+    if recorded is not None:
+        args["normalization"] = recorded if c.normalization != "none" else "none"
+    return args
+
+
+# ---- upstream's own network, run side by side with opzoo's by `opzoo benchmark` and by the parity tests -------------
+# GPhyT is not on the package index: ``OPZOO_GPHYT_REPO`` names a checkout at 4374116, the commit that published the
+# weights (its ``gphyt/model`` suffices; it needs einops and torchvision).
+REPO_ENV = "OPZOO_GPHYT_REPO"
+
+
+def upstream_class(repo: str | os.PathLike | None = None):
+    """``PhysicsTransformer`` from the checkout ``repo`` (default ``$OPZOO_GPHYT_REPO``), or UpstreamUnavailable."""
+    return kit.import_from_checkout(REPO_ENV, "gphyt.model.transformer.model", family="GPhyT",
+                                    url="https://github.com/FloWsnr/General-Physics-Transformer", at="4374116 (the "
+                                    "layout before the 2026-02 restructuring)", marker="gphyt/model/transformer/model.py",
+                                    repo=repo).PhysicsTransformer
+
+
+def upstream_network(model, repo=None):
+    """Upstream's network at ``model``'s sizes, holding ``model``'s weights, in eval mode."""
+    c = model.config
+    net = upstream_class(repo)(
+        num_fields=c.in_channels, hidden_dim=c.hidden_dim, mlp_dim=c.mlp_dim, num_heads=c.num_heads,
+        num_layers=c.num_layers, patch_size=tuple(c.patch_size), img_size=(c.in_timesteps, *c.img_size),
+        use_derivatives=c.use_derivatives, pos_enc_mode="absolute", att_mode="full",
+        integrator=c.integrator if c.integrator != "none" else None, dropout=c.dropout)
+    state = net.state_dict()
+    state.update({upstream_name(k): v for k, v in model.state_dict().items()})
+    net.load_state_dict(state, strict=True)
+    return net.to(next(model.parameters()).dtype).eval()
+
+
+def build_upstream_gphyt(model, x) -> opzoo.Upstream:
+    """Their ``PhysicsTransformer`` with the model's weights, on the model's normalized frames."""
+    if model.config.step_size != 1.0:
+        raise opzoo.UpstreamUnavailable("upstream's forward always steps by 1.0 (it does not pass step_size on)")
+    net = upstream_network(model)
+    return opzoo.Upstream(f"GPhyT PhysicsTransformer ({os.environ.get(REPO_ENV)})", net,
+                          inputs=lambda t: model._frames(t)[0].detach().contiguous())

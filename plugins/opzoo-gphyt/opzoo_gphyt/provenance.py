@@ -1,7 +1,7 @@
 """Where each fact about the gphyt-* presets comes from: FloWsnr/General-Physics-Transformer at a commit (fetched with
 its history).
 
-The rules here are functions of a row of the family's table (:class:`opzoo.Variant`, in ``families.py``): its
+The rules here are functions of a row of the family's table (:class:`opzoo.Variant`, in ``family.py``): its
 ``size``, ``file`` and ``megabytes``."""
 
 from __future__ import annotations

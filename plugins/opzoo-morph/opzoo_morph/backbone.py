@@ -80,14 +80,7 @@ class MorphConfig(opzoo.ModelConfig):
             raise opzoo.ConfigError(f"{source}.conv_filters: {self.conv_filters} is not a multiple of 8")
         if self.revin_eps <= 0:
             raise opzoo.ConfigError(f"{source}.revin_eps: must be > 0, got {self.revin_eps}")
-        if (self.field_mean is None) != (self.field_std is None):
-            raise opzoo.ConfigError(f"{source}: give field_mean and field_std together (or neither)")
-        for key in ("field_mean", "field_std"):
-            values = getattr(self, key)
-            if values is not None and len(values) != self.in_channels:
-                raise opzoo.ConfigError(f"{source}.{key}: one value per channel ({self.in_channels}), got {len(values)}")
-        if self.field_std is not None and min(self.field_std) <= 0:
-            raise opzoo.ConfigError(f"{source}.field_std: every value must be > 0, got {list(self.field_std)}")
+        opzoo.kit.check_field_statistics(self, source)
         self.fields(source)
 
     def fields(self, source: str = "model_args") -> tuple[list[int], int]:

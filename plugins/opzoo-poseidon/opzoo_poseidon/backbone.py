@@ -67,14 +67,7 @@ class PoseidonConfig(opzoo.ModelConfig):
             if (self.embed_dim * 2**i) % heads:
                 raise opzoo.ConfigError(f"{source}.num_heads[{i}]: width {self.embed_dim * 2**i} is not divisible by "
                                         f"{heads} heads")
-        for name, values in (("field_mean", self.field_mean), ("field_std", self.field_std)):
-            if values is not None and len(values) != self.in_channels:
-                raise opzoo.ConfigError(f"{source}.{name}: one value per channel ({self.in_channels}), got "
-                                        f"{len(values)}")
-        if (self.field_mean is None) != (self.field_std is None):
-            raise opzoo.ConfigError(f"{source}: give field_mean and field_std together (or neither)")
-        if self.field_std is not None and any(s <= 0 for s in self.field_std):
-            raise opzoo.ConfigError(f"{source}.field_std: every value must be > 0, got {list(self.field_std)}")
+        opzoo.kit.check_field_statistics(self, source)
         if self.in_channels != self.out_channels and self.field_mean is not None:
             raise opzoo.ConfigError(f"{source}: field_mean/field_std standardize the input and restore the output "
                                     f"channels, so they need in_channels = out_channels ({self.in_channels} vs "

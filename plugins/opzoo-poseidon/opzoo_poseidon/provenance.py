@@ -1,6 +1,6 @@
 """Where each fact about the poseidon-* presets comes from: camlab-ethz/poseidon at a commit (fetched with its history).
 
-The rules here are functions of a row of the family's table (:class:`opzoo.Variant`, in ``families.py``): its
+The rules here are functions of a row of the family's table (:class:`opzoo.Variant`, in ``family.py``): its
 ``size`` and ``params``."""
 
 from __future__ import annotations

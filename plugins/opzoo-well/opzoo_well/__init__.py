@@ -15,7 +15,15 @@ from .backbones import (
 )
 from .converter import convert_the_well
 from .datasets import DATASETS, normalization_args
-from .families import checkpoints
+
+
+def __getattr__(name: str):  # the tables are read on first use, so that `python -m opzoo_well.family` runs it once
+    if name == "checkpoints":
+        from .family import checkpoints
+
+        return checkpoints
+    raise AttributeError(f"module 'opzoo_well' has no attribute {name!r}")
+
 
 __all__ = ["WellBackbone", "WellConfig", "WellFNO", "WellFnoConfig", "WellPretrainedCfg", "WellTFNO", "WellUNetClassic",
            "WellUNetConvNext", "convert_the_well", "DATASETS", "normalization_args", "checkpoints", "hub_repo",

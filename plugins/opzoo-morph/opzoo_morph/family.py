@@ -1,16 +1,23 @@
-"""Where each fact about the morph-* presets comes from: lanl/MORPH at a commit (fetched with its history).
+"""MORPH's foundation checkpoints as one table, where each fact about them comes from (lanl/MORPH at a commit,
+fetched with its history), and the plugin's registration (its entry point is :data:`PLUGIN`).
 
-The rules here are functions of a row of the family's table (:class:`opzoo.Variant`, in ``families.py``): its
-``size``, ``file``, ``epochs`` and ``max_ar``."""
+Each row of the table is a preset; its weights source, load check, provenance, ``pretrained_cfg`` and card are
+functions of the row (:class:`opzoo.Variant`): its ``size``, ``file``, ``epochs`` and ``max_ar``. Rows: lanl/MORPH
+``scripts/finetune_MORPH_general.py`` @ a16d5c4 (the file of each size in ``models/FM``) and
+``config/argument_parser.py`` @ a16d5c4 (``MORPH_MODELS``: the sizes; the L size's "~480M" note)."""
 
 from __future__ import annotations
 
+from importlib.resources import files
 from typing import Any
 
 import opzoo
+from opzoo import kit
 
-REPO = "lanl/MORPH"
-HEAD = "a16d5c4"  # 2026-01-28, the newest commit ("updated license from BSD3 to MIT")
+from .backbone import Morph
+from .converter import ANY_FILE_CFG, HEAD, SIZES, at, build_upstream_morph, convert_morph, file_args
+from .network import parameter_count
+
 MODEL_CODE = "de85ae2"  # 2025-10-26: the network's last change (it returns (enc, z, pred)); the function is the first
 #                         upload's (6d5a2e6, 2025-10-08)
 HUB_REPO = "mahindrautela/MORPH"
@@ -20,10 +27,6 @@ CITATION = ("Rautela, Most, Mansingh, Love, Biswas, Oyen, Lawrence. MORPH: PDE F
             "Modality. arXiv:2509.21670, 2025")
 PRETRAINING = ["MHD3D (The Well)", "DR2D (PDEBench)", "CFD1D (PDEBench)", "SW2D (PDEBench)", "CFD2D-IC (PDEBench)",
                "CFD3D (PDEBench)"]
-
-
-def at(path: str, commit: str = HEAD) -> str:
-    return f"{REPO} {path} @ {commit}"
 
 
 NETWORK = at("src/utils/vit_conv_xatt_axialatt2.py", MODEL_CODE)
@@ -133,12 +136,9 @@ def facts(variant: opzoo.Variant) -> tuple[opzoo.Fact, ...]:
 
 def pretrained_cfg(preset: str | None) -> dict[str, Any]:
     """The facts of a published checkpoint (``preset``), or of another MORPH file (None: its training is unknown)."""
-    cfg: dict[str, Any] = {"in_timesteps": 1, "finetune_lr": 1e-4,
-                           "finetune_lr_source": "upstream's fine-tuning lr (" + at("scripts/finetune_MORPH_general.py")
-                           + " --lr and --lr_level4 default 1e-4, L70 and L105; 1e-3 is the pretraining lr)"}
     if preset is None:
-        return cfg
-    return {**cfg, "datasets": list(PRETRAINING),
+        return dict(ANY_FILE_CFG)
+    return {**ANY_FILE_CFG, "datasets": list(PRETRAINING),
             "normalization": "RevIN per trajectory and field, by upstream's data preparation (outputs normalized)",
             "license": "MIT (code); weights: not stated"}
 
@@ -150,3 +150,35 @@ def card_fields(variant: opzoo.Variant) -> dict[str, Any]:
             "params": f"{variant['params'] / 1e6:.1f}M", "published_params": variant["published_params"],
             "epochs": variant["epochs"],
             "time_positions": {"slice": "sliced", "interpolate": "interpolated"}[a.get("time_positions", "slice")]}
+
+
+CARDS = files("opzoo_morph") / "model_cards"
+FM = {"patch_size": 8, "max_patches": 4096, "max_fields": 3, "max_components": 3, "heads_xa": 32}
+
+
+def row(name: str, size: str, file: str, epochs: int, max_ar: int, published_params: str) -> opzoo.Variant:
+    args = {**SIZES[size], "max_ar": max_ar, **({"time_positions": "interpolate"} if max_ar > 1 else {})}
+    # what the tensors cannot tell goes to the converter from the row (upstream's table and pretraining script)
+    told = {"heads": args["heads"], "heads_xa": FM["heads_xa"], "time_positions": args.get("time_positions", "slice")}
+    return opzoo.Variant(name, args=args, weights=f"{HUB_SUBFOLDER}/{file}", converter_options=told,
+                         data={"size": size, "file": file, "epochs": epochs, "max_ar": max_ar,
+                               "published_params": published_params,
+                               "params": parameter_count(**FM, **args)})
+
+
+MORPH = opzoo.CheckpointFamily(
+    "morph", backbone="morph", args=FM, repo_id=HUB_REPO, converter="morph",
+    variants=(
+        #   preset     size  file in models/FM                             epoch max_ar published
+        row("morph-ti", "Ti", "morph-Ti-FM-max_ar1_ep225.pth", 225, 1, "not stated"),
+        row("morph-s", "S", "morph-S-FM-max_ar1_ep225.pth", 225, 1, "not stated"),
+        row("morph-m", "M", "morph-M-FM-max_ar1_ep290_latestbatch.pth", 290, 1, "not stated"),
+        row("morph-l", "L", "morph-L-FM-max_ar16_ep189_latestbatch.pth", 189, 16, "~480M (with AR1:16)"),
+    ),
+    checks=(kit.file_args_agree("MORPH", file_args, shown=("dim", "heads", "depth", "mlp_dim", "max_ar", "max_patches")),),
+    provenance=facts, pretrained_cfg=lambda v: pretrained_cfg(v.name),
+    card=CARDS / "morph.md", card_fields=card_fields, contract=CONTRACT,
+)
+
+PLUGIN = kit.FamilyPlugin(MORPH, backbones={"morph": Morph}, converters={"morph": convert_morph},
+                          upstreams={"morph": ("morph", build_upstream_morph)})

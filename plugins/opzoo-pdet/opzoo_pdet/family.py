@@ -1,6 +1,6 @@
 """PDE-Transformer's published checkpoints, one table per family (mixed and separate channels): each row is a preset,
 and its weights source, load check, provenance, ``pretrained_cfg``, reported result and card are derived from it by
-the rules in ``provenance.py`` and ``checks.py``. Adding a checkpoint is adding a row.
+the rules in ``provenance.py`` and the load check in ``converter.py``; the plugin's entry point is :data:`PLUGIN`. Adding a checkpoint is adding a row.
 
 Rows: tum-pbs/pde-transformer ``docs/pretrained-weights.md`` @ 850e09d (the Hub subfolders, the authors' parameter
 counts and nRMSE after 1 and 10 autoregressive steps on the pretraining datasets); sizes are pdetransformer's
@@ -12,10 +12,17 @@ from importlib.resources import files
 
 import opzoo
 
-from .backbones import DEPTH, SIZES
-from .checks import config_agrees
-from .converter import CONFIG_FILE, WEIGHTS_FILE
+from .backbones import DEPTH, SIZES, PdetMixedChannels
+from .converter import (
+    CONFIG_FILE,
+    WEIGHTS_FILE,
+    build_pdetransformer,
+    build_pdetransformer_separate,
+    config_agrees,
+    convert_pde_transformer,
+)
 from .provenance import HUB_REPO, card_fields, contract, mixed_facts, pretrained_cfg, reported_result, separate_facts
+from .separate_backbone import PdetSeparateChannels
 
 CARDS = files("opzoo_pdet") / "model_cards"
 SHARED_ARGS = {"depth": list(DEPTH), "in_channels": 2, "out_channels": 2, "periodic": True,
@@ -54,4 +61,8 @@ SEPARATE = opzoo.CheckpointFamily(
     contract=contract("pdet-sc"),
 )
 
-FAMILIES = (MIXED, SEPARATE)
+PLUGIN = opzoo.kit.FamilyPlugin(
+    MIXED, SEPARATE, backbones={"pdet-mc": PdetMixedChannels, "pdet-sc": PdetSeparateChannels},
+    converters={"pde-transformer": convert_pde_transformer},
+    upstreams={"pdetransformer": ("pdet-mc", build_pdetransformer),
+               "pdetransformer-separate": ("pdet-sc", build_pdetransformer_separate)})

@@ -1,6 +1,6 @@
 """The General Physics Transformer's four checkpoints as one table: each row is a preset, and its weights source,
 load check, provenance, ``pretrained_cfg`` and card are derived from it by the rules in ``provenance.py`` and
-``checks.py``.
+the load check :func:`opzoo.kit.file_args_agree`; the plugin's entry point is :data:`PLUGIN`.
 
 Rows: FloWsnr/General-Physics-Transformer ``gphyt/model/model_specs.py`` @ 4374116 (the sizes) and the Hub repo
 ``flwi/Physics-Foundation-Model`` its README links (file names and sizes as the issue gives them; unverified here)."""
@@ -10,9 +10,10 @@ from __future__ import annotations
 from importlib.resources import files
 
 import opzoo
+from opzoo import kit
 
-from .checks import config_agrees
-from .converter import SIZES
+from .backbone import GPhyT
+from .converter import SIZES, build_upstream_gphyt, convert_gphyt, file_args
 from .network import parameter_count
 from .provenance import CONTRACT, HUB_REPO, card_fields, facts, pretrained_cfg
 
@@ -38,8 +39,12 @@ GPHYT = opzoo.CheckpointFamily(
         row("gphyt-l", "L", "gphyt-L.pth", 1500),
         row("gphyt-xl", "XL", "gphyt-XL.pth", 3200),
     ),
-    checks=(config_agrees(),), provenance=facts, pretrained_cfg=lambda v: pretrained_cfg(v.name),
+    checks=(kit.file_args_agree("GPhyT", file_args, shown=("hidden_dim", "num_heads", "num_layers", "use_derivatives",
+                                                            "integrator", "in_timesteps", "img_size",
+                                                            "normalization")),),
+    provenance=facts, pretrained_cfg=lambda v: pretrained_cfg(v.name),
     card=CARDS / "gphyt.md", card_fields=card_fields, contract=CONTRACT,
 )
 
-FAMILIES = (GPHYT,)
+PLUGIN = kit.FamilyPlugin(GPHYT, backbones={"gphyt": GPhyT}, converters={"gphyt": convert_gphyt},
+                          upstreams={"gphyt": ("gphyt", build_upstream_gphyt)})

@@ -1,5 +1,6 @@
 """Poseidon's three pretrained checkpoints as one table: each row is a preset, and its weights source, load check,
-provenance, ``pretrained_cfg`` and card are derived from it by the rules in ``provenance.py`` and ``checks.py``.
+provenance, ``pretrained_cfg`` and card are derived from it by the rules in ``provenance.py``, and the load check :func:`opzoo.kit.file_args_agree`; the
+plugin's entry point is :data:`PLUGIN`.
 
 Rows: camlab-ethz/poseidon ``scOT/train.py`` ``MODEL_MAP`` @ v1-paper (the sizes; its "S" size was not published)
 and the Hub repos ``camlab-ethz/Poseidon-T/B/L`` its README names."""
@@ -9,8 +10,10 @@ from __future__ import annotations
 from importlib.resources import files
 
 import opzoo
+from opzoo import kit
 
-from .checks import config_and_tensors_agree
+from .backbone import Poseidon
+from .converter import build_upstream_poseidon, convert_poseidon, file_args
 from .network import parameter_count
 from .provenance import CONTRACT, FIELD_MEAN, FIELD_STD, LEAD_TIME, card_fields, facts, hub_repo, pretrained_cfg
 
@@ -37,8 +40,11 @@ POSEIDON = opzoo.CheckpointFamily(
         row("poseidon-b", "B", 96, 8),
         row("poseidon-l", "L", 192, 8),
     ),
-    checks=(config_and_tensors_agree(),), provenance=facts, pretrained_cfg=lambda v: pretrained_cfg(v.name),
+    checks=(kit.file_args_agree("Poseidon (scOT)", file_args, shown=("embed_dim", "depths", "in_channels",
+                                                                       "out_channels", "image_size")),),
+    provenance=facts, pretrained_cfg=lambda v: pretrained_cfg(v.name),
     card=CARDS / "poseidon.md", card_fields=card_fields, contract=CONTRACT,
 )
 
-FAMILIES = (POSEIDON,)
+PLUGIN = kit.FamilyPlugin(POSEIDON, backbones={"poseidon": Poseidon}, converters={"poseidon": convert_poseidon},
+                          upstreams={"poseidon": ("poseidon", build_upstream_poseidon)})

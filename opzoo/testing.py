@@ -1,0 +1,188 @@
+"""One conformance suite for a checkpoint family (issue 57), as timm tests every model with one file: subclass
+:class:`FamilyConformance` in a test module, name the family, and pytest runs every check on it.
+
+    class TestMorph(opzoo.testing.FamilyConformance):
+        family = "morph"
+        tiny = {"dim": 32, "depth": 2, ...}           # a small network of the family, built for real
+        other = {"dim": 64}                            # another size, for the wrong-size refusal
+        def write_upstream(self, model, path, edit):   # model's weights as upstream's own file (optional)
+            ...
+
+The checks: every preset builds on the meta device with its table's parameter count; every preset has its card,
+provenance and the family's data contract; a tiny model saved and loaded is in eval mode, and runs in float64; and,
+where the family says how to write its upstream's file (:meth:`FamilyConformance.write_upstream`), the converter
+reads it back exactly, and a NaN, a missing, an extra or a mis-shaped tensor, another size and a file of no family
+are each refused in one line. What is the family's own (parity with its upstream, its data contract's recorded
+cases) stays in its own test files. Requires pytest.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+from .errors import OpzooError
+from .registry.family import SAVE_TIME_FIELDS
+
+DAMAGES = ("nan", "missing", "extra", "misshaped")
+
+
+class FamilyConformance:
+    """The checks every checkpoint family passes; a test class subclasses it (pytest collects ``Test*`` classes)."""
+
+    family: str = ""
+    tiny: dict[str, Any] = {}  # arguments over the family's first preset that make a small network
+    other: dict[str, Any] = {}  # arguments over ``tiny`` that make another size of the family (its file is refused)
+    grid: tuple[int, ...] | None = None  # the input grid of the tiny model (default: its config's, or 16 per axis)
+
+    def write_upstream(self, model, path: Path, edit: Callable[[dict], None]) -> Path | None:
+        """Write ``model``'s weights to ``path`` as the family's upstream writes its files, after ``edit(state)`` on
+        the upstream-named tensors (so that a test can damage them); return the path the converter reads, or None
+        when the family has no upstream format to write (the default)."""
+        return None
+
+    # ---- helpers ----------------------------------------------------------------------------------------------------
+    def table(self):
+        from .registry.registry import get_registry
+
+        return get_registry().family(self.family)
+
+    def tiny_model(self, seed: int = 0, **changes):
+        import torch
+
+        from .model_io.loading import load
+
+        torch.manual_seed(seed)
+        return load(self.table().variants[0].name, **{**self.tiny, **changes})
+
+    def example_input(self, model):
+        """``[1, *S, T_in, C_in]`` for ``model``."""
+        import torch
+
+        c = model.config
+        sizes = self.grid or getattr(c, "img_size", None) or getattr(c, "image_size", None) or 16
+        sizes = [sizes] * int(getattr(c, "spatial_dims", 2)) if isinstance(sizes, int) else list(sizes)
+        return torch.randn(1, *sizes, c.in_timesteps, c.in_channels, generator=torch.Generator().manual_seed(1))
+
+    def upstream_file(self, tmp_path: Path, model=None, edit: Callable[[dict], None] = lambda state: None):
+        import pytest
+
+        model = model if model is not None else self.tiny_model()
+        tmp_path.mkdir(parents=True, exist_ok=True)
+        path = self.write_upstream(model, tmp_path / "upstream", edit)
+        if path is None:
+            pytest.skip(f"{type(self).__name__} does not say how to write {self.family}'s upstream file "
+                        "(write_upstream)")
+        return model, path
+
+    # ---- the checks -------------------------------------------------------------------------------------------------
+    def test_every_preset_builds_on_meta_with_its_tables_count(self):
+        import torch
+
+        from .model_io.loading import load
+
+        assert self.table().variants, f"family {self.family!r} has no rows"
+        for variant in self.table().variants:
+            with torch.device("meta"):
+                model = load(variant.name)
+            count = variant.data.get("params")
+            if isinstance(count, int):
+                got = sum(p.numel() for p in model.parameters())
+                assert got == count, f"{variant.name}: {got} parameters, its row says {count}"
+
+    def test_every_preset_has_its_card_provenance_and_the_familys_contract(self):
+        from .registry.registry import get_registry
+
+        registry, family = get_registry(), self.table()
+        for variant in family.variants:
+            preset = registry.preset(variant.name)
+            assert preset.family == self.family and preset.card is not None, f"{variant.name}: no card"
+            left = set(re.findall(r"\$\{?([A-Za-z_]\w*)", preset.card_template())) - set(SAVE_TIME_FIELDS)
+            assert not left, f"{variant.name}: its card leaves ${', $'.join(sorted(left))} unfilled"
+            assert preset.provenance, f"{variant.name}: no provenance facts"
+            assert all(fact.source for fact in preset.provenance), f"{variant.name}: a fact without its source"
+            if preset.pretrained is not None:
+                assert preset.pretrained.checks, f"{variant.name}: its weights have no load check"
+            contract = registry.contract(family.backbone, variant.name)  # the family's, or its backbone's
+            assert contract is not None, (f"{variant.name}: no data contract: give the family (or its backbone) an "
+                                          "opzoo.DataContract (docs/data-contract.md)")
+            assert family.contract is None or contract == family.contract
+
+    def test_a_saved_tiny_model_loads_in_eval_mode_and_runs_in_float64(self, tmp_path):
+        import torch
+
+        from .model_io.loading import load
+
+        model = self.tiny_model()
+        model.save_pretrained(tmp_path / "repo")
+        loaded = load(str(tmp_path / "repo"))
+        assert not loaded.training, "a loaded model must be in eval mode"
+        x = self.example_input(loaded)
+        with torch.no_grad():
+            torch.testing.assert_close(loaded(x), model.eval()(x), rtol=0, atol=0)
+            y = loaded.double()(x.double())
+        assert y.dtype == torch.float64 and bool(torch.isfinite(y).all())
+
+    def test_the_converter_reads_the_upstream_file_back_exactly(self, tmp_path):
+        import torch
+
+        from .model_io.loading import load
+
+        model, path = self.upstream_file(tmp_path)
+        converted = load(self.table().variants[0].name, checkpoint_path=path, **self.tiny)
+        assert not converted.training, "a model loaded with its weights must be in eval mode"
+        want, got = model.state_dict(), converted.state_dict()
+        assert sorted(got) == sorted(want)
+        for name in want:
+            assert torch.equal(got[name], want[name]), f"{name} changed on the way through upstream's format"
+
+    def test_damaged_files_are_refused_in_one_line(self, tmp_path):
+        import torch
+
+        def damage(kind: str) -> Callable[[dict], None]:
+            def edit(state: dict) -> None:
+                name = max((k for k, v in state.items() if v.is_floating_point() and v.ndim >= 2),
+                           key=lambda k: state[k].numel())
+                if kind == "nan":
+                    state[name] = state[name].clone()
+                    state[name].view(-1)[0] = math.nan
+                elif kind == "missing":
+                    del state[name]
+                elif kind == "extra":
+                    state[name + "_extra"] = torch.zeros(3)
+                else:
+                    state[name] = state[name][..., :-1].clone()
+            return edit
+
+        for kind in DAMAGES:
+            _, path = self.upstream_file(tmp_path / kind, edit=damage(kind))
+            self.assert_refused(path, f"a {kind} tensor")
+
+    def test_another_size_and_a_file_of_no_family_are_refused_in_one_line(self, tmp_path):
+        import pytest
+        import torch
+
+        if not self.other:
+            pytest.skip(f"{type(self).__name__} names no other size (other)")
+        _, path = self.upstream_file(tmp_path / "other", model=self.tiny_model(**self.other))
+        message = self.assert_refused(path, "another size")
+        assert "another" in message, f"another size is refused without saying so: {message}"
+        foreign = tmp_path / "foreign.pth"
+        torch.save({"state_dict": {"encoder.weight": torch.zeros(2, 2)}}, foreign)
+        self.assert_refused(foreign, "a file of no family")
+
+    def assert_refused(self, path: Path, what: str) -> str:
+        from .model_io.loading import load
+
+        try:
+            load(self.table().variants[0].name, checkpoint_path=path, **self.tiny)
+        except OpzooError as e:
+            message = str(e)
+            assert "\n" not in message.strip(), f"{what}: the refusal is not one line:\n{message}"
+            return message
+        raise AssertionError(f"{what}: {path} loaded into {self.table().variants[0].name} without a word")
+
+
+__all__ = ["DAMAGES", "FamilyConformance"]
