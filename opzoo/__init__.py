@@ -7,10 +7,12 @@
 """
 
 
+
 from typing import TYPE_CHECKING
 
-from ._lazy import lazy_exports
+from ._lazy import lazy_exports, typed_imports
 from ._version import __version__
+from .contracts.hub_io import set_hub_io_source as _set_hub_io_source
 from .errors import (
     CheckpointError,
     ConfigError,
@@ -31,50 +33,14 @@ from .registry.registry import PretrainedSource, Registry
 from .registry.registry import set_registry_source as _set_registry_source
 
 # Everything that needs torch is imported on first use (PEP 562), so that `opzoo --version`, `--help`
-# and a plugin's `import opzoo` for `opzoo.hookimpl` stay fast: name -> the module that defines it.
-_LAZY = {
-    **dict.fromkeys(["create_model", "from_pretrained", "load"], ".model_io.loading"),
-    **dict.fromkeys(["push_to_hub", "save_pretrained"], ".model_io.saving"),
-    "convert_to_repo": ".model_io.pretrained",
-    "list_models": ".model_io.builder",
-    **dict.fromkeys(["ConvertedCheckpoint", "safe_torch_load"], ".model_io.converters"),
-    **dict.fromkeys(["ModelConfig", "build_dataclass"], ".config"),
-    "hookimpl": ".contracts.hookspecs",
-    **dict.fromkeys(["Backbone", "Block", "FeedForward", "IdentityStreams", "Mixer", "Residual", "StreamAdapter"],
-                    ".contracts.interfaces"),
-    "append_grid": ".layers.grid",
-    **dict.fromkeys(["DimMap", "time_channel_index"], ".contracts.io_layout"),
-    "PotConfig": ".models.pot",
-    "PotParts": ".models.pot_parts",
-    "PretrainedCfg": ".model_io.pretrained_cfg",
-    **dict.fromkeys(["MICRO_SUITE", "POT_MICRO_SIZE", "POT_SIZES", "PotSize", "micro_pretrained_cfg", "micro_results",
-                     "pot_micro_preset_args",
-                     "pot_preset_args", "pot_size"],
-                    ".models.pot_sizes"),
-    **dict.fromkeys(["get_plugin_host", "reset_plugins"], ".host.plugins"),
-    "get_registry": ".registry.registry",
-    "Upstream": ".contracts.upstream",
-    **dict.fromkeys(["Router", "Routing"], ".contracts.routing"),
-    **dict.fromkeys(["SpectralLayer", "SpectralWeight", "find_spectral_weights"], ".contracts.spectral"),
-    **dict.fromkeys(["OptimizerHook", "StepContext"], ".training.hooks"),  # the trainer's interface
-}
-
-
-def _plugin_registry():
-    """The registry the plugin host fills, for :func:`opzoo.registry.registry.get_registry` (host loaded on first use)."""
-    from .host.plugins import get_plugin_host
-
-    return get_plugin_host().registry
-
-
-_set_registry_source(_plugin_registry)
-
-
-if TYPE_CHECKING:  # names for readers and IDEs: each is imported from its module on first use (below)
+# and a plugin's `import opzoo` for `opzoo.hookimpl` stay fast: the names and their modules are the imports under
+# TYPE_CHECKING (where readers and IDEs follow them).
+if TYPE_CHECKING:  # each lazy name, once: imported from its module on first use (opzoo._lazy.typed_imports)
     from .config import ModelConfig, build_dataclass
     from .contracts.hookspecs import hookimpl
     from .contracts.interfaces import Backbone, Block, FeedForward, IdentityStreams, Mixer, Residual, StreamAdapter
     from .contracts.io_layout import DimMap, time_channel_index
+    from .contracts.optimizer_hook import OptimizerHook, StepContext
     from .contracts.routing import Router, Routing
     from .contracts.spectral import SpectralLayer, SpectralWeight, find_spectral_weights
     from .contracts.upstream import Upstream
@@ -88,31 +54,54 @@ if TYPE_CHECKING:  # names for readers and IDEs: each is imported from its modul
     from .model_io.saving import push_to_hub, save_pretrained
     from .models.pot import PotConfig
     from .models.pot_parts import PotParts
-    from .models.pot_sizes import (
-        MICRO_SUITE,
-        POT_MICRO_SIZE,
-        POT_SIZES,
-        PotSize,
-        micro_pretrained_cfg,
-        micro_results,
-        pot_micro_preset_args,
-        pot_preset_args,
-        pot_size,
-    )
+    from .models.pot_sizes import POT_SIZES, PotSize, pot_preset_args, pot_size
     from .registry.registry import get_registry
-    from .training.hooks import OptimizerHook, StepContext
 
-__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
+_LAZY = typed_imports(__file__)  # the names imported under TYPE_CHECKING below, each written once there
+
+# old names, kept for one release (CHANGELOG.md): name -> (module, new name, note)
+_DEPRECATED = {name: ("opzoo.micro", name, "the micro setup's helpers live in opzoo.micro; removed in the next release")
+               for name in ("MICRO_SUITE", "POT_MICRO_SIZE", "micro_pretrained_cfg", "micro_results",
+                            "pot_micro_preset_args")}
 
 
+def _plugin_registry():
+    """The registry the plugin host fills, for :func:`opzoo.registry.registry.get_registry` (host loaded on first use)."""
+    from .host.plugins import get_plugin_host
+
+    return get_plugin_host().registry
+
+
+_set_registry_source(_plugin_registry)
+
+
+def _hub_io(name: str):
+    """Backbone's save_pretrained / push_to_hub / from_pretrained (``opzoo.contracts`` sits below ``model_io``)."""
+    from .model_io import loading, saving
+
+    return getattr(loading if name == "from_pretrained" else saving, name)
+
+
+_set_hub_io_source(_hub_io)
+
+
+_lazy_attribute, __dir__ = lazy_exports(__name__, _LAZY, globals(), _DEPRECATED)
+_SUBMODULES = ("micro", "testing")  # opzoo.micro, opzoo.testing: imported on first use too
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        from importlib import import_module
+
+        return import_module(f"{__name__}.{name}")
+    return _lazy_attribute(name)
+
+
+# the names imported above, then every lazy one: each name is written once
 __all__ = [
-    "__version__", "load", "list_models", "create_model", "from_pretrained", "save_pretrained", "push_to_hub",
-    "hookimpl", "get_registry", "get_plugin_host", "reset_plugins", "Registry", "PretrainedSource",
-    "ModelConfig", "build_dataclass", "PotConfig", "PotParts", "PotSize", "POT_SIZES", "POT_MICRO_SIZE", "MICRO_SUITE", "pot_size", "DimMap", "time_channel_index", "Backbone", "Mixer", "FeedForward", "Block", "Residual", "StreamAdapter", "IdentityStreams", "Router", "Routing",
-    "ConvertedCheckpoint", "convert_to_repo", "safe_torch_load", "append_grid", "pot_preset_args", "pot_micro_preset_args", "micro_pretrained_cfg", "micro_results",
-    "OpzooError", "UnknownNameError", "RegistryConflictError", "ConfigError", "WeightsError", "HubError",
-    "CheckpointError", "OptimizerHook", "StepContext", "SpectralLayer", "SpectralWeight", "find_spectral_weights",
-    "PretrainedCfg", "Fact", "PretrainedCheck", "PretrainedArtifacts", "CheckFailed", "Result",
-    "Upstream", "UpstreamUnavailable", "CheckpointFamily", "Variant", "DataContract", "Normalization", "TrainingSet",
-    "atomic_write", "atomic_writer", "claim_output_dir", "read_json", "Metric", "kit",
+    "__version__", "OpzooError", "UnknownNameError", "RegistryConflictError", "ConfigError", "WeightsError", "HubError",
+    "CheckpointError", "UpstreamUnavailable", "atomic_write", "atomic_writer", "claim_output_dir", "read_json", "kit",
+    "DataContract", "Normalization", "TrainingSet", "CheckpointFamily", "Variant", "Metric", "CheckFailed", "Fact",
+    "PretrainedArtifacts", "PretrainedCheck", "Result", "PretrainedSource", "Registry",
+    *_LAZY,
 ]

@@ -39,4 +39,21 @@ def lazy_exports(package: str, table: Mapping[str, str], namespace: dict[str, An
     return __getattr__, __dir__
 
 
-__all__ = ["lazy_exports"]
+def typed_imports(module_file: str) -> dict[str, str]:
+    """``{name: module}`` of the ``from MODULE import name`` statements under a package's ``if TYPE_CHECKING:``: the
+    one place a lazy export is written (readers and IDEs follow it there; :func:`lazy_exports` imports it from the
+    same module on first use). Read from the source with ``ast``: no import runs."""
+    import ast
+    from pathlib import Path
+
+    table: dict[str, str] = {}
+    for node in ast.parse(Path(module_file).read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            for imp in node.body:
+                if not isinstance(imp, ast.ImportFrom):
+                    raise TypeError(f"{module_file}: only `from MODULE import NAME` belongs under TYPE_CHECKING")
+                table |= dict.fromkeys((a.asname or a.name for a in imp.names), "." * imp.level + (imp.module or ""))
+    return table
+
+
+__all__ = ["lazy_exports", "typed_imports"]

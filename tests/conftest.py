@@ -13,7 +13,7 @@ def fresh_plugins():
 
 
 def pytest_configure(config):
-    """The preset index (opzoo.model_io.preset_index) of this session's CLI processes lives in a temporary directory."""
+    """The preset index (opzoo.cli.preset_index) of this session's CLI processes lives in a temporary directory."""
     import os
     import tempfile
 

@@ -289,7 +289,7 @@ def _key_value(text: str) -> tuple[str, Any]:
 
 
 def cmd_benchmark(args) -> int:
-    from ..cli.common import output_file
+    from ..console import output_file
 
     rows = benchmark(args.models, out=output_file(args.out), model_kwargs=dict(map(_key_value, args.model_kwargs)),
                      resolution=args.resolution, batch=args.batch_size, repeats=args.repeats,
@@ -299,7 +299,7 @@ def cmd_benchmark(args) -> int:
 
 def add_benchmark_command(subparsers) -> None:
     """Add ``benchmark`` to an argparse sub-parser group (the ``opzoo`` command's)."""
-    from ..cli.common import at_least
+    from ..console import at_least
 
     p = subparsers.add_parser("benchmark", help="parameters, FLOPs, activation memory, CPU time per step (beside the "
                                                 "upstream code where installed), H100 estimates: CSV + Markdown")

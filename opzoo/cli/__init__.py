@@ -11,16 +11,16 @@ from pathlib import Path
 from typing import Sequence
 
 from .._version import __version__
+from ..console import Parser, parse_overrides, run_parser
 from ..errors import OpzooError
-from .common import Parser, parse_overrides, run_parser
 
 
 def _index():
-    """The preset index (:mod:`opzoo.model_io.preset_index`): read, or made once by importing the plugins. None when
+    """The preset index (:mod:`opzoo.cli.preset_index`): read, or made once by importing the plugins. None when
     it is off (``OPZOO_NO_INDEX``), and in a process whose plugin host is already running (a notebook, a test): its
     live registry is the answer, and it may hold presets registered at run time, which must never reach the disk."""
-    from ..model_io.preset_index import ENV_OFF, build_index, read_index
     from ..registry.registry import live_registry
+    from .preset_index import ENV_OFF, build_index, read_index
 
     if live_registry() is not None or os.environ.get(ENV_OFF):
         return None
@@ -30,7 +30,7 @@ def _index():
 def cmd_list(args) -> int:
     index = _index()
     if index is not None:
-        from ..model_io.preset_index import list_from_index
+        from .preset_index import list_from_index
 
         names = list_from_index(index, args.pattern, args.pretrained, args.aliases)
     else:  # the live registry, the index off, or a plugin failed to load (its warning was printed)

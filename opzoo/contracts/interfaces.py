@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
+from .hub_io import hub_io
 from .routing import weighted_aux_loss
 
 if TYPE_CHECKING:
@@ -132,23 +133,18 @@ class Backbone(nn.Module, metaclass=abc.ABCMeta):
     def save_pretrained(self, save_directory, card: str | None = None, results=()):
         """Write ``config.json``, ``model.safetensors`` and ``README.md`` into a directory (``card``: the card template,
         default the preset's; ``results``: :class:`opzoo.Result` numbers for its ``model-index``)."""
-        from ..model_io.saving import save_pretrained
-
-        return save_pretrained(self, save_directory, card=card, results=results)
+        return hub_io("save_pretrained")(self, save_directory, card=card, results=results)
 
     def push_to_hub(self, repo_id: str, **kwargs):
         """Upload this model to the Hugging Face Hub (see :func:`opzoo.model_io.saving.push_to_hub`)."""
-        from ..model_io.saving import push_to_hub
-
-        return push_to_hub(self, repo_id, **kwargs)
+        return hub_io("push_to_hub")(self, repo_id, **kwargs)
 
     @classmethod
     def from_pretrained(cls, repo_or_dir, revision: str | None = None, **overrides):
         """Load an opzoo repo (local dir or Hub id); it must hold this class's architecture."""
         from ..errors import ConfigError
-        from ..model_io.loading import from_pretrained
 
-        model = from_pretrained(repo_or_dir, revision=revision, **overrides)
+        model = hub_io("from_pretrained")(repo_or_dir, revision=revision, **overrides)
         if not isinstance(model, cls):
             raise ConfigError(f"{repo_or_dir} holds a {type(model).__name__}, not a {cls.__name__}")
         return model

@@ -30,27 +30,10 @@ weight, so a resumed run and a W-rank run see exactly the batches of one uninter
 
 from typing import TYPE_CHECKING
 
-from opzoo._lazy import lazy_exports
+from opzoo._lazy import lazy_exports, typed_imports
 from opzoo.data.errors import DataFormatError, GeneratorError, NonFiniteDataError, UnknownLayoutError
 
-# imported on first use (PEP 562): the readers need h5py, the generators and datasets torch, and
-# `opzoo --help` builds the `opzoo data` parser without either. name -> the module that defines it.
-_LAZY = {
-    **dict.fromkeys(["CanonicalWriter", "write_canonical"], "opzoo.data.canonical"),
-    "convert_to_canonical": "opzoo.data.convert",
-    **dict.fromkeys(["TrajectoryDataset", "WindowDataset", "split_trajectories", "train_test_split"],
-                    "opzoo.data.datasets"),
-    **dict.fromkeys(["GENERATORS", "generate", "make_generator"], "opzoo.data.generators"),
-    "inspect_file": "opzoo.data.inspect",
-    "content_hash": "opzoo.data.fingerprint",
-    "MixtureDataset": "opzoo.data.mixture",
-    **dict.fromkeys(["LAYOUTS", "SourceInfo", "TrajectorySource", "detect_layout", "open_source"], "opzoo.data.readers"),
-    **dict.fromkeys(["StepBatchSampler", "collate", "step_generator"], "opzoo.data.sampler"),
-    **dict.fromkeys(["FrameShape", "pad_channels", "resize"], "opzoo.data.transforms"),
-}
-
-
-if TYPE_CHECKING:  # names for readers and IDEs: each is imported from its module on first use (below)
+if TYPE_CHECKING:  # each lazy name, once: imported from its module on first use (opzoo._lazy.typed_imports)
     from opzoo.data.canonical import CanonicalWriter, write_canonical
     from opzoo.data.convert import convert_to_canonical
     from opzoo.data.datasets import TrajectoryDataset, WindowDataset, split_trajectories, train_test_split
@@ -62,36 +45,9 @@ if TYPE_CHECKING:  # names for readers and IDEs: each is imported from its modul
     from opzoo.data.sampler import StepBatchSampler, collate, step_generator
     from opzoo.data.transforms import FrameShape, pad_channels, resize
 
+_LAZY = typed_imports(__file__)
+
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
 
 
-__all__ = [
-    "CanonicalWriter",
-    "DataFormatError",
-    "FrameShape",
-    "GENERATORS",
-    "GeneratorError",
-    "LAYOUTS",
-    "MixtureDataset",
-    "NonFiniteDataError",
-    "SourceInfo",
-    "StepBatchSampler",
-    "TrajectoryDataset",
-    "TrajectorySource",
-    "UnknownLayoutError",
-    "WindowDataset",
-    "collate",
-    "content_hash",
-    "convert_to_canonical",
-    "detect_layout",
-    "generate",
-    "inspect_file",
-    "make_generator",
-    "open_source",
-    "pad_channels",
-    "resize",
-    "split_trajectories",
-    "step_generator",
-    "train_test_split",
-    "write_canonical",
-]
+__all__ = ['DataFormatError', 'GeneratorError', 'NonFiniteDataError', 'UnknownLayoutError', *_LAZY]

@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import Sequence
 
-from ..cli.common import command_group_main, parse_overrides
+from ..console import command_group_main, parse_overrides
 from .errors import DataFormatError, GeneratorError
 
 _DTYPES = ("float32", "float64")

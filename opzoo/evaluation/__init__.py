@@ -13,25 +13,9 @@ all use it.
 
 from typing import TYPE_CHECKING
 
-from .._lazy import lazy_exports
+from .._lazy import lazy_exports, typed_imports
 
-# imported on first use (PEP 562), so that the `opzoo` parser needs no torch: name -> the module that defines it
-_LAZY = {
-    **dict.fromkeys(["FittedData", "GridChoice", "fit_data", "fit_files", "choose_grid", "open_trajectories",
-                     "contract_of"], ".fit"),
-    **dict.fromkeys(["DatasetResult", "Persistence", "evaluate_dataset", "evaluate_windows", "with_persistence",
-                     "persistence_result",
-                     "headline", "read_results", "write_results"], ".rollouts"),
-    **dict.fromkeys(["l2_full", "l2_per_step"], ".l2"),
-    **dict.fromkeys(["vrmse", "vrmse_fields"], ".vrmse"),
-    **dict.fromkeys(["TrajectoryMetrics", "bootstrap"], ".pdebench_metrics"),
-    **dict.fromkeys(["choose_split", "split_to_score", "trained_by"], ".splits"),
-    **dict.fromkeys(["scan_trajectories", "bad_trajectories_of"], ".bad_data"),
-    **dict.fromkeys(["plot_rollout_panels", "plot_error_curves", "field2d", "pyplot", "save_figure"], ".plots"),
-    **dict.fromkeys(["evaluate_files", "evaluate_every_window", "rollout_trajectory"], ".run"),
-}
-
-if TYPE_CHECKING:  # names for readers and IDEs: each is imported from its module on first use (below)
+if TYPE_CHECKING:  # each lazy name, once: imported from its module on first use (opzoo._lazy.typed_imports)
     from .bad_data import bad_trajectories_of, scan_trajectories
     from .fit import FittedData, GridChoice, choose_grid, contract_of, fit_data, fit_files, open_trajectories
     from .l2 import l2_full, l2_per_step
@@ -52,13 +36,8 @@ if TYPE_CHECKING:  # names for readers and IDEs: each is imported from its modul
     from .splits import choose_split, split_to_score, trained_by
     from .vrmse import vrmse, vrmse_fields
 
+_LAZY = typed_imports(__file__)
+
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
 
-__all__ = [
-    "DatasetResult", "FittedData", "GridChoice", "Persistence", "TrajectoryMetrics", "bad_trajectories_of",
-    "bootstrap", "choose_grid", "choose_split", "contract_of", "evaluate_dataset", "evaluate_every_window", "evaluate_files",
-    "evaluate_windows", "field2d", "fit_data",
-    "fit_files", "headline", "l2_full", "persistence_result", "l2_per_step", "open_trajectories", "plot_error_curves",
-    "plot_rollout_panels", "pyplot", "read_results", "rollout_trajectory", "save_figure", "scan_trajectories", "split_to_score",
-    "trained_by", "vrmse", "vrmse_fields", "with_persistence", "write_results",
-]
+__all__ = [*_LAZY]

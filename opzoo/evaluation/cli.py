@@ -1,7 +1,7 @@
 """Evaluation sub-commands of the ``opzoo`` CLI: ``eval``, ``rollout`` and ``validate``.
 
 ``add_evaluation_commands(subparsers)`` adds them to an argparse sub-parser group; every handler takes ``args`` and
-returns an exit code (failures are one line: :func:`opzoo.cli.common.run_command`). ``python -m opzoo.evaluation.cli
+returns an exit code (failures are one line: :func:`opzoo.console.run_command`). ``python -m opzoo.evaluation.cli
 eval MODEL --data FILE`` works on its own.
 """
 
@@ -12,14 +12,14 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from ..cli.common import FIELDS_HELP, LAYOUT_HELP, add_fit_options, at_least, command_group_main, fields_of, say
+from ..console import FIELDS_HELP, LAYOUT_HELP, add_fit_options, at_least, command_group_main, fields_of, say
 from ..errors import OpzooError
 
 
 def _load_model(name: str, pretrained: bool | None, model_args: Sequence[str] | None = None):
     """The model a command runs (``model_args``: ``KEY=VALUE`` config overrides), and print the header line saying
     which weights those are."""
-    from ..cli.common import parse_overrides
+    from ..console import parse_overrides
     from ..model_io.loading import load
     from ..model_io.pretrained import resolve_weights
 

@@ -210,7 +210,7 @@ def write_rows(rows: Sequence[ValidateRow], out: Path) -> None:
 
 
 def cmd_validate(args) -> int:
-    from ..cli.common import output_file
+    from ..console import output_file
 
     out = output_file(args.out)
     rows = validate(args.models, args.data, out, layout=args.layout, horizon=args.horizon, split=args.split,
@@ -229,8 +229,8 @@ def cmd_validate(args) -> int:
 
 def add_validate_command(subparsers) -> None:
     """Add ``validate`` to an argparse sub-parser group (the ``opzoo`` command's)."""
-    from ..cli.common import LAYOUT_HELP as layout_help
-    from ..cli.common import add_fit_options, at_least
+    from ..console import LAYOUT_HELP as layout_help
+    from ..console import add_fit_options, at_least
 
     p = subparsers.add_parser("validate", help="score many models on the same files (same split and metrics): one "
                                                "CSV row per model and file, persistence alongside")

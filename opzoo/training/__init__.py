@@ -10,30 +10,7 @@ Plugins change optimization through :class:`OptimizerHook` (see ``docs/training.
 
 from typing import TYPE_CHECKING
 
-from .._lazy import lazy_exports
-
-# imported on first use (PEP 562), so that the `opzoo` parser (opzoo.training.cli) needs no torch:
-# name -> the module of this package that defines it
-_LAZY = {
-    **dict.fromkeys(["CheckpointReadError", "latest_checkpoint", "list_checkpoints", "read_checkpoint"], ".checkpoint"),
-    **dict.fromkeys(["RunConfig", "load_run_config", "parse_run_config", "read_document"], ".config"),
-    "EMA": ".ema",
-    "generate_dataset": ".generate",
-    "adapt_model": "opzoo.model_io.adapt",
-    **dict.fromkeys(["adapt_to_data", "finetune_config"], ".finetune"),
-    **dict.fromkeys(["OptimizerHook", "StepContext"], ".hooks"),
-    "read_log": ".logger",
-    "relative_l2_loss": "opzoo.evaluation.l2",  # the training loss
-    **dict.fromkeys(["add_denoising_noise", "denoising_noise"], ".noise"),
-    **dict.fromkeys(["build_optimizer", "build_param_groups"], ".optim"),
-    **dict.fromkeys(["one_cycle_factor", "schedule_factor"], ".schedule"),
-    **dict.fromkeys(["Trainer", "TrainResult"], ".trainer"),
-    "TrainingDivergedError": ".forensics",
-    **dict.fromkeys(["HARMLESS_KEYS", "RunDirBusyError", "RunDirError", "flatten_config", "is_harmless"],
-                    ".run_dir"),
-    "RunStopped": ".stop",
-}
-
+from .._lazy import lazy_exports, typed_imports
 
 # old names, kept for one release (CHANGELOG.md): name -> (module, new name, note)
 _DEPRECATED = {
@@ -46,7 +23,8 @@ _DEPRECATED = {
     "H5Trajectories": ("opzoo.data", "TrajectoryDataset", "the same arguments; removed in the next release"),
 }
 
-if TYPE_CHECKING:  # names for readers and IDEs: each is imported from its module on first use (below)
+if TYPE_CHECKING:  # each lazy name, once: imported from its module on first use (opzoo._lazy.typed_imports)
+    from opzoo.contracts.optimizer_hook import OptimizerHook, StepContext
     from opzoo.evaluation.l2 import relative_l2_loss
     from opzoo.model_io.adapt import adapt_model
 
@@ -56,7 +34,6 @@ if TYPE_CHECKING:  # names for readers and IDEs: each is imported from its modul
     from .finetune import adapt_to_data, finetune_config
     from .forensics import TrainingDivergedError
     from .generate import generate_dataset
-    from .hooks import OptimizerHook, StepContext
     from .logger import read_log
     from .noise import add_denoising_noise, denoising_noise
     from .optim import build_optimizer, build_param_groups
@@ -65,14 +42,9 @@ if TYPE_CHECKING:  # names for readers and IDEs: each is imported from its modul
     from .stop import RunStopped
     from .trainer import Trainer, TrainResult
 
+_LAZY = typed_imports(__file__)
+
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals(), _DEPRECATED)
 
 
-__all__ = [
-    "Trainer", "TrainResult", "TrainingDivergedError", "RunConfig", "load_run_config", "parse_run_config", "read_document",
-    "OptimizerHook", "StepContext", "build_optimizer", "build_param_groups", "one_cycle_factor", "schedule_factor",
-    "relative_l2_loss", "denoising_noise", "add_denoising_noise", "EMA", "generate_dataset",
-    "read_log", "finetune_config", "adapt_model", "adapt_to_data",
-    "latest_checkpoint", "list_checkpoints", "read_checkpoint", "CheckpointReadError",
-    "RunDirError", "RunDirBusyError", "RunStopped", "HARMLESS_KEYS", "is_harmless", "flatten_config",
-]
+__all__ = [*_LAZY]

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from ..cli.common import FIELDS_HELP, LAYOUT_HELP, add_fit_options, command_group_main, fields_of, parse_overrides, say
+from ..console import FIELDS_HELP, LAYOUT_HELP, add_fit_options, command_group_main, fields_of, parse_overrides, say
 
 
 def _is_main() -> bool:

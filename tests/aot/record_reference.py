@@ -30,7 +30,7 @@ RANDOM_ARGS = dict(in_channels=2, out_channels=2, in_timesteps=3, img_size=[16, 
 def random_aot_model() -> torch.nn.Module:
     """A small pot model with AOT residuals whose parameters are all random (φ, α, biases, g too)."""
     torch.manual_seed(0)
-    args = {**opzoo.pot_micro_preset_args(block="sandwich", residual="aot"), **RANDOM_ARGS}
+    args = {**opzoo.micro.pot_micro_preset_args(block="sandwich", residual="aot"), **RANDOM_ARGS}
     model = opzoo.create_model("pot", **args)
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():

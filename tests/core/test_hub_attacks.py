@@ -74,6 +74,7 @@ def silent_endpoint():
     endpoint.close()
 
 
+@pytest.mark.slow
 def test_an_unresponsive_hub_fails_a_load_and_a_push_within_the_wait(silent_endpoint, tmp_path):
     """F13: an uncached load failed only after 398 s; push still hung at 1200 s. The bound is on the wait itself,
     as the endpoint saw it: every connection closed by the client, each held at most about OPZOO_HUB_WAIT=1 s
@@ -117,6 +118,7 @@ def test_malformed_hub_ids_are_one_line(name, capsys):
     assert "\n" not in err and "is not a Hub repo id" in err
 
 
+@pytest.mark.slow
 def test_a_load_racing_a_save_returns_one_model_or_the_other(tmp_path):
     """F11: loads while save_pretrained alternated two models returned the other model's weights."""
     torch.manual_seed(0)

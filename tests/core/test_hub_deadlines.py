@@ -134,6 +134,7 @@ def test_a_hub_that_answers_the_probe_but_stalls_a_file_fails_within_the_wait(hu
     assert sum(seconds for _, seconds, _ in held) < 10, held
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hub", [("trickle", 0.4)], indirect=True)
 def test_a_hub_that_trickles_fails_a_push_and_a_download_at_the_stall_deadline(hub, tmp_path):
     """Failed 8: headers, then one byte every 20 s, kept `opzoo push` running past 600 s. With OPZOO_HUB_WAIT=0.1 a

@@ -14,7 +14,7 @@ def test_the_index_key_changes_with_the_installed_code(tmp_path):
     site = tmp_path / "site"
     write_dist(site, "opzoo-extra", "1.0", "opzoo_extra_mixer", MIXER_PLUGIN.format(name="extra-mixer"))
     env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
-    key = "from opzoo.model_io.preset_index import index_key; print(index_key())"
+    key = "from opzoo.cli.preset_index import index_key; print(index_key())"
     before = run_python(key, env=env).stdout
     assert before == run_python(key, env=env).stdout  # stable
     assert before != run_python(key, env={**env, "OPZOO_PLUGINS": "opzoo-fourier"}).stdout
@@ -26,7 +26,7 @@ def test_the_index_key_changes_with_the_installed_code(tmp_path):
 
 
 def test_an_index_of_other_code_is_never_read(tmp_path, monkeypatch):
-    from opzoo.model_io import preset_index
+    from opzoo.cli import preset_index
 
     monkeypatch.setenv("OPZOO_CACHE_DIR", str(tmp_path))
     key = preset_index.index_key()
@@ -135,8 +135,7 @@ def test_a_preset_registered_at_run_time_never_reaches_the_disk(tmp_path, monkey
 
 
 def _built_index(tmp_path, monkeypatch):
-    from opzoo.cli import preset_document
-    from opzoo.model_io import preset_index
+    from opzoo.cli import preset_document, preset_index
 
     monkeypatch.setenv("OPZOO_CACHE_DIR", str(tmp_path))
     doc = preset_index.build_index(preset_document)
@@ -205,8 +204,7 @@ def test_two_plugin_sets_in_turn_keep_their_own_indexes(tmp_path, monkeypatch):
 
 def test_a_planted_link_at_the_index_or_its_temporary_name_is_not_written_through(tmp_path, monkeypatch):
     """Issue 49: a link at the index's temporary name overwrote its target, and the index became a link."""
-    from opzoo.cli import preset_document
-    from opzoo.model_io import preset_index
+    from opzoo.cli import preset_document, preset_index
 
     monkeypatch.setenv("OPZOO_CACHE_DIR", str(tmp_path))
     victim = tmp_path / "victim.txt"

@@ -37,10 +37,12 @@ def surface() -> dict:
     import opzoo
     import opzoo.contracts.hookspecs
     import opzoo.evaluation
+    import opzoo.micro
+    import opzoo.testing
     import opzoo.training
 
     out = {}
-    for module in (opzoo, opzoo.training, opzoo.evaluation):
+    for module in (opzoo, opzoo.training, opzoo.evaluation, opzoo.kit, opzoo.micro, opzoo.testing):
         out[module.__name__] = {name: describe(getattr(module, name)) for name in sorted(module.__all__)
                                 if name != "__version__"}
     out["hookspecs"] = {name: str(inspect.signature(fn)) for name, fn in sorted(vars(opzoo.contracts.hookspecs).items())
@@ -103,6 +105,38 @@ def test_renamed_training_names_still_work_with_a_deprecation_warning(tmp_path):
         with pytest.warns(DeprecationWarning, match=f"opzoo.training.{name} is deprecated; use {home.__name__}.{name}"):
             assert getattr(opzoo.training, name) is getattr(home, name)
         assert name not in opzoo.training.__all__
+
+
+def test_the_micro_helpers_moved_to_opzoo_micro_and_the_old_names_warn():
+    """Issue 57: the micro setup's helpers left the top level for opzoo.micro; each old name still works, warning."""
+    import opzoo
+    import opzoo.micro
+
+    for name in opzoo.micro.__all__:
+        assert name not in opzoo.__all__
+        with pytest.warns(DeprecationWarning, match=f"opzoo.{name} is deprecated; use opzoo.micro.{name}"):
+            assert getattr(opzoo, name) is getattr(opzoo.micro, name)
+
+
+def test_moved_modules_keep_a_warning_shim_for_a_release():
+    """opzoo.training.vrmse (now opzoo.evaluation.vrmse) and opzoo.cli.common (now opzoo.console): the old paths
+    import, warn, and give the same objects; OptimizerHook is a contract, importable from its old module as well."""
+    import importlib
+    import sys
+
+    import opzoo
+    from opzoo.console import run_command
+    from opzoo.evaluation.vrmse import vrmse
+
+    for old, name, obj in (("opzoo.training.vrmse", "vrmse", vrmse), ("opzoo.cli.common", "run_command", run_command)):
+        sys.modules.pop(old, None)
+        with pytest.warns(DeprecationWarning, match=f"{old} is deprecated"):
+            module = importlib.import_module(old)
+        assert getattr(module, name) is obj
+    from opzoo.contracts.optimizer_hook import OptimizerHook
+    from opzoo.training.hooks import OptimizerHook as old_home
+
+    assert opzoo.OptimizerHook is OptimizerHook is old_home
 
 
 if __name__ == "__main__":

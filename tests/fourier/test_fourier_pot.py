@@ -66,7 +66,7 @@ def test_dpot_preset_args_is_dpots_setup_at_given_dims():
     with pytest.warns(DeprecationWarning, match="pot_micro_preset_args without mixer="):
         from opzoo_fourier import dpot_micro_preset_args
 
-        assert opzoo.pot_micro_preset_args(block="sandwich") == dpot_micro_preset_args(block="sandwich")
+        assert opzoo.micro.pot_micro_preset_args(block="sandwich") == dpot_micro_preset_args(block="sandwich")
 
 
 def test_dpot_block_is_one_residual_around_the_whole_branch():

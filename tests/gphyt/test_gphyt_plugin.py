@@ -189,6 +189,7 @@ def test_adapting_to_more_channels_keeps_the_old_channels_predictions():
     assert finer.net.pos_embed.shape == (1, 3, 8, 4, 24)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["the-well", "ns"])
 def test_readme_path_finetunes_gphyt_s_on_a_well_file_and_a_users_file(kind, monkeypatch, tmp_path, capsys):
     """inspect, zero-shot eval (the converted file), fine-tune (the Hub-cached checkpoint; the small recorded one

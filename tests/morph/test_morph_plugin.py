@@ -223,6 +223,7 @@ def test_features_head_and_intermediates_agree_with_forward():
         model.forward_head(f)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind, res", [("burgers", 64), ("diffusion-reaction", 16)])
 def test_readme_path_finetunes_morph_ti_on_a_1d_and_a_2d_file(kind, res, monkeypatch, tmp_path, capsys):
     """inspect, zero-shot eval, fine-tune (the Hub-cached checkpoint, small sizes: the recorded one stands in),

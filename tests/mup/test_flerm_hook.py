@@ -240,6 +240,7 @@ def spatial_file(tmp_path, dims, channels=1):
 
 
 # one FNO, the POT backbone, and AOT with MoE (every component family) by default; the rest in the slow tier
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["fno-2d", "dpot-ti", "aot-moe-pot-t",
                                   *(pytest.param(n, marks=pytest.mark.slow)
                                     for n in ("fno-1d", "fno-3d", "aot-pot-t", "nestor-ti"))])

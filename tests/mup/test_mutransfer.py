@@ -139,6 +139,7 @@ def test_best_hyper_is_the_seed_mean_argmin_and_skips_divergence():
         best_hyper([row(1e-2, 0, math.inf)], "mup", 4)
 
 
+@pytest.mark.slow
 def test_landscape_plot_has_one_curve_per_k_and_stars_each_seed_mean_optimum(tmp_path):
     def row(p, K, lr, seed, loss, bs=8):
         return {"parametrization": p, "K": K, "lr": lr, "batch_size": bs, "beta1": 0.9, "beta2": 0.99,
@@ -223,6 +224,7 @@ def test_relative_data_paths_next_to_the_config_work_from_any_directory(tmp_path
     assert load_config(path).run["data"]["datasets"][0]["path"] == "data/b.h5"
 
 
+@pytest.mark.slow
 def test_cli_command_with_device_and_batch_size_sweep(tmp_path, burgers_file, capsys):
     from opzoo.cli import main
 

@@ -106,6 +106,7 @@ def test_per_sample_labels_equal_one_model_per_label():
             torch.testing.assert_close(batched[b:b + 1], one(x[b:b + 1]), rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("periodic, grid, expected", [(True, (48, 48), (48, 48)), (True, (30, 40), (32, 48)),
                                                       (False, (32, 32), (32, 32)), (False, (48, 48), (64, 64))])
 def test_the_data_grid_is_kept_where_the_network_takes_it(periodic, grid, expected):
@@ -130,6 +131,7 @@ def _one_field_file(path, n=6, res=32, steps=6, boundary=None, seed=0):
     return path
 
 
+@pytest.mark.slow
 def test_fine_tuning_keeps_the_files_grid_channels_and_boundary_and_says_so(reference, monkeypatch, tmp_path, capsys):
     """The README path with pdet-sc-s on a one-field 32x32 file whose metadata says neumann: it runs at 32x32 with one
     channel and walls (periodic=False), and says each; model.args.periodic is the user's word."""

@@ -197,6 +197,7 @@ def test_fine_tuning_on_other_fields_replaces_only_the_channel_shaped_tensors():
     assert all(torch.equal(old[k], new[k]) for k in new if k not in changed)
 
 
+@pytest.mark.slow
 def test_readme_path_finetunes_poseidon_t_on_a_users_file_of_another_pde(monkeypatch, tmp_path, capsys):
     """inspect, zero-shot eval (the converted checkpoint), fine-tune (the Hub-cached checkpoint; a narrow one stands in)
     on a 1-field file at its own 32 x 32 grid, eval, push."""

@@ -60,6 +60,7 @@ def test_export_asks_before_replacing_a_users_files(tmp_path, capsys):
     assert (out / "config.json").is_file()
 
 
+@pytest.mark.slow
 def test_a_plugin_calling_sys_exit_is_one_failed_plugin(tmp_path):
     """D5: a plugin raising SystemExit at import made every command exit silently."""
     from tests.core.fake_dists import write_dist
@@ -92,7 +93,7 @@ def test_a_full_disk_names_where_it_was_writing(capsys):
     import errno
     import types
 
-    from opzoo.cli.common import run_command
+    from opzoo.console import run_command
 
     def full(args):
         raise OSError(errno.ENOSPC, "No space left on device")

@@ -119,6 +119,7 @@ def test_links_planted_at_the_log_and_model_leave_their_targets_unchanged(tmp_pa
     assert precious.read_text() == "the user's own file\n" and not (run / "log.jsonl").is_symlink()
 
 
+@pytest.mark.slow
 def test_eval_out_onto_a_link_is_refused_before_any_work(tmp_path, datasets, capsys):
     dangling = tmp_path / "results"
     dangling.symlink_to(tmp_path / "nowhere")
@@ -242,6 +243,7 @@ def _limited(*commands: list[str], limit: int = 8 * GB) -> list[tuple[int, str]]
     return [(int(c), e.strip()) for c, e in zip(codes, errs)]
 
 
+@pytest.mark.slow
 def test_a_6_gb_config_and_a_record_range_of_10_to_the_12_are_refused_in_one_line_under_an_8_gb_limit(tmp_path,
                                                                                                      datasets):
     """Failed 4: read whole, a 6 GB config.json was a MemoryError traceback (it is sparse here: no disk is used).
@@ -359,6 +361,7 @@ def test_a_tampered_data_record_is_one_line_on_resume(tmp_path, datasets, capsys
 
 
 # ---- 7. verify against a Hub that answers the probe, then stalls ---------------------------------------------------
+@pytest.mark.slow
 def test_verify_exits_1_when_a_check_did_not_run(tmp_path):
     hub = MisbehavingHub("stall", 0.1)
     try:
@@ -424,6 +427,7 @@ def _stop_a_stuck_step(tmp_path, datasets, stuck_at: int) -> tuple[Path, dict, f
     return run, doc, took, line
 
 
+@pytest.mark.slow
 def test_sigterm_during_a_long_step_ends_within_the_deadline_and_the_run_resumes(tmp_path, datasets):
     """Degraded 8: SIGTERM waited 158 s for the step in progress. Now the process ends 2 s (the deadline) after the
     signal, even inside one long C++ call, naming the checkpoint a re-run resumes from (measured 2.1 s; 20 s is ten

@@ -259,6 +259,7 @@ def test_an_edit_of_any_trajectory_refuses_the_resume_even_where_the_sampled_has
     assert not (out / "data_fingerprints.json").exists()
 
 
+@pytest.mark.slow
 def test_a_fifo_or_device_in_place_of_a_repos_file_is_refused_not_waited_on(tmp_path):
     """Issue 49: a damaged cache entry (a FIFO, a link to /dev/zero) where a weights or config file should be made a
     load hang or read until memory ran out, and `verify` called it "not in the cache". It is now named, at once."""

@@ -63,6 +63,7 @@ def test_a_chained_fine_tune_carries_its_bases_record(chain, capsys):
     assert "base_model: dpot-micro\n" in first_card  # a preset parent is named as such
 
 
+@pytest.mark.slow
 def test_the_same_trajectories_in_another_file_are_recognised(chain, tmp_path, capsys):
     """The 6 training trajectories cut out into a new file, or the whole file gzip'd in float64, were scored as
     unseen."""

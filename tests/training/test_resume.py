@@ -93,6 +93,7 @@ def test_kill_between_checkpoints_then_resume_reproduces(tmp_path, datasets, ref
     assert train_losses(run_dir) == train_losses(reference)
 
 
+@pytest.mark.slow
 def test_unreadable_latest_falls_back(tmp_path, reference):
     import shutil
 

@@ -35,6 +35,7 @@ def scored(capsys, *argv) -> tuple[int, str, str]:
 
 
 # ---- eval knows the model's data (quiet wrong answer 3) -----------------------------------------------------
+@pytest.mark.slow
 def test_the_fine_tuned_model_records_its_data_and_eval_scores_only_the_held_out_part(tuned, tmp_path, capsys):
     root, data = tuned
     model = root / "run" / "model"
@@ -109,6 +110,7 @@ def test_the_summary_and_eval_report_short_horizons_next_to_the_full_rollout(tun
 
 
 # ---- resume and paths -----------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_resumed_fine_tune_keeps_its_zero_shot_and_accepts_the_same_file_by_another_path(tmp_path, capsys,
                                                                                             monkeypatch):
     (tmp_path / "data").mkdir()
@@ -199,6 +201,7 @@ def test_load_with_a_wrong_override_says_why_first(capsys):
     assert len(str(info.value).splitlines()) < 15
 
 
+@pytest.mark.slow
 def test_eval_out_holding_another_models_results_is_refused_unless_new(files, tmp_path, capsys):
     root, _ = files
     out = tmp_path / "out"

@@ -189,6 +189,7 @@ def test_the_recording_is_what_the_well_1_1_0_computes(tmp_path):
         assert (prediction - recorded[arch]).abs().max().item() <= 1e-5 * scale, arch
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch,name", [(arch, name) for arch, name, _ in AS_TRAINED])
 def test_published_fno_and_tfno_compute_what_the_well_1_1_0_computed(arch, name, tmp_path, monkeypatch, as_trained):
     """``opzoo.load(well-(t)fno-..., pretrained=True)`` of a Hub repo at the published config (blocks an init
@@ -374,6 +375,7 @@ def test_shear_flow_is_256_by_512():
     assert dataset("shear_flow").resolution == (256, 512)
 
 
+@pytest.mark.slow
 def test_a_well_file_with_its_fields_in_another_order_gives_the_same_prediction(tmp_path, capsys):
     """eval and finetune read The Well's files by field name: a file storing the same data with every
     group's fields reversed scores and trains exactly as the canonical one; a missing field is refused."""

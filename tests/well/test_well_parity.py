@@ -73,6 +73,7 @@ def well_reference(data_dir, name: str, model: torch.nn.Module, n_traj: int, is_
         return Trainer.rollout_model(trainer, model, batch, DefaultChannelsFirstFormatter(ds.metadata), train=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n_dims", [2, 3])
 @pytest.mark.parametrize("arch", list(CASES))
 def test_converted_model_matches_the_wells_pipeline(arch, n_dims, tmp_path):

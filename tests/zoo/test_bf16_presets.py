@@ -98,6 +98,7 @@ def _cpu_bf16_conv3d(name: str) -> bool:
             and preset.args.get("spatial_dims") == 3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", BF16_PRESETS)
 def test_bf16_autocast_training_steps_are_finite_and_close_to_float32(name):
     if _cpu_bf16_depthwise_conv3d(name):

@@ -73,6 +73,7 @@ def check_compiled(name: str, backend: str) -> None:
         assert rel_err(got_grads[k], g, floor) < REL_TOL, (name, backend, k)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", REPRESENTATIVE)
 def test_representatives_compile_as_one_graph(name):
     check_compiled(name, "aot_eager")

@@ -38,6 +38,7 @@ def _run_info(capsys, path) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("field,label", MODEL_CASES)
 def test_config_json_values_that_do_harm_are_one_line(repo, field, label, capsys, tmp_path):
     doc = json.loads((repo / "config.json").read_text())
@@ -142,6 +143,7 @@ def test_run_config_values_that_do_harm_are_one_line(run_yaml, field, value, cap
     assert not (root / "run" / "model").exists()
 
 
+@pytest.mark.slow
 def test_a_deeply_nested_run_config_is_one_line(run_yaml, capsys):
     root, _ = run_yaml
     (root / "deep.yaml").write_text("a: " + "[" * 50_000 + "]" * 50_000)

@@ -13,9 +13,9 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 import opzoo
-from opzoo import MICRO_SUITE
 from opzoo.data import FrameShape, TrajectoryDataset, split_trajectories
 from opzoo.evaluation.rollouts import evaluate_dataset
+from opzoo.micro import MICRO_SUITE
 
 from ..core.subprocess_utils import run_python
 
@@ -125,10 +125,10 @@ def test_micro_setup_helpers_give_fresh_copies_of_the_shared_setup():
     args["img_size"].append(1)
     args["mixer_args"]["modes"] = 1
     assert dpot_micro_preset_args() == opzoo.get_registry().preset("dpot-micro").args
-    cfg = opzoo.micro_pretrained_cfg()
+    cfg = opzoo.micro.micro_pretrained_cfg()
     cfg["datasets"].clear()
-    assert opzoo.micro_pretrained_cfg()["datasets"] == list(MICRO_SUITE)
-    assert opzoo.get_registry().preset("aot-pot-micro").pretrained_cfg == opzoo.micro_pretrained_cfg()
+    assert opzoo.micro.micro_pretrained_cfg()["datasets"] == list(MICRO_SUITE)
+    assert opzoo.get_registry().preset("aot-pot-micro").pretrained_cfg == opzoo.micro.micro_pretrained_cfg()
 
 
 @pytest.mark.parametrize("name,package", [("dpot-micro", "opzoo_fourier"), ("aot-pot-micro", "opzoo_aot")])

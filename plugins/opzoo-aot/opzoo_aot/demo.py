@@ -25,9 +25,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from opzoo import MICRO_SUITE, claim_output_dir, load
+from opzoo import claim_output_dir, load
 from opzoo.data import FrameShape, TrajectoryDataset, content_hash, split_trajectories
 from opzoo.evaluation import DatasetResult, evaluate_dataset, field2d, persistence_result, pyplot, save_figure
+from opzoo.micro import MICRO_SUITE
 from opzoo.training import generate_dataset
 
 MODELS = ("dpot-micro", "aot-pot-micro")

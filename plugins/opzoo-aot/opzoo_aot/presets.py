@@ -5,6 +5,7 @@ from __future__ import annotations
 from importlib.resources import files
 
 import opzoo
+from opzoo.micro import micro_pretrained_cfg, micro_results
 from opzoo_fourier import dpot_micro_preset_args, dpot_preset_args
 
 CARDS = files("opzoo_aot") / "model_cards"
@@ -42,6 +43,6 @@ def register_presets(registry) -> None:
         args=dpot_micro_preset_args(block="sandwich", residual="aot", residual_args=dict(AOT_RESIDUAL_ARGS)),
         pretrained=opzoo.PretrainedSource.package("opzoo_aot", "pretrained/aot-pot-micro"),
         card=CARDS / "aot-pot-micro.md",
-        pretrained_cfg=opzoo.micro_pretrained_cfg(),
-        results=opzoo.micro_results(files("opzoo_aot") / "pretrained" / "aot-pot-micro" / "eval.json"),
+        pretrained_cfg=micro_pretrained_cfg(),
+        results=micro_results(files("opzoo_aot") / "pretrained" / "aot-pot-micro" / "eval.json"),
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from importlib.resources import files
 
 import opzoo
+from opzoo.micro import POT_MICRO_SIZE, micro_pretrained_cfg, micro_results, pot_micro_preset_args
 
 from .dpot_converter import OFFICIAL_FILES
 from .provenance import HEADS_CHECK, dpot_facts
@@ -50,10 +51,10 @@ def dpot_preset_args(size: str | opzoo.PotSize, **overrides) -> dict:
 
 
 def dpot_micro_preset_args(**overrides) -> dict:
-    """DPOT's network in the shared micro setup (:func:`opzoo.pot_micro_preset_args`), 8 Fourier modes."""
+    """DPOT's network in the shared micro setup (:func:`opzoo.micro.pot_micro_preset_args`), 8 Fourier modes."""
     mixer = {"mixer": "fourier-attention",
-             "mixer_args": {"n_blocks": opzoo.POT_MICRO_SIZE.heads, "modes": DPOT_MICRO_MODES}}
-    return opzoo.pot_micro_preset_args(**{**mixer, **overrides})
+             "mixer_args": {"n_blocks": POT_MICRO_SIZE.heads, "modes": DPOT_MICRO_MODES}}
+    return pot_micro_preset_args(**{**mixer, **overrides})
 
 
 def dpot_args(name: str) -> dict:
@@ -82,8 +83,8 @@ def register_presets(registry) -> None:
         args=dpot_micro_preset_args(),
         pretrained=opzoo.PretrainedSource.package("opzoo_fourier", "pretrained/dpot-micro"),
         card=CARDS / "dpot-micro.md",
-        pretrained_cfg=opzoo.micro_pretrained_cfg(),
-        results=opzoo.micro_results(files("opzoo_fourier") / "pretrained" / "dpot-micro" / "eval.json"),
+        pretrained_cfg=micro_pretrained_cfg(),
+        results=micro_results(files("opzoo_fourier") / "pretrained" / "dpot-micro" / "eval.json"),
     )
     for d, modes in FNO_MODES.items():
         registry.register_model(

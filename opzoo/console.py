@@ -1,0 +1,225 @@
+"""The console, at the bottom of the layers (it imports only ``errors`` and ``disk_full``): what the ``opzoo``
+command line and its command groups (``opzoo.data.cli``, ``opzoo.training.cli``, ``opzoo.evaluation.cli``,
+``opzoo.benchmark.presets``) share: the parser, ``--set key=value`` overrides, running a command with one-line errors
+(the one place that rule lives), the header lines a command says, and the data options' help."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from .errors import OpzooError
+
+
+def parse_overrides(pairs: Sequence[str] | None) -> dict:
+    """``["key=value", ...]`` -> dict; values are JSON when they parse as JSON (numbers, true,
+    lists, objects), else strings. Shared by every command's ``--set``."""
+    out = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise OpzooError(f"override {pair!r} is not of the form key=value")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
+
+
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """``--help`` shows every option's default (as ``ArgumentDefaultsHelpFormatter``), except where the
+    help text already says it or there is none to show (None, False, empty)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if ("default" in text or default is None or default is False or default is argparse.SUPPRESS
+                or default == [] or not action.option_strings):
+            return text
+        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose help shows defaults (sub-commands' too: pass it as ``parser_class``)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        """A usage mistake is one line on stderr (exit code 2), pointing at ``--help`` for the usage."""
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def run_parser(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` and run the chosen command, every command's failures as one line (:func:`run_command`)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said by the command's own parser, which points at its own --help
+        _chosen_parser(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
+    args.command_line = shlex.join([parser.prog, *argv])  # as typed, for model cards
+    return run_command(args, parser.prog)
+
+
+def run_command(args: argparse.Namespace, prog: str = "opzoo") -> int:
+    """``args.func(args)`` with the one rule for a command's failures: an opzoo error, a full disk and a lost rank of a
+    distributed run are one line on stderr (exit 2); a stop by SIGTERM/SIGINT (``RunStopped``) its own line and code;
+    Ctrl-C exit 130 with ``args.interrupt_advice(args)`` when the command has one. What opzoo logs at INFO (how a model
+    was adapted to the data, ...) is shown on stdout by the main rank."""
+    import logging
+    import os
+
+    is_main = os.environ.get("RANK", "0") == "0"
+    shown = logging.getLogger("opzoo")
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    level = shown.level
+    if is_main:
+        shown.addHandler(handler)
+        shown.setLevel(logging.INFO)
+    try:
+        return int(args.func(args) or 0)
+    except OpzooError as e:
+        if is_main or not _stopped(e):
+            print(f"{prog} {args.command}: error: {folded(e)}" if not _stopped(e) else str(e), file=sys.stderr)
+        return e.exit_code if _stopped(e) else 2
+    except KeyboardInterrupt:
+        advice = getattr(args, "interrupt_advice", None)
+        print(f"{prog} {args.command}: interrupted{advice(args) if advice else ''}", file=sys.stderr)
+        return 130
+    except (RuntimeError, OSError) as e:
+        line = _one_line(e, args)
+        if line is None:
+            raise
+        print(f"{prog} {args.command}: error: {line}", file=sys.stderr)
+        return 2
+    finally:
+        shown.removeHandler(handler)
+        shown.setLevel(level)
+
+
+def folded(e: BaseException) -> str:
+    """An error's message as one line: a message that lists on several lines (the tensors a checkpoint lacks, ...)
+    keeps its first line and the rest joined by ``; ``."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    return lines[0] + (" " + "; ".join(lines[1:]) if len(lines) > 1 else "") if lines else type(e).__name__
+
+
+def _stopped(e: BaseException) -> bool:
+    """A run stopped by a signal (``opzoo.training.RunStopped``): said as it is, with its own exit code."""
+    return type(e).__name__ == "RunStopped" and hasattr(e, "exit_code")
+
+
+def _one_line(e: BaseException, args: argparse.Namespace) -> str | None:
+    """The line for a full disk or a distributed failure (a timeout or a lost peer), else None (a bug: shown in full)."""
+    from .disk_full import is_disk_full
+
+    if isinstance(e, OSError) and is_disk_full(e):
+        where = e.filename or getattr(args, "out", None) or "the run directory"
+        return (f"disk full writing {where}: free space and re-run the same command (a training run resumes from its "
+                f"last checkpoint)")
+    if isinstance(e, RuntimeError) and _distributed_failure(e):
+        first = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        return (f"distributed run failed: a rank did not answer in time (distributed.timeout_s) or left "
+                f"({type(e).__name__}: {first[:300]}); every rank stops here. Check that every rank is alive, then "
+                f"re-run the same command: the run resumes from its last checkpoint")
+    return None
+
+
+def _distributed_failure(e: BaseException) -> bool:
+    """Whether ``e`` is torch.distributed's (a timeout or a lost peer), not a bug to show in full."""
+    text = str(e)
+    if "clients joined" in text or "Connection closed by peer" in text or (
+            "gloo" in text.lower() and "timed out" in text.lower()):
+        return True
+    dist = sys.modules.get("torch.distributed")  # only a run that imported it can have failed in it
+    kinds = tuple(k for k in (getattr(dist, "DistError", None), getattr(dist, "DistBackendError", None)) if k)
+    return bool(kinds) and isinstance(e, kinds)
+
+
+def _chosen_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The (sub-)parser of the command ``args`` ran: ``opzoo finetune``'s, ``opzoo data inspect``'s..."""
+    while True:
+        sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        chosen = getattr(args, sub.dest, None) if sub is not None else None
+        if chosen not in (sub.choices if sub is not None else {}):
+            return parser
+        parser = sub.choices[chosen]
+
+
+def command_group_main(add_commands, prog: str, argv: Sequence[str] | None = None) -> int:
+    """``python -m opzoo.<group>.cli ...``: one command group on its own."""
+    parser = Parser(prog=prog)
+    add_commands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser))
+    return run_parser(parser, argv)
+
+
+LAYOUT_HELP = ("the data files' layout when detection cannot tell (see `opzoo data inspect`): canonical, "
+               "pdebench-groups, pdebench-cfd, pdebench-tensor, fno-mat, the-well, array (.npy/.npz/.pt as "
+               "[N, *S, T, C]) or array:<axes>, e.g. array:NTXYC (default: detected)")
+FIELDS_HELP = ("the names of a plain array's channels, in order, comma-separated (e.g. u,v); a .npz or .pt with one "
+               "array per field names them itself")
+
+
+FIELD_MAP_HELP = ("read the file's fields as the model's, FILE=MODEL pairs, comma-separated (e.g. u=velocity_x,"
+                  "v=velocity_y); docs/data-contract.md")
+TRAINING_SET_HELP = ("read the file as the model's upstream read its training set NAME (its field expressions, "
+                     "transposes and constants; `opzoo info MODEL` and docs/data-contract.md list them); a file of "
+                     "The Well that names one is read so by default, 'none' reads it by name")
+
+
+def add_fit_options(parser: argparse.ArgumentParser) -> None:
+    """``--field-map`` and ``--training-set``: how a command that fits data to a model reads the file's fields (the
+    one fit: :func:`opzoo.evaluation.fit.fit_data`)."""
+    parser.add_argument("--field-map", metavar="FILE=MODEL,...", help=FIELD_MAP_HELP)
+    parser.add_argument("--training-set", metavar="NAME", help=TRAINING_SET_HELP)
+
+
+def fields_of(args: argparse.Namespace) -> list[str] | None:
+    """``--fields a,b``: the channels' names of a plain array."""
+    value = getattr(args, "fields", None)
+    return [f.strip() for f in value.split(",") if f.strip()] if value else None
+
+
+def say(line: str) -> None:
+    """A header line of a command, printed by the main rank of a distributed run only."""
+    import os
+
+    if os.environ.get("RANK", "0") == "0":
+        print(line, flush=True)
+
+
+def at_least(minimum: int):
+    """An argparse ``type``: an integer >= ``minimum`` (a bad value is argparse's one-line error, exit 2)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {minimum}"
+    return parse
+
+
+def output_file(path: str, flag: str = "--out") -> Path:
+    """``path`` checked as a file a command will write, before it does any work (a directory there, or a file where
+    its directory goes, is a one-line error, not a traceback after the results are computed)."""
+    out = Path(path)
+    if out.is_dir():
+        raise OpzooError(f"{flag} {out}: a directory; name the file to write (e.g. {out / 'results.csv'})")
+    parent = next((p for p in out.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise OpzooError(f"{flag} {out}: {parent} is a file, not a directory")
+    return out
+
+
+__all__ = ["Parser", "DefaultsHelpFormatter", "at_least", "output_file", "parse_overrides", "run_parser", "run_command", "command_group_main",
+           "LAYOUT_HELP", "FIELDS_HELP", "FIELD_MAP_HELP", "TRAINING_SET_HELP", "add_fit_options", "fields_of", "say"]
