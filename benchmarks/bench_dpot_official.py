@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 import opzoo
 from opzoo_fourier.dpot_converter import map_state_dict
-from opzoo_fourier.presets import DPOT_SIZES
+from opzoo_fourier.presets import DPOT
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.fourier.reference_dpot import dpot_forward_official, official_state_dict  # noqa: E402
@@ -61,9 +61,9 @@ def full_float32():
 
 def official_weights(name: str, device: torch.device, seed: int = 0, size: int = 128) -> dict[str, torch.Tensor]:
     """Random official-layout weights of DPOT preset ``name`` for ``size``^2 inputs (leaves that require grad)."""
-    dims = opzoo.POT_SIZES[DPOT_SIZES[name]]
-    sd = official_state_dict(width=dims.width, depth=dims.depth, n_blocks=dims.heads, mlp_ratio=dims.mlp_ratio,
-                             out_layer_dim=dims.out_layer_dim, patch=8, img=size, c_in=4, c_out=4, t_in=10,
+    dims = DPOT.variant(name).args
+    sd = official_state_dict(width=dims["width"], depth=dims["depth"], n_blocks=dims["mixer_args"]["n_blocks"],
+                             mlp_ratio=dims["mlp_ratio"], out_layer_dim=dims["out_layer_dim"], patch=8, img=size, c_in=4, c_out=4, t_in=10,
                              t_out=1, n_cls=12, generator=torch.Generator().manual_seed(seed))
     return {k: v.to(device).requires_grad_() for k, v in sd.items()}
 

@@ -167,6 +167,7 @@ class _CommandAdder:
 
 _lock = threading.Lock()
 _host: PluginHost | None = None
+_filling: int | None = None  # the thread that is creating the host (its plugins' hooks are running)
 
 
 def allowed_from_env() -> set[str] | None:
@@ -178,10 +179,20 @@ def allowed_from_env() -> set[str] | None:
 
 def get_plugin_host() -> PluginHost:
     """The process-wide PluginHost, created (and plugins loaded) on first use."""
-    global _host
+    global _host, _filling
+    if _filling == threading.get_ident():  # a hook asking for the registry it is filling would wait for itself
+        from ..errors import OpzooError
+
+        raise OpzooError("opzoo.get_registry() was called while the plugins register (from a hook, or "
+                         "from code a hook runs, such as a family's card_fields): use the registry the hook receives, "
+                         "or the plugin's own tables")
     with _lock:
         if _host is None:
-            _host = PluginHost(allowed=allowed_from_env())
+            _filling = threading.get_ident()
+            try:
+                _host = PluginHost(allowed=allowed_from_env())
+            finally:
+                _filling = None
             set_live_registry(_host.registry)
         return _host
 

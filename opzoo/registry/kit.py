@@ -34,6 +34,32 @@ class Renames:
 
     def __init__(self, rules: Iterable[tuple[str, str | Callable[[re.Match], str | None] | None]]):
         self.rules = [(re.compile(pattern), template) for pattern, template in rules]
+        self._tables: tuple | None = None
+
+    @classmethod
+    def tables(cls, names: Mapping[str, str], blocks: tuple[str, str, Mapping[str, str]] | None = None,
+               left_out: Iterable[str] = ()) -> "Renames":
+        """The common case, from name tables: ``names`` (upstream -> opzoo, whole names), ``blocks`` (``(upstream
+        prefix, opzoo prefix, {upstream suffix: opzoo suffix})``: ``f"{prefix}.{i}.{suffix}"`` for every block
+        ``i``) and names ``left_out`` on purpose. Such a table has an :meth:`inverse`."""
+        rules: list = [(re.escape(k), v) for k, v in names.items()]
+        if blocks is not None:
+            theirs, ours, table = blocks
+            part = "|".join(map(re.escape, table))
+            rules.append((rf"{re.escape(theirs)}\.(\d+)\.({part})", lambda m: f"{ours}.{m[1]}.{table[m[2]]}"))
+        rules += [(re.escape(k), None) for k in left_out]
+        renames = cls(rules)
+        renames._tables = (dict(names), blocks)
+        return renames
+
+    def inverse(self) -> "Renames":
+        """opzoo's names -> upstream's (for running upstream's network on opzoo's weights, or writing its file); for
+        a table built by :meth:`tables`."""
+        if self._tables is None:
+            raise TypeError("only Renames.tables(...) can be inverted; write the inverse rules")
+        names, blocks = self._tables
+        inverse_blocks = None if blocks is None else (blocks[1], blocks[0], {v: k for k, v in blocks[2].items()})
+        return Renames.tables({v: k for k, v in names.items()}, inverse_blocks)
 
     def name(self, name: str) -> str | None:
         """The opzoo name of ``name``; None when a rule leaves it out; KeyError when no rule knows it."""

@@ -160,3 +160,24 @@ def test_the_core_registers_through_its_own_hook_implementation_first():
     assert host.registry.owner("backbone", "pot") == "opzoo"
     assert host.registry.owner("mixer", "fourier-attention") == "opzoo-fourier"
     assert get_registry() is opzoo.get_registry() is opzoo.get_plugin_host().registry
+
+
+def test_a_hook_asking_for_the_registry_it_fills_is_one_failed_plugin_not_a_hang(tmp_path):
+    """A hook (or a family's card_fields it runs) that calls opzoo.get_registry() waited for itself forever: the
+    host's lock was held by the same thread. It is now that plugin's one-line failure, and the others load."""
+    from .fake_dists import env_enabling
+    from .subprocess_utils import run_python
+
+    source = MIXER_PLUGIN.format(name="asking-mixer") + '''
+@opzoo.hookimpl
+def opzoo_register_models(registry):
+    opzoo.get_registry()
+'''
+    write_dist(tmp_path, "opzoo-asking", "0.1", "asking_plugin", source)
+    code = ("import warnings, opzoo\nwith warnings.catch_warnings(record=True) as w:\n    warnings.simplefilter('always')\n"
+            "    registry = opzoo.get_registry()\nprint([str(x.message) for x in w])\n"
+            "print(registry.has_preset('simple-op'), 'asking-mixer' in registry.names('mixer'))")
+    result = run_python(code, env={"PYTHONPATH": str(tmp_path), **env_enabling("opzoo-asking")}, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "'opzoo-asking'" in result.stdout and "get_registry() was called while the plugins register" in result.stdout
+    assert result.stdout.strip().endswith("True False")

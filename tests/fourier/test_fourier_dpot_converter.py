@@ -184,5 +184,8 @@ def test_checkpoint_path_reads_the_official_format_through_the_presets_converter
     model = opzoo.load("dpot-ti", checkpoint_path=path)
     assert not model.training
     torch.testing.assert_close(model.state_dict()["blocks.3.mixer.w1"], sd["module.blocks.3.filter.w1"])
-    with pytest.raises(opzoo.WeightsError):  # strict: a file of another size is refused
+    with pytest.raises(opzoo.CheckFailed, match=r"another DPOT network \(depth: file 4, model 2\); load it with "
+                                                r"opzoo.load\(\.\.\., depth=4\)"):  # another size: refused, saying so
         opzoo.load("dpot-ti", checkpoint_path=path, depth=2)
+    with pytest.raises(opzoo.CheckFailed, match="it is dpot-ti's network: load it as dpot-ti"):
+        opzoo.load("dpot-s", checkpoint_path=path)

@@ -27,6 +27,30 @@ def test_every_registered_family_has_a_conformance_class_here():
     assert classes == set(opzoo.get_registry().families())
 
 
+class TestDPOT(FamilyConformance):
+    family = "dpot"
+    tiny = {**_shrunk("dpot-ti"), "img_size": [128, 128], "patch_size": 8}  # a load adapts the grid after its checks
+    other = {"width": 64}
+
+    def write_upstream(self, model, path, edit):  # as DPOT's train script saves: {"args", "model"} (1x1-conv MLPs)
+        import argparse
+
+        from opzoo_fourier.dpot_converter import OFFICIAL_NAMES
+
+        c = model.config
+        state = {OFFICIAL_NAMES.name(k): (v[..., None, None] if ".mlp.fc" in k and k.endswith("weight") else v)
+                 for k, v in model.state_dict().items()}
+        edit(state)
+        args = argparse.Namespace(modes=c.mixer_args["modes"], act=c.act, normalize=c.normalize)
+        torch.save({"args": args, "model": state}, path.with_suffix(".pth"))
+        return path.with_suffix(".pth")
+
+
+class TestAOTPOT(FamilyConformance):  # the paper's sizes; no weights are published
+    family = "aot-pot"
+    tiny = _shrunk("aot-pot-t")
+
+
 class TestMorph(FamilyConformance):
     family = "morph"
     tiny = {"dim": 32, "depth": 1, "heads": 2, "heads_xa": 2, "mlp_dim": 32, "conv_filters": 8, "patch_size": 4,

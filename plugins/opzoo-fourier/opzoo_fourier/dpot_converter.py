@@ -16,6 +16,7 @@ from typing import Any, Mapping
 import torch
 
 import opzoo
+from opzoo import kit
 
 # official name -> opzoo name, per block and for the rest (docs/models.md §1)
 GLOBAL_NAMES = {
@@ -35,21 +36,14 @@ BLOCK_NAMES = {
     "mlp.0.weight": "mlp.fc1.weight", "mlp.0.bias": "mlp.fc1.bias",
     "mlp.2.weight": "mlp.fc2.weight", "mlp.2.bias": "mlp.fc2.bias",
 }
+RENAMES = kit.Renames.tables({**GLOBAL_NAMES, **TIME_AGG_NAMES}, ("blocks", "blocks", BLOCK_NAMES))
+OFFICIAL_NAMES = RENAMES.inverse()  # opzoo's names -> the official ones
 BLOCK_KEY = re.compile(r"^blocks\.(\d+)\.(.+)$")
 OFFICIAL_FILES = {"dpot-ti": "model_Ti.pth", "dpot-s": "model_S.pth", "dpot-m": "model_M.pth",
                   "dpot-l": "model_L.pth", "dpot-h": "model_H.pth"}
 
 
-def official_to_opzoo_name(name: str) -> str | None:
-    """The opzoo ``pot`` parameter name of an official DPOT state-dict key (None if unknown)."""
-    if name in GLOBAL_NAMES:
-        return GLOBAL_NAMES[name]
-    if name in TIME_AGG_NAMES:
-        return TIME_AGG_NAMES[name]
-    m = BLOCK_KEY.match(name)
-    if m and m.group(2) in BLOCK_NAMES:
-        return f"blocks.{m.group(1)}.{BLOCK_NAMES[m.group(2)]}"
-    return None
+official_to_opzoo_name = RENAMES.get  # the opzoo ``pot`` name of an official DPOT key (None if unknown)
 
 
 def read_official_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], Any]:
@@ -64,16 +58,12 @@ def read_official_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], Any]:
         )
     if not isinstance(state_dict, Mapping) or not all(isinstance(v, torch.Tensor) for v in state_dict.values()):
         raise opzoo.CheckpointError(f"{path}: entry 'model' is not a state dict of tensors")
-    state_dict = {k[len("module."):] if k.startswith("module.") else k: v for k, v in state_dict.items()}
+    state_dict = kit.strip_prefix(state_dict, "module.", str(path))
     return state_dict, args
 
 
 def _shape(sd: Mapping[str, torch.Tensor], key: str, ndim: int, path: Path) -> tuple[int, ...]:
-    if key not in sd:
-        raise opzoo.CheckpointError(f"{path}: official DPOT key {key!r} is missing")
-    if sd[key].ndim != ndim:
-        raise opzoo.CheckpointError(f"{path}: {key!r} has shape {list(sd[key].shape)}, expected {ndim} dims")
-    return tuple(sd[key].shape)
+    return kit.tensor_shape(sd, key, str(path), "official DPOT", ndim)
 
 
 def infer_model_args(sd: Mapping[str, torch.Tensor], args: Any, path: Path) -> dict[str, Any]:
@@ -131,16 +121,25 @@ def infer_model_args(sd: Mapping[str, torch.Tensor], args: Any, path: Path) -> d
 
 def map_state_dict(sd: Mapping[str, torch.Tensor], path: Path) -> dict[str, torch.Tensor]:
     """Rename official keys to opzoo's (1x1-conv MLP weights become Linear weights)."""
-    unknown = sorted(k for k in sd if official_to_opzoo_name(k) is None)
-    if unknown:
-        raise opzoo.CheckpointError(f"{path}: unexpected keys for an official DPOT network: {', '.join(unknown)}")
-    out = {}
-    for key, value in sd.items():
-        name = official_to_opzoo_name(key)
+    out = RENAMES.apply(sd, str(path), "an official DPOT network")
+    for name, value in out.items():
         if name.endswith(("mlp.fc1.weight", "mlp.fc2.weight")):
-            value = value.reshape(value.shape[0], value.shape[1])
-        out[name] = value
+            out[name] = value.reshape(value.shape[0], value.shape[1])
     return out
+
+
+def file_args(artifacts: opzoo.PretrainedArtifacts) -> dict[str, Any]:
+    """The sizes the converted tensors have (the load check, :func:`opzoo.kit.file_args_agree`): width, depth, MLP
+    ratio, head width, classes and Fourier-attention heads (the modes and flags are the file's ``args``, not its
+    tensors: the model's are kept)."""
+    sd, c = artifacts.state_dict, artifacts.model_config
+    width = kit.tensor_shape(sd, "pos_embed", artifacts.preset, "DPOT")[1]
+    return {"width": width, "depth": len({k.split(".")[1] for k in sd if k.startswith("blocks.")}),
+            "mlp_ratio": kit.tensor_shape(sd, "blocks.0.mlp.fc1.weight", artifacts.preset, "DPOT")[0] / width,
+            "out_layer_dim": kit.tensor_shape(sd, "out_head.0.weight", artifacts.preset, "DPOT")[1],
+            "n_cls": kit.tensor_shape(sd, "cls_head.4.weight", artifacts.preset, "DPOT")[0],
+            "mixer_args": {**c.mixer_args,
+                           "n_blocks": kit.tensor_shape(sd, "blocks.0.mixer.w1", artifacts.preset, "DPOT")[1]}}
 
 
 def matching_preset(model_args: Mapping[str, Any]) -> str | None:

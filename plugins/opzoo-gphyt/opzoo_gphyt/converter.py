@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import pathlib
-import re
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -52,14 +51,9 @@ GLOBAL_NAMES = {
 BUFFERS = ("derivatives.dt_filter", "derivatives.dh_filter", "derivatives.dw_filter", "tokenizer.patch_size")
 
 
-_BLOCK_PART = "|".join(map(re.escape, BLOCK_NAMES))
-RENAMES = kit.Renames([*((re.escape(k), v) for k, v in GLOBAL_NAMES.items()),
-                       (rf"attention_blocks\.(\d+)\.({_BLOCK_PART})", lambda m: f"net.blocks.{m[1]}.{BLOCK_NAMES[m[2]]}"),
-                       *((re.escape(k), None) for k in BUFFERS)])  # the buffers: checked, then computed by opzoo
-_OURS = {v: k for k, v in BLOCK_NAMES.items()}
-UPSTREAM_NAMES = kit.Renames([*((re.escape(v), k) for k, v in GLOBAL_NAMES.items()),
-                              (rf"net\.blocks\.(\d+)\.({'|'.join(map(re.escape, _OURS))})",
-                               lambda m: f"attention_blocks.{m[1]}.{_OURS[m[2]]}")])
+RENAMES = kit.Renames.tables(GLOBAL_NAMES, ("attention_blocks", "net.blocks", BLOCK_NAMES),
+                             left_out=BUFFERS)  # the buffers: checked, then computed by opzoo
+UPSTREAM_NAMES = RENAMES.inverse()
 
 
 opzoo_name = RENAMES.get  # an upstream tensor's opzoo name (None: not one opzoo knows)
