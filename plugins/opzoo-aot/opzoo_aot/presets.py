@@ -41,6 +41,23 @@ def aot_row(name: str, size: str, word: str, params: str, paper_params: str, noi
                                "timing": timing, "dpot": "dpot-" + size.lower()})
 
 
+PAPER = "AOT-POT: Adaptive Operator Transformation for Large-Scale PDE Pre-training (the paper; docs/models.md §3)"
+
+
+def aot_facts(v: opzoo.Variant) -> tuple[opzoo.Fact, ...]:
+    return (
+        opzoo.Fact("architecture", f"DPOT's network at POT size {v.name.split('-')[-1].upper()} ({v['dpot']}'s dims) "
+                   "with sandwich blocks and AOT residuals: n = 4 streams, 20 Sinkhorn iterations, gate init 0.01",
+                   PAPER + ", §3 and App. B.3"),
+        opzoo.Fact("reported parameters", v["paper_params"], PAPER + f", Table {v['table']}"),
+        opzoo.Fact("reported results", f"zero-shot relative L2 (Table {v['table']})"
+                   + (", fine-tuned (Table 1), single-step time (App. C.12)" if v["tuned"] is not None else ""),
+                   PAPER + f", Table {v['table']}" + (" and App. C.12" if v["tuned"] is not None else "")),
+        opzoo.Fact("published weights", "none: the paper gives none opzoo could find, so the preset has random weights",
+                   PAPER, verified=False, alternatives=("weights published since: a PretrainedSource row here",)),
+    )
+
+
 def aot_card_fields(v: opzoo.Variant) -> dict:
     a = v.args
     dpot = DPOT.variant(v["dpot"])
@@ -87,7 +104,7 @@ AOT_POT = opzoo.CheckpointFamily(
                 zero_shot=(("AOT-POT-L", "0.02934 0.02113 0.00285 0.00862 0.01804 0.00754 0.01000 0.02199 0.00197 0.06372 0.20111 0.00586"),
                            ("DPOT-L", "0.05500 0.02740 0.00528 0.01000 0.02160 0.00872 0.01150 0.02320 0.00233 0.07980 0.24000 0.00650"))),
     ),
-    pretrained_cfg=dict(channels=4, resolution=[128, 128], in_timesteps=10),
+    pretrained_cfg=dict(channels=4, resolution=[128, 128], in_timesteps=10), provenance=aot_facts,
     card=CARDS / "aot-pot.md", card_fields=aot_card_fields,
 )
 
