@@ -101,9 +101,9 @@ class FamilyConformance:
             assert preset.family == self.family and preset.card is not None, f"{variant.name}: no card"
             left = set(re.findall(r"\$\{?([A-Za-z_]\w*)", preset.card_template())) - set(SAVE_TIME_FIELDS)
             assert not left, f"{variant.name}: its card leaves ${', $'.join(sorted(left))} unfilled"
-            assert preset.provenance, f"{variant.name}: no provenance facts"
             assert all(fact.source for fact in preset.provenance), f"{variant.name}: a fact without its source"
-            if preset.pretrained is not None:
+            if preset.pretrained is not None:  # published weights: where each fact comes from, and a load check
+                assert preset.provenance, f"{variant.name}: no provenance facts"
                 assert preset.pretrained.checks, f"{variant.name}: its weights have no load check"
             contract = registry.contract(family.backbone, variant.name)  # the family's, or its backbone's
             assert contract is not None, (f"{variant.name}: no data contract: give the family (or its backbone) an "

@@ -46,9 +46,19 @@ class TestDPOT(FamilyConformance):
         return path.with_suffix(".pth")
 
 
+class TestFNO(FamilyConformance):  # the reference scripts' sizes; no weights are published
+    family = "fno"
+    tiny = {"width": 8, "depth": 1, "modes": 4}
+
+
 class TestAOTPOT(FamilyConformance):  # the paper's sizes; no weights are published
     family = "aot-pot"
     tiny = _shrunk("aot-pot-t")
+
+
+class TestNESTOR(FamilyConformance):  # no weights are published
+    family = "nestor"
+    tiny = _shrunk("nestor-ti")
 
 
 class TestMorph(FamilyConformance):

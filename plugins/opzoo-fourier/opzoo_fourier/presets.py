@@ -124,8 +124,29 @@ DPOT = opzoo.CheckpointFamily(
 )
 
 
+def fno_row(d: int) -> opzoo.Variant:
+    return opzoo.Variant(f"fno-{d}d", args=dict(spatial_dims=d, modes=FNO_MODES[d]))
+
+
+def fno_card_fields(v: opzoo.Variant) -> dict:
+    d, modes = v.args["spatial_dims"], v.args["modes"]
+    return {"dims": d, "modes": modes, "weights": 2 ** (d - 1), "weight_shape": ", ".join(["64", "64"] + [str(modes)] * d),
+            "axes": ", ".join("XYZ"[:d])}
+
+
+# the Fourier Neural Operator in 1-D, 2-D and 3-D at the reference scripts' sizes (no weights are published)
+FNO_FAMILY = opzoo.CheckpointFamily(
+    "fno", backbone="fno", args=dict(width=64, depth=4, act="gelu", in_channels=1, out_channels=1, in_timesteps=1,
+                                     out_timesteps=1),
+    variants=(fno_row(1), fno_row(2), fno_row(3)),
+    pretrained_cfg=dict(channels=1, in_timesteps=1), card=CARDS / "fno.md", card_fields=fno_card_fields,
+    contract=FNO_CONTRACT,
+)
+
+
 def register_presets(registry) -> None:
     registry.register_family(DPOT)
+    registry.register_family(FNO_FAMILY)
     registry.register_model(
         "dpot-micro",
         backbone="pot",
@@ -135,12 +156,3 @@ def register_presets(registry) -> None:
         pretrained_cfg=micro_pretrained_cfg(),
         results=micro_results(files("opzoo_fourier") / "pretrained" / "dpot-micro" / "eval.json"),
     )
-    for d, modes in FNO_MODES.items():
-        registry.register_model(
-            f"fno-{d}d",
-            backbone="fno",
-            args=dict(spatial_dims=d, width=64, depth=4, modes=modes, act="gelu",
-                      in_channels=1, out_channels=1, in_timesteps=1, out_timesteps=1),
-            card=CARDS / f"fno-{d}d.md",
-            pretrained_cfg=dict(channels=1, in_timesteps=1),
-        )
