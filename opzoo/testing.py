@@ -13,7 +13,7 @@ provenance and the family's data contract; a tiny model saved and loaded is in e
 where the family says how to write its upstream's file (:meth:`FamilyConformance.write_upstream`), the converter
 reads it back exactly, and a NaN, a missing, an extra or a mis-shaped tensor, another size and a file of no family
 are each refused in one line. What is the family's own (parity with its upstream, its data contract's recorded
-cases) stays in its own test files. Requires pytest.
+cases) stays in its own test files. Requires pytest; the 2-step fine-tune is in the slow tier.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import math
 import re
 from pathlib import Path
 from typing import Any, Callable
+
+import pytest
 
 from .errors import OpzooError
 from .registry.family import SAVE_TIME_FIELDS
@@ -172,6 +174,32 @@ class FamilyConformance:
         foreign = tmp_path / "foreign.pth"
         torch.save({"state_dict": {"encoder.weight": torch.zeros(2, 2)}}, foreign)
         self.assert_refused(foreign, "a file of no family")
+
+    @pytest.mark.slow
+    def test_a_saved_tiny_model_fine_tunes_two_steps_on_a_file(self, tmp_path):
+        """``opzoo finetune`` from the tiny model saved as a repo, on a file of its grid and channel count (the fit,
+        the run, the evaluation and the saved model, end to end)."""
+        import numpy as np
+
+        from .cli import main
+        from .data import write_canonical
+        from .model_io.loading import load
+
+        model = self.tiny_model()
+        model.save_pretrained(tmp_path / "repo")
+        c, x = model.config, self.example_input(model)
+        frames = c.in_timesteps + 4
+        rng = np.random.default_rng(0)
+        base = rng.standard_normal((4, *x.shape[1:-2], 1, c.in_channels)).astype(np.float32)
+        data = np.concatenate([np.roll(base, t, axis=1) for t in range(frames)], axis=-2)  # advected: it moves
+        named = list(model.pretrained_cfg.get("fields") or [])  # the model's own names, where its weights name them
+        fields = named if len(named) == c.in_channels else [f"c{i}" for i in range(c.in_channels)]
+        write_canonical(tmp_path / "data.h5", data, fields, pde="conformance")
+        code = main(["finetune", f"local-dir:{tmp_path / 'repo'}", "--data", str(tmp_path / "data.h5"), "--out",
+                     str(tmp_path / "run"), "--steps", "2", "--batch-size", "2"])
+        assert code == 0, f"{self.family}: opzoo finetune failed (exit {code})"
+        tuned = load(f"local-dir:{tmp_path / 'run' / 'model'}")
+        assert not tuned.training and type(tuned) is type(model)
 
     def assert_refused(self, path: Path, what: str) -> str:
         from .model_io.loading import load
