@@ -195,10 +195,10 @@ class FamilyConformance:
         named = list(model.pretrained_cfg.get("fields") or [])  # the model's own names, where its weights name them
         fields = named if len(named) == c.in_channels else [f"c{i}" for i in range(c.in_channels)]
         write_canonical(tmp_path / "data.h5", data, fields, pde="conformance")
-        code = main(["finetune", f"local-dir:{tmp_path / 'repo'}", "--data", str(tmp_path / "data.h5"), "--out",
+        code = main(["finetune", str(tmp_path / "repo"), "--data", str(tmp_path / "data.h5"), "--out",
                      str(tmp_path / "run"), "--steps", "2", "--batch-size", "2"])
         assert code == 0, f"{self.family}: opzoo finetune failed (exit {code})"
-        tuned = load(f"local-dir:{tmp_path / 'run' / 'model'}")
+        tuned = load(str(tmp_path / "run" / "model"))
         assert not tuned.training and type(tuned) is type(model)
 
     def assert_refused(self, path: Path, what: str) -> str:

@@ -148,8 +148,7 @@ def test_opzoo_has_no_import_circle():
 
 # docs/architecture.md's layers, bottom to top, and the arrows that run up (each named there)
 LAYERS = ["root", "contracts", "registry", "layers", "models", "model_io", "data", "evaluation", "training", "benchmark",
-          "testing",
-          "plugin-host", "cli"]
+          "plugin-host", "cli", "testing"]
 UPWARD: set = set()  # none: the console is at the bottom, the preset index in cli/, and Backbone's hub I/O installed
 
 
