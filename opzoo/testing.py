@@ -9,7 +9,8 @@
             ...
 
 The checks: every preset builds on the meta device with its table's parameter count; every preset has its card,
-provenance and the family's data contract; a tiny model saved and loaded is in eval mode, and runs in float64; and,
+provenance and the family's data contract; `opzoo verify` answers offline (a package's weights verified, any other's
+one line saying what it needs); a tiny model saved and loaded is in eval mode, and runs in float64; and,
 where the family says how to write its upstream's file (:meth:`FamilyConformance.write_upstream`), the converter
 reads it back exactly, and a NaN, a missing, an extra or a mis-shaped tensor, another size and a file of no family
 are each refused in one line. What is the family's own (parity with its upstream, its data contract's recorded
@@ -111,6 +112,27 @@ class FamilyConformance:
             assert contract is not None, (f"{variant.name}: no data contract: give the family (or its backbone) an "
                                           "opzoo.DataContract (docs/data-contract.md)")
             assert family.contract is None or contract == family.contract
+
+    def test_verify_answers_offline(self, tmp_path, monkeypatch, capsys):
+        """`opzoo verify` of the family's first preset with published weights, with no network and an empty Hugging
+        Face cache: weights in a package are verified; any others get one line saying what verify needs."""
+        from huggingface_hub import constants
+
+        from .cli import main
+        from .registry.registry import get_registry
+
+        registry = get_registry()
+        names = [v.name for v in self.table().variants if registry.preset(v.name).pretrained is not None]
+        if not names:
+            pytest.skip(f"{self.family} publishes no weights: there is nothing to verify")
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+        monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+        code = main(["verify", names[0]])
+        out, err = capsys.readouterr()
+        if code == 0:
+            assert " 0 failed, 0 not run" in out, out
+        else:
+            assert len(err.strip().splitlines()) == 1, f"{names[0]}: verify offline says more than one line:\n{err}"
 
     def test_a_saved_tiny_model_loads_in_eval_mode_and_runs_in_float64(self, tmp_path):
         import torch

@@ -230,7 +230,7 @@ def cmd_verify(args) -> int:
 
     if not args.names and not args.all:
         raise ConfigError("name one or more presets (names or patterns, e.g. 'well-fno-*'), or pass --all")
-    rows = verify(select_presets(args.names, args.all))
+    rows = verify(select_presets(args.names, args.all), file=args.file)
     if args.json:
         print(json.dumps([r.__dict__ for r in rows], indent=2))
     else:
@@ -342,7 +342,10 @@ def build_parser(plugin_commands: bool = True) -> argparse.ArgumentParser:
     p = sub.add_parser("verify", help="download presets' published files and run every load check on them "
                                        "(a table: preset, repo, revision, check, result; exit 1 if one fails)")
     p.add_argument("names", nargs="*", help="preset names or fnmatch patterns, e.g. well-fno-* (quote it)")
-    p.add_argument("--all", action="store_true", help="every preset with published weights")
+    p.add_argument("--all", action="store_true", help="every preset with weights on the Hub or in a package (files "
+                                                      "downloaded by hand are checked one at a time with --file)")
+    p.add_argument("--file", metavar="FILE", help="check this local copy of the one named preset's weights file "
+                                                  "(e.g. a file downloaded by hand) instead of fetching it")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_verify)
 

@@ -115,13 +115,15 @@ def pad_value_of(model: nn.Module, contract: DataContract) -> float:
 @dataclass
 class FieldPlan:
     """How one file's fields are read: ``mode`` ``named`` (the model's fields by name), ``adapt`` (the file's own
-    fields, the model's channels adapted to them) or ``position`` (the file's channels in order)."""
+    fields, the model's channels adapted to them), ``subset`` (the file's fields that the model has a slot for, each
+    into its slot) or ``position`` (the file's channels in order)."""
 
     mode: str
     steps: list[tuple[str, Any]] | None = None  # (name, Expression or fill value) per channel read
     transpose: bool = False
     training_set: TrainingSet | None = None
     lines: list[str] = field(default_factory=list)
+    new_slots: list[str] = field(default_factory=list)  # mode ``subset``: fields the model gains a slot for
 
     @property
     def names(self) -> list[str]:
@@ -159,6 +161,8 @@ def plan_fields(model: nn.Module, contract: DataContract, src: TrajectoryDataset
     if unknown:
         raise ConfigError(f"{path}: --field-map names {', '.join(unknown)}, which the file does not have (it has "
                           f"{', '.join(have)})")
+    if contract.other_fields == "subset":
+        return plan_subset(model, contract, src, field_map, training_set, may_adapt, name)
     fields = model_fields(model, contract)
     if fields is None:
         if field_map:
@@ -223,9 +227,64 @@ def plan_fields(model: nn.Module, contract: DataContract, src: TrajectoryDataset
                       f"of {', '.join(have)}; MODEL one of {', '.join(f for f in fields if f != PAD)}){adapt_hint}")
 
 
+def plan_subset(model: nn.Module, contract: DataContract, src: TrajectoryDataset, field_map: Mapping[str, str],
+                training_set: str | None, may_adapt: bool, name: str) -> FieldPlan:
+    """A model that reads any subset of its named slots (``other_fields="subset"``): each of the file's fields into
+    the slot of its name (after ``--field-map``, or as upstream read its training set); a field of no slot gains one
+    in training (as upstream fine-tunes), is left unread otherwise; a file of no known field is refused."""
+    path, have = src.path, src.source.own_fields
+    slots = list(getattr(model.config, contract.subset_config[1]))
+    ts, how = recognised_training_set(contract, src, training_set)
+    steps: list[tuple[str, Any]] = []
+    lines, taken = [], set()
+    if ts is not None:
+        for slot, text in ts.fields.items():
+            expr = parse_expression(text, f"training set {ts.name}: {slot}")
+            lacking = [n for n in expr.names if n not in have]
+            if lacking:
+                raise ConfigError(f"{path}: read as {ts.name} ({how}), {slot} := {text}, but the file has no "
+                                  f"{', '.join(lacking)} (it has {', '.join(have)})")
+            steps.append((slot, expr))
+            taken.update(expr.names)
+        lines.append(f"fields: read as {name}'s upstream read its training set {ts.name} ({how}; {ts.source}): "
+                     f"{ts.words()}" + (f"; {ts.note}" if ts.note else ""))
+    unread, new = [], []
+    for f in have:
+        if f in taken:
+            continue
+        slot = field_map.get(f, f)
+        if slot in (s for s, _ in steps):
+            raise ConfigError(f"{path}: two of the file's fields go to {name}'s slot {slot}; map one elsewhere with "
+                              f"--field-map")
+        if slot in slots or may_adapt:
+            steps.append((slot, Expression(f, a=f)))
+            if slot not in slots:
+                new.append(slot)
+        else:
+            unread.append(f)
+    if not steps:
+        raise ConfigError(f"{path}: none of the file's fields ({', '.join(have)}) is one of {name}'s state slots "
+                          f"({', '.join(slots)}): read them as its slots with --field-map FILE=SLOT,..., or as one of "
+                          f"its training sets with --training-set NAME ("
+                          f"{', '.join(t.name for t in contract.training_sets) or 'none recorded'}), or fine-tune on "
+                          f"them (opzoo finetune gives each field a new slot, {contract.other_fields_source})")
+    renames = [f"{f} as {field_map[f]}" for f in have if f in field_map and f not in taken]
+    known = [s for s, _ in steps if s not in new]
+    if known:
+        lines.append(f"fields: {', '.join(f'{s} (slot {slots.index(s)})' for s in known)} from the file"
+                     + (f" (--field-map: {', '.join(renames)})" if renames else ", by name" if not ts else ""))
+    if new:
+        lines.append(f"fields: {', '.join(new)}: no slot of {name}'s; each gains a new slot, freshly initialized, "
+                     f"as its upstream fine-tunes on new fields ({contract.other_fields_source})")
+    if unread:
+        lines.append(f"fields: not read: {', '.join(unread)} ({name} has no slot of that name; --field-map "
+                     f"FILE=SLOT reads one as a slot, fine-tuning gives it one of its own)")
+    return FieldPlan("subset", steps, bool(ts and ts.transpose), ts, lines, new)
+
+
 def apply_plan(src: TrajectoryDataset, plan: FieldPlan) -> None:
     """Have ``src`` (and every subset sharing its file) read its fields as ``plan`` says."""
-    if plan.mode in ("named", "adapt"):
+    if plan.mode in ("named", "adapt", "subset"):
         try:
             src.source.map_fields(plan.steps, plan.transpose)
         except DataFormatError as e:
@@ -269,6 +328,11 @@ def fit_data(model: nn.Module, sources: list[TrajectoryDataset], resolution=None
                               f"model that takes [N, {', '.join('XYZ'[:dims])}, T, C] with T_in={c.in_timesteps}, "
                               f"C={c.in_channels}; no adaptation changes the number of spatial dimensions: check the "
                               f"file's axis order (--layout array:<axes>) or use a {len(src.spatial)}-D model")
+        if dims is None and len(src.spatial) not in contract.spatial_dims:
+            takes = " or ".join(f"{d}-D" for d in contract.spatial_dims)
+            raise ConfigError(f"{src.path}: {len(src.spatial)}-D data, but {name} takes {takes} data; no adaptation "
+                              f"changes the number of spatial dimensions: check the file's axis order (--layout "
+                              f"array:<axes>) or use a {len(src.spatial)}-D model")
     may_adapt = train and adapt_channels
     forced = targets.pop("in_channels", None)
     plans, seen = [], {}
@@ -286,15 +350,25 @@ def fit_data(model: nn.Module, sources: list[TrajectoryDataset], resolution=None
     lines = [line for _, p in plans for line in _per_file(p.lines, p, plans)]
     changes: dict[str, Any] = {}
     c = model.config
+    subset_config: dict[str, Any] = {}
     if modes == {"named"}:
         lines.append(f"channels: {name}'s {c.in_channels}, by name")
+    if "subset" in modes:
+        fields = one_field_set(plans, modes, "subset", f"{name} runs on one set of state slots at a time; map them "
+                                                       "onto one with --field-map, or give files of the same fields")
+        per_channel, vocabulary = contract.subset_config
+        slots = list(getattr(c, vocabulary))
+        new_slots = [f for f in fields if f not in slots]
+        changes.update(in_channels=len(fields), out_channels=len(fields), **{per_channel: tuple(fields)})
+        if new_slots:
+            subset_config[vocabulary] = tuple(slots + new_slots)
+        lines.append(f"channels: {len(fields)}, each field in its own state slot of {name}'s {len(slots)}"
+                     + (f"; {len(new_slots)} new slot(s): the slot-shaped tensors adapted "
+                        f"({contract.other_fields_source})" if new_slots else ""))
     if "adapt" in modes:
-        names = {tuple(p.names) for _, p in plans}
-        if len(names) > 1 or modes != {"adapt"}:
-            raise ConfigError("the files hold different fields (" + "; ".join(
-                f"{s.path}: {', '.join(s.source.own_fields)}" for s, _ in plans) + f"): fine-tuning adapts {name} to "
-                "one set of fields; map them onto one with --field-map, or fine-tune on files of the same fields")
-        new_fields = list(next(iter(names)))
+        new_fields = one_field_set(plans, modes, "adapt", f"fine-tuning adapts {name} to one set of fields; map them "
+                                                          "onto one with --field-map, or fine-tune on files of the "
+                                                          "same fields")
         changes.update(in_channels=len(new_fields), out_channels=len(new_fields))
         lines.append(f"channels: {c.in_channels} -> {len(new_fields)} ({', '.join(new_fields)}): the channel-shaped "
                      f"tensors adapted ({contract.other_fields_source})")
@@ -341,6 +415,7 @@ def fit_data(model: nn.Module, sources: list[TrajectoryDataset], resolution=None
         raise ConfigError(f"{name} maps {c.in_channels} -> {c.out_channels} channels: it cannot be adapted to the "
                           f"files' {changes['in_channels']}")
     config, norm_lines, norm_record = normalization(model, contract, plans, changes, stats_from, progress, name)
+    config = {**config, **subset_config}
     adapted = model
     if changes or targets or config:
         adapted = adapt_model(model, seed=seed, config=config, **changes, **targets)
@@ -348,7 +423,8 @@ def fit_data(model: nn.Module, sources: list[TrajectoryDataset], resolution=None
             adapted.eval() if not model.training else adapted.train()
     fitted_names = _fitted_names(model, plans, adapted)
     if adapted is not model:  # the adapted model says what it reads (the one given is left as it was)
-        named = {"fields": fitted_names} if fitted_names and ("in_channels" in changes or "adapt" in modes) else {}
+        named = {"fields": fitted_names} if fitted_names and ("in_channels" in changes or modes & {"adapt", "subset"}) \
+            else {}
         adapted.pretrained_cfg = {**adapted.pretrained_cfg, **named,
                                   **({"normalization": norm_record} if norm_record else {})}
     grid = choose_grid(adapted, grid_from or sources, resolution, flag)
@@ -363,6 +439,15 @@ def fit_data(model: nn.Module, sources: list[TrajectoryDataset], resolution=None
     if norm_record:
         record["normalization"] = norm_record
     return FittedData(adapted, shape, grid, sources, lines, record)
+
+
+def one_field_set(plans, modes: set[str], mode: str, advice: str) -> list[str]:
+    """The one set of fields every file's plan (all of ``mode``) reads, or a ConfigError naming each file's."""
+    names = {tuple(p.names) for _, p in plans}
+    if len(names) > 1 or modes != {mode}:
+        raise ConfigError("the files hold different fields (" + "; ".join(
+            f"{s.path}: {', '.join(s.source.own_fields)}" for s, _ in plans) + f"): {advice}")
+    return list(next(iter(names)))
 
 
 def _field_map(value) -> dict[str, str]:
@@ -385,7 +470,7 @@ def _fitted_names(model: nn.Module, plans, adapted: nn.Module) -> list[str] | No
     """The field each of the fitted model's channels reads (``<pad>`` for padding), or None when a position model's
     files name their channels differently."""
     first = plans[0][1]
-    if first.mode in ("named", "adapt"):
+    if first.mode in ("named", "adapt", "subset"):
         return first.names
     names = {tuple(s.channel_names) for s, _ in plans}
     if len(names) > 1:

@@ -104,7 +104,8 @@ def adapt_model(model: nn.Module, *, seed: int = 0, config: Mapping[str, Any] | 
     backbone = get_registry().backbone_name(cls)
     new_cfg = old_cfg.replace(source=f"adapting {backbone} for fine-tuning", **changes, **relabelled)
     shaped = {k: v for k, v in changes.items() if k in SHAPE_FIELDS}
-    layout = cls.io_layout(old_cfg, new_cfg) if shaped else {}
+    # a config field that is not a shape may still size a tensor (MPP's state slots): its backbone's layout says how
+    layout = cls.io_layout(old_cfg, new_cfg) if shaped else (cls.io_layout(old_cfg, new_cfg) or {})
     if layout is None:
         raise ConfigError(
             f"cannot adapt backbone {backbone!r} to {changes}: {cls.__name__} has no io_layout (opzoo.Backbone.io_layout "

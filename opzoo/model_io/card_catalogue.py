@@ -38,7 +38,8 @@ def catalogue(names: Sequence[str]) -> dict[str, str]:
     for name in names:
         preset = registry.preset(name)
         src = preset.pretrained
-        where = "none" if src is None else (f"`{src.repo_id}`" if src.repo_id else "shipped in the package")
+        where = ("none" if src is None else f"`{src.repo_id}`" if src.repo_id else
+                 f"[downloaded by hand]({src.download_page})" if src.download_page else "shipped in the package")
         rows.append(f"| [{name}]({name}.md) | {preset.backbone} | {preset.owner} | {where} |")
     files[INDEX] = "\n".join(rows) + "\n"
     return files

@@ -39,6 +39,8 @@ def pretrained_file(source: PretrainedSource, filename: str | None = None, local
     possibly inside a zip) is used in place.
     """
     filename = filename or source.filename or WEIGHTS_NAME
+    if source.download_page is not None:
+        raise HubError(download_refusal(source, preset))
     if source.repo_id is not None:
         names = [source.filename or WEIGHTS_NAME, *source.extra_files]
         local_copy = None
@@ -56,6 +58,15 @@ def pretrained_file(source: PretrainedSource, filename: str | None = None, local
         raise HubError(directory_refusal(source.directory, filename))
     with as_file(resource) as path:
         yield Path(path)
+
+
+def download_refusal(source: PretrainedSource, preset: str | None = None) -> str:
+    """Why weights published on a download page are not loaded by name, and the three ways to use the file."""
+    name = preset or "PRESET"
+    return (f"{name}'s weights are not on the Hugging Face Hub: they are the file {source.filename} of "
+            f"{source.download_page}, which opzoo does not download; download it by hand, then "
+            f"opzoo.load({name!r}, checkpoint_path=FILE), or `opzoo convert {source.converter} FILE OUT` and use OUT, "
+            f"or check it with `opzoo verify {name} --file FILE`")
 
 
 def directory_refusal(directory, filename: str) -> str:
@@ -96,7 +107,7 @@ def fetch_before_building(preset: Preset) -> None:
     """Fetch (or find in the cache) ``preset``'s published Hub files before its model is built, so that an offline
     load, a missing file or a refused download fails at once, not after building a model of billions of parameters
     (the load that follows reads them from the cache)."""
-    if preset.pretrained is not None and preset.pretrained.repo_id is not None:
+    if preset.pretrained is not None and (preset.pretrained.repo_id or preset.pretrained.download_page) is not None:
         with pretrained_files(preset.pretrained, preset=preset.name):
             pass
 
@@ -206,9 +217,9 @@ def overlaid(preset: Preset, overlay: Mapping[str, Any]) -> tuple[Preset, str | 
         base = {f.name: getattr(preset.pretrained, f.name) for f in dataclasses.fields(PretrainedSource)} \
             if preset.pretrained is not None else {}
         if "repo_id" in source:
-            base.pop("directory", None)
+            base.update(directory=None, download_page=None)
         if "directory" in source:  # a local copy of the repo: its fallback weights files are read there too
-            base.update(repo_id=None, revision=None)
+            base.update(repo_id=None, revision=None, download_page=None)
         try:
             new = PretrainedSource(**{**base, **source})
         except (TypeError, ValueError) as e:
@@ -279,6 +290,9 @@ def source_description(source: PretrainedSource, owner: str | None = None) -> st
     if source.repo_id is not None:
         text = (f"{source.location.partition('@')[0]} file {source.filename or WEIGHTS_NAME}, "
                 f"revision {source.revision or 'main (latest)'}")
+    elif source.download_page is not None:
+        text = (f"file {source.filename} of {source.download_page}, downloaded by hand (opzoo does not download it: "
+                f"load it with checkpoint_path=FILE)")
     else:
         version = distribution_version(owner) if owner else None
         where = f"package {owner} {version}" if version else "directory"

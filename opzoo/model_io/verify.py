@@ -32,8 +32,8 @@ def select_presets(patterns: Iterable[str], all_presets: bool) -> list[str]:
 
     registry = get_registry()
     published = [n for n in registry.list_models() if registry.preset(n).pretrained is not None]
-    if all_presets:
-        return published
+    if all_presets:  # a file downloaded by hand is verified one preset at a time (--file)
+        return [n for n in published if registry.preset(n).pretrained.download_page is None]
     chosen: list[str] = []
     for pattern in patterns:
         if registry.has_preset(pattern):
@@ -49,9 +49,10 @@ def select_presets(patterns: Iterable[str], all_presets: bool) -> list[str]:
     return chosen
 
 
-def verify_preset(name: str, local_files_only: bool = False) -> list[VerifyRow]:
+def verify_preset(name: str, local_files_only: bool = False, file: str | None = None) -> list[VerifyRow]:
     """Every check of preset ``name`` on its real files (``local_files_only``: those in the Hugging Face cache,
-    without asking the Hub); a file that cannot be had is one 'not run' row."""
+    without asking the Hub; ``file``: a local copy of its weights file, e.g. one downloaded by hand); a file that
+    cannot be had is one 'not run' row."""
     import torch
 
     from ..registry.provenance import snapshot_revision
@@ -61,6 +62,15 @@ def verify_preset(name: str, local_files_only: bool = False) -> list[VerifyRow]:
     from .weights import check_finite, check_state_dict
 
     preset = get_registry().preset(name)
+    if file is not None:
+        from pathlib import Path
+
+        from .pretrained import overlaid
+
+        path = Path(file)
+        if not path.is_file():
+            raise ConfigError(f"--file {file}: no such file")
+        preset, _ = overlaid(preset, {"directory": str(path.parent.resolve()), "filename": path.name})
     src = preset.pretrained
     repo = src.location
     with torch.device("meta"):
@@ -100,16 +110,25 @@ def offline_reason() -> str | None:
     return None if reason is None else f"the Hub could not be reached ({reason}, tried for {hub_wait():g} s)"
 
 
-def verify(names: list[str]) -> list[VerifyRow]:
+def verify(names: list[str], file: str | None = None) -> list[VerifyRow]:
     """Rows for every check of every preset in ``names``. Without a network, the presets whose files are
-    in the cache are verified; when none is, a one-line HubError says what ``opzoo verify`` needs."""
+    in the cache are verified; when none is, a one-line HubError says what ``opzoo verify`` needs. ``file``: the
+    weights file of the one preset named, a local copy (checked as its published file). A preset whose file is
+    downloaded by hand (a download page) and not given is that one-line HubError when it is the only one."""
     from ..registry.registry import get_registry
 
     registry = get_registry()
-    hub = any(registry.preset(n).pretrained.repo_id is not None for n in names)
+    if file is not None and len(names) != 1:
+        raise ConfigError(f"--file checks the weights file of one preset; {len(names)} are named")
+    sources = [registry.preset(n).pretrained for n in names]
+    if file is None and len(names) == 1 and sources[0].download_page is not None:
+        from .pretrained import download_refusal
+
+        raise HubError(download_refusal(sources[0], names[0]))
+    hub = file is None and any(s.repo_id is not None for s in sources)
     offline = offline_reason() if hub else None  # directory sources need no network
     # without a network every look-up answers from the cache alone: no wait per file
-    rows = [row for name in names for row in verify_preset(name, local_files_only=bool(offline))]
+    rows = [row for name in names for row in verify_preset(name, local_files_only=bool(offline), file=file)]
     if offline and all(r.status == "not run" for r in rows):
         raise HubError(f"opzoo verify downloads each preset's published files from the Hugging Face Hub, and {offline}; "
                        f"none of the {len(names)} preset(s) has its files in the cache. Run it on a machine with "

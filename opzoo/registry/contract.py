@@ -8,7 +8,7 @@ A :class:`DataContract` states, for the weights of one family and the code that 
   upstream fed it;
 - what fills a field a file lacks (``absent``), and what a rollout feeds back in it;
 - how a file of other fields is taken (``other_fields``: the channel-shaped tensors adapted, as upstream fine-tunes;
-  padded; any count; or refused);
+  padded; any count; a subset of the fields it names, each into its own slot (MPP's state slots); or refused);
 - its normalization (:class:`Normalization`) and where it breaks;
 - the grids it runs and how data is resampled to them, and the boundary it assumes.
 
@@ -24,7 +24,7 @@ from typing import Literal, Mapping, Optional, Union
 
 PAD = "<pad>"  # a channel with no field: padding, filled with the model's pad value (it names such channels in a record)
 
-OtherFields = Literal["adapt", "pad", "any", "refuse"]
+OtherFields = Literal["adapt", "pad", "any", "subset", "refuse"]
 NormalizationKind = Literal["per-sample", "constants", "training-split", "none"]
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_.:\-]*"
@@ -160,8 +160,14 @@ class DataContract:
     resample_source: str = ""
     boundary: str = "not stated by upstream"
     spatial_dims: tuple[int, ...] = (2,)
+    # other_fields="subset": the model config's fields that name each channel's field and the fields it has (its
+    # vocabulary of slots, which fine-tuning on a new field extends), e.g. ("fields", "state_names")
+    subset_config: Optional[tuple[str, str]] = None
 
     def __post_init__(self) -> None:
+        if (self.other_fields == "subset") != (self.subset_config is not None):
+            raise ValueError(f"data contract {self.name!r}: other_fields='subset' and subset_config go together (the "
+                             f"config fields naming each channel's slot and the slots)")
         object.__setattr__(self, "training_sets", tuple(self.training_sets))
         if self.fields is not None:
             object.__setattr__(self, "fields", tuple(self.fields))

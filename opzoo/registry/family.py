@@ -66,7 +66,8 @@ class CheckpointFamily:
     row's preset. Every rule is a value for all rows or a function of the :class:`Variant`.
 
     ``backbone`` builds every row, with ``args`` updated by the row's; ``repo_id``/``revision``/``converter`` say
-    where and in which format the weights are published (``repo_id=None`` and no row's ``repo_id``: no weights);
+    where and in which format the weights are published (``repo_id=None`` and no row's ``repo_id``: no weights, unless
+    ``download_page`` names where each row's file, ``Variant.weights``, is downloaded by hand);
     ``card`` is the family's card template (a file), filled per row with ``card_fields``; ``contract`` what the
     family's weights take from a user's data (:class:`opzoo.DataContract`), said and applied by the one fit."""
 
@@ -87,6 +88,7 @@ class CheckpointFamily:
     card: Traversable | Path | None = None
     card_fields: PerVariant[Mapping[str, str]] = dataclasses.field(default_factory=dict)
     contract: DataContract | None = None  # what every row takes from a user's data (docs/data-contract.md)
+    download_page: str | None = None  # weights not on the Hub: the page users download each row's file from by hand
 
     def __post_init__(self) -> None:
         if self.contract is not None and not isinstance(self.contract, DataContract):

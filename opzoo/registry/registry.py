@@ -47,6 +47,11 @@ class PretrainedSource:
     for weights that ship inside a plugin; :meth:`package` builds one. Both kinds are resolved to
     local files by :func:`opzoo.model_io.pretrained.pretrained_files` and then loaded by the same code.
 
+    ``download_page`` is the third kind: weights published where opzoo cannot download them (a Google Drive folder
+    that upstream's README links), as file ``filename`` there. A user downloads the file by hand and loads it with
+    ``checkpoint_path=FILE`` (through ``converter`` and the ``checks``); ``pretrained=True`` alone is refused with
+    a line that says where the file is and how to load it.
+
     ``extra_files`` are other files of the repo that the converter or the checks read (e.g. the
     foreign ``config.json``); they are fetched with the weights, into the same snapshot. ``fallback_filenames`` are
     weights files read instead, in order, when a Hub repo (at the revision) or a directory has no ``filename`` (e.g. a
@@ -64,10 +69,15 @@ class PretrainedSource:
     extra_files: tuple[str, ...] = ()
     checks: tuple[PretrainedCheck, ...] = dataclasses.field(default=(), hash=False)
     fallback_filenames: tuple[str, ...] = ()
+    download_page: str | None = None
 
     def __post_init__(self) -> None:
-        if (self.repo_id is None) == (self.directory is None):
-            raise ValueError("PretrainedSource: give exactly one of repo_id (a Hub repo) or directory")
+        if sum(x is not None for x in (self.repo_id, self.directory, self.download_page)) != 1:
+            raise ValueError("PretrainedSource: give exactly one of repo_id (a Hub repo), directory or download_page "
+                             "(a page to download the file from by hand)")
+        if self.download_page is not None and (self.filename is None or self.converter is None):
+            raise ValueError("PretrainedSource: a download_page source names its file (filename) and the converter "
+                             "that reads it")
         if self.directory is not None and self.revision is not None:
             raise ValueError("PretrainedSource: revision applies to Hub repos only, not to a directory")
         if isinstance(self.directory, str):
@@ -88,9 +98,11 @@ class PretrainedSource:
 
     @property
     def location(self) -> str:
-        """Where the weights are, for messages: ``hf-hub:org/repo[@rev]`` or the directory."""
+        """Where the weights are, for messages: ``hf-hub:org/repo[@rev]``, the directory, or the download page."""
         if self.repo_id is not None:
             return f"{HF_HUB_PREFIX}{self.repo_id}{'@' + self.revision if self.revision else ''}"
+        if self.download_page is not None:
+            return self.download_page
         return str(self.directory)
 
 
@@ -349,8 +361,10 @@ class Registry:
         try:
             for v in family.variants:
                 repo_id = v.repo_id or family.repo_id
-                pretrained = None if repo_id is None else PretrainedSource(
+                page = None if repo_id is not None else family.download_page
+                pretrained = None if repo_id is None and page is None else PretrainedSource(
                     repo_id, v.weights, revision=v.revision or family.revision, converter=family.converter,
+                    download_page=page,
                     converter_options={**family.converter_options, **v.converter_options},
                     extra_files=(*family.rule("extra_files", v), *v.extra_files),
                     checks=tuple(family.rule("checks", v)), fallback_filenames=tuple(family.fallback_filenames))

@@ -6,9 +6,6 @@ physical-field wrapper must give upstream's predictions with every integrator.""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +14,8 @@ from safetensors.torch import load_file
 
 import opzoo
 from opzoo_gphyt.converter import convert_gphyt
+
+from ..recording import assert_same_outputs, rerun_recording
 
 DATA = Path(__file__).parent / "data"
 RECORDED = load_file(str(DATA / "reference.safetensors"))
@@ -86,11 +85,6 @@ def test_the_wrapper_takes_physical_fields_in_opzoos_layout(integrator):
 @pytest.mark.slow
 def test_upstream_live_gives_the_recording(tmp_path):
     """Reruns tests/gphyt/record_reference.py against the checkout in $OPZOO_GPHYT_REPO, in its own process."""
-    if not os.environ.get("OPZOO_GPHYT_REPO"):
-        pytest.skip("OPZOO_GPHYT_REPO does not name a checkout of FloWsnr/General-Physics-Transformer at 4374116")
-    subprocess.run([sys.executable, str(Path(__file__).with_name("record_reference.py")), str(tmp_path)],
-                   env={**os.environ, "OMP_NUM_THREADS": "1"}, check=True, capture_output=True, timeout=600)
-    live = load_file(str(tmp_path / "reference.safetensors"))
-    for key, value in RECORDED.items():
-        if key.endswith("output64"):
-            assert (live[key] - value).abs().max().item() <= 1e-12 * max(1.0, value.abs().max().item()), key
+    rerun_recording(Path(__file__).with_name("record_reference.py"), tmp_path, "OPZOO_GPHYT_REPO",
+                    "FloWsnr/General-Physics-Transformer at 4374116")
+    assert_same_outputs(load_file(str(tmp_path / "reference.safetensors")), RECORDED)

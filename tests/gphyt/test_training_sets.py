@@ -7,9 +7,6 @@ from upstream's own code)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +15,7 @@ import torch
 import opzoo
 from opzoo.evaluation.fit import fit_data, open_trajectories
 
+from ..recording import rerun_recording
 from . import training_set_files as files
 
 RECORDED = json.loads((Path(__file__).parent / "data" / "training_sets.json").read_text())
@@ -90,10 +88,8 @@ def test_training_set_none_reads_the_file_by_name(tmp_path):
 @pytest.mark.slow
 def test_upstream_live_gives_the_recording(tmp_path):
     """Reruns tests/gphyt/record_training_sets.py against the checkout in $OPZOO_GPHYT_REPO, in its own process."""
-    if not os.environ.get("OPZOO_GPHYT_REPO"):
-        pytest.skip("OPZOO_GPHYT_REPO does not name a checkout of FloWsnr/General-Physics-Transformer at 4374116")
-    subprocess.run([sys.executable, str(Path(__file__).with_name("record_training_sets.py")), str(tmp_path)],
-                   env={**os.environ, "OMP_NUM_THREADS": "1"}, check=True, capture_output=True, timeout=600)
+    rerun_recording(Path(__file__).with_name("record_training_sets.py"), tmp_path, "OPZOO_GPHYT_REPO",
+                    "FloWsnr/General-Physics-Transformer at 4374116")
     live = json.loads((tmp_path / "training_sets.json").read_text())
     for name, rec in RECORDED["datasets"].items():
         torch.testing.assert_close(torch.tensor(live["datasets"][name]["values"]), torch.tensor(rec["values"]),

@@ -6,9 +6,6 @@ sliced and interpolated in time."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +14,8 @@ from safetensors.torch import load_file
 
 import opzoo
 from opzoo_morph.converter import convert_morph
+
+from ..recording import assert_same_outputs, rerun_recording
 
 DATA = Path(__file__).parent / "data"
 RECORDED = load_file(str(DATA / "reference.safetensors"))
@@ -112,13 +111,5 @@ def test_revin_is_upstreams_normalization_of_the_window(positions):
 @pytest.mark.slow
 def test_upstream_live_gives_the_recording(tmp_path):
     """Reruns tests/morph/record_reference.py against the checkout in $OPZOO_MORPH_REPO, in its own process."""
-    repo = os.environ.get("OPZOO_MORPH_REPO")
-    if not repo:
-        pytest.skip("OPZOO_MORPH_REPO does not name a checkout of lanl/MORPH")
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run([sys.executable, str(Path(__file__).with_name("record_reference.py")), str(tmp_path)], env=env,
-                   check=True, capture_output=True, timeout=600)
-    live = load_file(str(tmp_path / "reference.safetensors"))
-    for key, value in RECORDED.items():
-        if key.endswith("output64"):
-            assert (live[key] - value).abs().max().item() <= 1e-12 * max(1.0, value.abs().max().item()), key
+    rerun_recording(Path(__file__).with_name("record_reference.py"), tmp_path, "OPZOO_MORPH_REPO", "lanl/MORPH")
+    assert_same_outputs(load_file(str(tmp_path / "reference.safetensors")), RECORDED)

@@ -6,8 +6,6 @@ from its training split (said), and absent fields are filled as upstream's incom
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import torch
 import opzoo
 from opzoo.evaluation.fit import fit_data, open_trajectories
 
+from ..recording import rerun_recording
 from .record_compressible import DATASETS, write
 
 RECORDED = json.loads((Path(__file__).parent / "data" / "compressible.json").read_text())
@@ -83,13 +82,8 @@ def test_incompressible_velocity_files_get_density_one_and_pressure_zero_as_upst
 @pytest.mark.slow
 def test_upstream_live_gives_the_recording(tmp_path):
     """Reruns tests/poseidon/record_compressible.py against $OPZOO_POSEIDON_REPO, in its own process."""
-    ref = Path(sys.prefix) / "reference" / "poseidon-transformers-4.29.2"
-    if not os.environ.get("OPZOO_POSEIDON_REPO") or not (ref / "accelerate").is_dir():
-        pytest.skip("OPZOO_POSEIDON_REPO does not name a checkout of camlab-ethz/poseidon, or `make "
-                    "poseidon-reference` was not run")
-    subprocess.run([sys.executable, str(Path(__file__).with_name("record_compressible.py")), str(tmp_path)],
-                   env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ref)}, check=True,
-                   capture_output=True, timeout=600)
+    rerun_recording(Path(__file__).with_name("record_compressible.py"), tmp_path, "OPZOO_POSEIDON_REPO",
+                    "camlab-ethz/poseidon at v1-paper", Path(sys.prefix) / "reference" / "poseidon-transformers-4.29.2")
     live = json.loads((tmp_path / "compressible.json").read_text())
     for name, rec in RECORDED["datasets"].items():
         torch.testing.assert_close(torch.tensor(live["datasets"][name]["values"]), torch.tensor(rec["values"]))

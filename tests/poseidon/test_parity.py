@@ -7,8 +7,6 @@ checkpoint (upstream's save_pretrained: config.json and a pickled pytorch_model.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,6 +17,8 @@ from safetensors.torch import load_file
 import opzoo
 from opzoo_poseidon.converter import convert_poseidon
 from opzoo_poseidon.network import CosineSelfAttention, position_table
+
+from ..recording import assert_same_outputs, rerun_recording
 
 DATA = Path(__file__).parent / "data"
 RECORDED = load_file(str(DATA / "reference.safetensors"))
@@ -110,14 +110,7 @@ def test_the_wrapper_takes_physical_fields_and_lead_times():
 def test_upstream_live_gives_the_recording(tmp_path):
     """Reruns tests/poseidon/record_reference.py against the checkout in $OPZOO_POSEIDON_REPO with transformers 4.29.2
     (`make poseidon-reference`), in its own process."""
-    repo, reference = os.environ.get("OPZOO_POSEIDON_REPO"), Path(".venv/reference/poseidon-transformers-4.29.2")
-    if not repo or not reference.is_dir():
-        pytest.skip("needs OPZOO_POSEIDON_REPO (a checkout of camlab-ethz/poseidon at v1-paper) and "
-                    "`make poseidon-reference`")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(reference.resolve())}
-    subprocess.run([sys.executable, str(Path(__file__).with_name("record_reference.py")), str(tmp_path)],
-                   env=env, check=True, capture_output=True, timeout=900)
-    live = load_file(str(tmp_path / "reference.safetensors"))
-    for key, value in RECORDED.items():
-        if key.endswith("output64"):
-            assert (live[key] - value).abs().max().item() <= 1e-12 * max(1.0, value.abs().max().item()), key
+    rerun_recording(Path(__file__).with_name("record_reference.py"), tmp_path, "OPZOO_POSEIDON_REPO",
+                    "camlab-ethz/poseidon at v1-paper", Path(sys.prefix) / "reference" / "poseidon-transformers-4.29.2",
+                    timeout=900)
+    assert_same_outputs(load_file(str(tmp_path / "reference.safetensors")), RECORDED)

@@ -66,6 +66,8 @@ def small_overrides(name: str) -> dict[str, Any]:
     if {"embed_dim", "skip_connections", "lead_time"} <= set(known):  # Poseidon (opzoo-poseidon): narrow, a 32^2 grid
         out |= {"embed_dim": 8, "depths": [1, 1, 1, 1], "num_heads": [1, 1, 2, 2], "image_size": 32,
                 "window_size": 4}
+    if {"state_names", "drop_path"} <= set(known):  # MPP (opzoo-mpp): narrow, one block, no stochastic depth
+        out |= {"dim": 32, "heads": 2, "depth": 1, "drop_path": 0.0}
     if "normalization" in known and "mean_delta" in known:
         out["normalization"] = "none"
     from opzoo.evaluation.fit import neutral_statistics
@@ -96,11 +98,12 @@ def all_presets() -> list[str]:
     only in channel counts and normalization stats) one per backbone and number of spatial dims is taken, and of
     PDE-Transformer's one per backbone (its S/B/L differ only in the sizes small_overrides replaces), and of MORPH's
     one per kind of position table (sliced or interpolated in time), and of GPhyT's and Poseidon's one (their sizes are
-    what small_overrides replaces)."""
+    what small_overrides replaces), and of MPP's one."""
     registry, seen, out = opzoo.get_registry(), set(), []
     for name in opzoo.list_models():
         preset = registry.preset(name)
-        if preset.owner in ("opzoo-well", "opzoo-pdet", "opzoo-morph", "opzoo-gphyt", "opzoo-poseidon"):
+        if preset.owner in ("opzoo-well", "opzoo-pdet", "opzoo-morph", "opzoo-gphyt", "opzoo-poseidon",
+                             "opzoo-mpp"):
             key = (preset.backbone, preset.args.get("spatial_dims"), preset.args.get("time_positions"))
             if key in seen:
                 continue

@@ -1,5 +1,5 @@
 """Issue 57: every registered checkpoint family passes opzoo.testing's conformance suite. A family whose upstream
-format the tests can write (MORPH, GPhyT, Poseidon) also goes through its converter: a round trip, and each damaged
+format the tests can write (MORPH, GPhyT, Poseidon, MPP) also goes through its converter: a round trip, and each damaged
 file refused in one line. What is a family's own (its recorded parity, its data contract's cases) stays in
 tests/<family>/."""
 
@@ -117,6 +117,21 @@ class TestPoseidon(FamilyConformance):
         (path / "config.json").write_text(json.dumps(config))
         save_file(state, str(path / "model.safetensors"))
         return path / "model.safetensors"
+
+
+class TestMPP(FamilyConformance):
+    family = "mpp"
+    tiny = _shrunk("mpp-avit-ti")
+    other = {"dim": 64, "heads": 4}
+    grid = (32, 32)
+
+    def write_upstream(self, model, path, edit):  # as train_basic.py saves under DDP: {iters, epoch, model_state, ...}
+        from opzoo_mpp.converter import upstream_state
+
+        state = {f"module.{k}": v for k, v in upstream_state(model).items()}
+        edit(state)
+        torch.save({"iters": 0, "epoch": 0, "model_state": state, "optimizer_state_dict": {}}, path.with_suffix(".tar"))
+        return path.with_suffix(".tar")
 
 
 class TestPdetMixedChannels(FamilyConformance):

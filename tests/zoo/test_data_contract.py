@@ -22,7 +22,8 @@ from .small_presets import small_model
 
 # a preset of every family (and of every backbone a preset without a family uses)
 REPRESENTATIVES = ["dpot-micro", "aot-pot-micro", "nestor-ti", "fno-2d", "simple-op", "well-fno-shear_flow",
-                   "well-unet-convnext-shear_flow", "pdet-mc-s", "pdet-sc-s", "morph-ti", "gphyt-s", "poseidon-t"]
+                   "well-unet-convnext-shear_flow", "pdet-mc-s", "pdet-sc-s", "morph-ti", "gphyt-s", "poseidon-t",
+                   "mpp-avit-ti"]
 DECISIONS = ("fields", "channels", "grid", "boundary", "normalization")
 KINDS = ("one-field", "three-unknown-fields", "40x56-dirichlet", "1-d")
 # what each family does with each file when fine-tuning (a fit, or a refusal naming what fits): a change here is a
@@ -40,6 +41,7 @@ FINETUNE = {
     "morph-ti": ("own", "any", "own", "own"),
     "gphyt-s": ("adapt", "adapt", "adapt", "refuse"),
     "poseidon-t": ("adapt", "adapt", "adapt", "refuse"),
+    "mpp-avit-ti": ("adapt", "adapt", "adapt", "refuse"),  # a field of no state slot gains one
 }
 
 

@@ -58,13 +58,17 @@ def test_preset_builds_on_meta_and_opzoo_info_prints_it(name, capsys):
     out = capsys.readouterr().out
     assert out.startswith(f"{name}  ({doc['backbone']}, from {doc['plugin']})")
     assert f"parameters: {n:,}" in out
-    # where the weights come from: the Hub repo, file and revision, or the package (and version) they ship in
+    # where the weights come from: the Hub repo, file and revision, the package (and version) they ship in, or the
+    # page a file is downloaded from by hand
     weights = next(line for line in out.splitlines() if line.startswith("  weights:"))
     src = opzoo.get_registry().preset(name).pretrained
     if src is None:
         assert "none published" in weights
     elif src.repo_id is not None:
         assert f"hf-hub:{src.repo_id} file {src.filename or 'model.safetensors'}, revision" in weights
+    elif src.download_page is not None:  # a file downloaded by hand: which file, where, and how to load it
+        assert f"file {src.filename} of {src.download_page}, downloaded by hand" in weights
+        assert "checkpoint_path=FILE" in weights
     else:
         assert f"package {doc['plugin']} " in weights and str(src.directory) in weights
     if src is not None:  # every pretrained preset recommends a fine-tuning lr, with its source

@@ -1,0 +1,222 @@
+"""opzoo-mpp: the four presets against upstream's own build_avit (counted from its config files in the recording),
+files downloaded by hand (a stand-in Ti file as train_basic.py saves it, under DDP), the refusals, and MPP's data
+contract: its state slots by name, its training sets, new fields as new slots (upstream's expand_projections)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import opzoo
+from opzoo.evaluation.fit import fit_data, open_trajectories
+from opzoo_mpp.backbone import STATE_NAMES
+from opzoo_mpp.family import DRIVE
+
+DATA = Path(__file__).parent / "data"
+META = json.loads((DATA / "reference.json").read_text())
+PRESETS = {"ti": "mpp-avit-ti", "s": "mpp-avit-s", "b": "mpp-avit-b", "l": "mpp-avit-l"}
+
+
+@pytest.mark.parametrize("size", PRESETS)
+def test_each_preset_is_upstreams_build_avit_from_its_own_config_file(size):
+    """Sizes as upstream's config/mpp_avit_*_config.yaml, parameter count as its build_avit on them (recorded)."""
+    upstream = META["sizes"][size]
+    with torch.device("meta"):
+        model = opzoo.load(PRESETS[size])
+    c = model.config
+    assert (c.dim, c.heads, c.depth, len(c.state_names)) == (upstream["embed_dim"], upstream["num_heads"],
+                                                             upstream["processor_blocks"], upstream["n_states"])
+    assert upstream["patch_size"] == [16, 16] and upstream["n_steps"] == c.in_timesteps == 16
+    assert upstream["bias_type"] == "rel" and upstream["block_type"] == "axial"
+    assert sum(p.numel() for p in model.parameters()) == upstream["parameters"]
+
+
+def train_basic_file(model: torch.nn.Module, path: Path) -> Path:
+    """``model``'s weights as train_basic.py L165 saves them under DDP (``module.``), with an optimizer state."""
+    state = {f"module.{k[len('net.'):]}": v for k, v in model.state_dict().items()}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    torch.save({"iters": 2000, "epoch": 1, "model_state": state, "optimizer_state_dict": optimizer.state_dict()},
+               path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def ti_file(tmp_path_factory) -> tuple[torch.nn.Module, Path]:
+    torch.manual_seed(0)
+    model = opzoo.load("mpp-avit-ti")
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    return model, train_basic_file(model, tmp_path_factory.mktemp("mpp") / "MPP_AViT_Ti")
+
+
+def test_a_stand_in_ti_file_converts_and_the_model_holds_exactly_its_tensors(ti_file, tmp_path):
+    model, path = ti_file
+    loaded = opzoo.load("mpp-avit-ti", checkpoint_path=path)
+    assert not loaded.training and loaded.preset_name == "mpp-avit-ti"
+    want = model.state_dict()
+    got = loaded.state_dict()
+    assert set(got) == set(want) and all(torch.equal(got[k], want[k]) for k in want)
+    assert len(got) == len(torch.load(path, weights_only=True)["model_state"])
+    from opzoo.cli import main
+
+    assert main(["convert", "mpp", str(path), str(tmp_path / "out")]) == 0
+    converted = opzoo.load(str(tmp_path / "out"))
+    assert converted.preset_name == "mpp-avit-ti" and all(torch.equal(converted.state_dict()[k], want[k])
+                                                          for k in want)
+
+
+def test_a_file_of_another_size_is_refused_in_one_line_naming_its_preset(ti_file):
+    _, path = ti_file
+    with pytest.raises(opzoo.OpzooError) as e:
+        opzoo.load("mpp-avit-s", checkpoint_path=path)
+    text = str(e.value)
+    assert "\n" not in text and "mpp-avit-ti" in text and "dim: file 192, model 384" in text
+
+
+def test_loading_by_name_says_where_the_files_are_and_which_is_which():
+    with pytest.raises(opzoo.HubError) as e:
+        opzoo.load("mpp-avit-b", pretrained=True)
+    text = str(e.value)
+    assert "\n" not in text and DRIVE in text and "MPP_AViT_B" in text and "checkpoint_path=FILE" in text
+    info = opzoo.get_registry().preset("mpp-avit-l")
+    assert info.pretrained.download_page == DRIVE and info.pretrained.filename == "MPP_AViT_L"
+
+
+def test_verify_answers_offline_in_one_line_and_checks_a_downloaded_file(ti_file, capsys):
+    from opzoo.cli import main
+
+    assert main(["verify", "mpp-avit-b"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and DRIVE in err and "--file" in err
+    _, path = ti_file
+    assert main(["verify", "mpp-avit-ti", "--file", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "2 passed, 0 failed, 0 not run" in out
+    assert main(["verify", "mpp-avit-s", "--file", str(path)]) == 1
+
+
+def test_info_names_the_download_page_and_the_file():
+    from opzoo.cli import preset_document
+
+    doc = preset_document("mpp-avit-s", {})
+    assert DRIVE in doc["pretrained"]["description"] and "MPP_AViT_S" in doc["pretrained"]["description"]
+    topics = {f["topic"]: f for f in doc["provenance"]}
+    assert not topics["file name"]["verified"] and topics["code license"]["value"] == "MIT"
+
+
+def test_a_bare_state_dict_reads_as_restore_checkpoint_reads_it(ti_file, tmp_path):
+    model, _ = ti_file
+    path = tmp_path / "bare.pt"
+    torch.save({k[len("net."):]: v for k, v in model.state_dict().items()}, path)
+    loaded = opzoo.load("mpp-avit-ti", checkpoint_path=path)
+    assert torch.equal(loaded.state_dict()["net.space_bag.weight"], model.state_dict()["net.space_bag.weight"])
+
+
+def test_a_file_of_more_slots_needs_their_names(tmp_path):
+    model = opzoo.load("mpp-avit-ti", dim=32, heads=2, depth=1, state_names=[*STATE_NAMES, "u"])
+    path = train_basic_file(model, tmp_path / "ft.tar")
+    with pytest.raises(opzoo.CheckpointError, match="state_names"):
+        opzoo.get_registry().get("converter", "mpp")(path)
+    converted = opzoo.get_registry().get("converter", "mpp")(path, state_names=",".join([*STATE_NAMES, "u"]))
+    assert converted.model_args["state_names"][-1] == "u"
+
+
+# ---- the data contract ----------------------------------------------------------------------------------------------
+
+
+def tiny(**changes) -> torch.nn.Module:
+    torch.manual_seed(0)
+    model = opzoo.load("mpp-avit-ti", dim=32, heads=2, depth=1, drop_path=0.0, **changes)
+    model.preset_name = "mpp-avit-ti"
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def cfd_file(tmp_path_factory) -> Path:
+    from tests.data.foreign_layouts import write_pdebench_cfd
+
+    rng = np.random.default_rng(0)
+    path = tmp_path_factory.mktemp("cfd") / "2D_CFD_Rand_M0.1.hdf5"
+    write_pdebench_cfd(path, rng.standard_normal((3, 32, 32, 6, 4)).astype(np.float32))
+    return path
+
+
+def test_a_pdebench_cfd_file_read_as_upstream_read_compns(cfd_file):
+    fitted = fit_data(tiny(), [open_trajectories(str(cfd_file))], training_set="compNS")
+    c = fitted.model.config
+    assert c.fields == ("compNS.Vx", "compNS.Vy", "compNS.density", "compNS.pressure")
+    assert fitted.model.slots.tolist() == [6, 7, 8, 9]
+    block = "\n".join(fitted.lines)
+    assert "training set compNS" in block and "compNS.Vx := Vx" in block
+    src = fitted.sources[0]
+    raw = open_trajectories(str(cfd_file))
+    assert np.array_equal(src[0][0][..., 0].numpy(), raw[0][0][..., 2].numpy())  # slot 6 (Vx) is the file's Vx
+
+
+def test_fields_by_name_each_into_its_slot_and_a_subset_of_them(cfd_file):
+    fitted = fit_data(tiny(), [open_trajectories(str(cfd_file))],
+                      field_map="density=compNS.density,pressure=compNS.pressure")
+    assert fitted.model.config.fields == ("compNS.density", "compNS.pressure")
+    assert fitted.model.slots.tolist() == [8, 9]
+    assert any("not read: Vx, Vy" in line for line in fitted.lines)
+
+
+def test_a_field_of_no_slot_is_refused_in_evaluation_and_gains_a_slot_in_fine_tuning(cfd_file):
+    src = open_trajectories(str(cfd_file))
+    with pytest.raises(opzoo.ConfigError, match="--training-set NAME"):
+        fit_data(tiny(), [src])
+    model = tiny()
+    fitted = fit_data(model, [open_trajectories(str(cfd_file))], train=True,
+                      field_map="Vx=compNS.Vx,Vy=compNS.Vy")
+    new = fitted.model
+    assert new.config.state_names == (*STATE_NAMES, "density", "pressure")
+    assert new.config.fields == ("density", "pressure", "compNS.Vx", "compNS.Vy")  # the file's order
+    assert new.slots.tolist() == [12, 13, 6, 7]
+    old_sd, new_sd = model.state_dict(), new.state_dict()
+    # as upstream's expand_projections: old columns, output rows and biases kept; new ones freshly initialized
+    assert torch.equal(new_sd["net.space_bag.weight"][:, :12], old_sd["net.space_bag.weight"])
+    assert torch.equal(new_sd["net.space_bag.bias"], old_sd["net.space_bag.bias"])
+    assert torch.equal(new_sd["net.debed.out_kernel"][:, :12], old_sd["net.debed.out_kernel"])
+    assert torch.equal(new_sd["net.debed.out_bias"][:12], old_sd["net.debed.out_bias"])
+    assert new_sd["net.space_bag.weight"][:, 12:].abs().sum() > 0
+    assert all(torch.equal(new_sd[k], v) for k, v in old_sd.items() if "space_bag" not in k and "out_" not in k)
+
+
+def test_expand_projections_is_upstreams_where_it_is_run():
+    """With a checkout named ($OPZOO_MPP_REPO), upstream's own AViT.expand_projections on the same weights keeps what
+    opzoo's adaptation keeps (the fresh slices are random on both sides)."""
+    import os
+
+    from opzoo_mpp.converter import upstream_network
+
+    if not os.environ.get("OPZOO_MPP_REPO"):
+        pytest.skip("OPZOO_MPP_REPO does not name a checkout of PolymathicAI/multiple_physics_pretraining")
+    model = tiny()
+    net = upstream_network(model)
+    net.expand_projections(2)
+    assert torch.equal(net.space_bag.weight[:, :12], model.net.space_bag.weight)
+    assert torch.equal(net.space_bag.bias, model.net.space_bag.bias)
+    assert tuple(net.debed.out_kernel.shape) == (8, 14, 4, 4)
+
+
+def test_periodic_is_upstreams_boundary_flag_and_the_fit_says_it(cfd_file):
+    model = tiny(periodic=True)
+    fitted = fit_data(model, [open_trajectories(str(cfd_file))], training_set="compNS")
+    assert fitted.model.config.periodic is True
+    assert any(line.startswith("boundary:") and "periodic=True" in line for line in fitted.lines)
+
+
+def test_a_grid_not_of_16s_is_resampled_to_the_nearest_and_said(tmp_path):
+    from opzoo.data import write_canonical
+
+    path = tmp_path / "odd.h5"
+    data = np.random.default_rng(0).standard_normal((2, 40, 56, 5, 1)).astype(np.float32)
+    write_canonical(path, data, ["h"], pde="swe")
+    fitted = fit_data(tiny(), [open_trajectories(str(path))], field_map="h=swe.h")
+    assert fitted.grid.resolution == (48, 64)
+    assert fitted.model.slots.tolist() == [0]
