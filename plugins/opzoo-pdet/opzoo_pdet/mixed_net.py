@@ -183,13 +183,8 @@ class Stage(nn.Module):
         self.periodic = periodic
         self.blocks = nn.ModuleList(self.block_class(dim, heads, window, mlp_ratio) for _ in range(depth))
 
-    @staticmethod
-    def windows(x: Tensor, size: int) -> Tensor:
-        return windows(x, size)
-
-    @staticmethod
-    def unwindows(x: Tensor, size: int, h: int, w: int) -> Tensor:
-        return unwindows(x, size, h, w)
+    windows = staticmethod(windows)  # the module's: the separate-channel stage's module has its own
+    unwindows = staticmethod(unwindows)
 
     def region_ids(self, region: Tensor) -> Tensor:
         """``[H, W]`` region labels -> ``[n_windows, N]`` per window token."""

@@ -120,13 +120,8 @@ class Stage(mixed_net.Stage):
     block_class = Block
     mask_small_grids = True
 
-    @staticmethod
-    def windows(x: Tensor, size: int) -> Tensor:
-        return windows(x, size)
-
-    @staticmethod
-    def unwindows(x: Tensor, size: int, h: int, w: int) -> Tensor:
-        return unwindows(x, size, h, w)
+    windows = staticmethod(windows)
+    unwindows = staticmethod(unwindows)
 
     def region_ids(self, region: Tensor) -> Tensor:
         return self.windows(region[None, None, :, :, None], self.window)[:, 0, :, 0]
