@@ -113,7 +113,8 @@ def test_a_third_party_family_runs_the_conformance_suite_in_one_class(installed_
                                  **env_enabling("opzoo-example-plugin")},
                             cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
-    # no upstream format to write: the converter checks say so; `opzoo verify` answers offline; the 2-step fine-tune is in the slow tier
+    # no upstream format to write: the converter checks say so; `opzoo verify` answers offline; the 2-step fine-tune
+    # is in the slow tier
     assert "4 passed, 3 skipped, 1 deselected" in result.stdout
     assert "does not say how to write example-shift's upstream file" in result.stdout
 
