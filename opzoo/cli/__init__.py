@@ -55,12 +55,14 @@ def _offline_of(index: dict | None, name: str) -> str:
     to be downloaded (checked without any network)."""
     if index is not None:
         src = index["presets"][index["aliases"].get(name, name)]["pretrained"] or {}
-        repo, filename = src.get("repo_id"), src.get("filename")
+        repo, filename, page = src.get("repo_id"), src.get("filename"), src.get("download_page")
     else:
         from ..registry.registry import get_registry
 
         pre = get_registry().preset(name).pretrained
-        repo, filename = (pre.repo_id, pre.filename) if pre is not None else (None, None)
+        repo, filename, page = (pre.repo_id, pre.filename, pre.download_page) if pre is not None else (None,) * 3
+    if page is not None:
+        return "download by hand (checkpoint_path=FILE)"
     if repo is None:
         return "shipped (offline)"
     from huggingface_hub import try_to_load_from_cache
@@ -108,6 +110,7 @@ def _preset_info(name: str, overrides: dict) -> tuple[dict, object]:
         "backbone": preset.backbone,
         "plugin": preset.owner,
         "pretrained": None if src is None else {"location": src.location, "repo_id": src.repo_id,
+                                                 "download_page": src.download_page,
                                                  "filename": src.filename, "revision": src.revision,
                                                  "converter": src.converter,
                                                  "description": source_description(src, preset.owner)},

@@ -220,3 +220,10 @@ def test_a_grid_not_of_16s_is_resampled_to_the_nearest_and_said(tmp_path):
     fitted = fit_data(tiny(), [open_trajectories(str(path))], field_map="h=swe.h")
     assert fitted.grid.resolution == (48, 64)
     assert fitted.model.slots.tolist() == [0]
+
+
+def test_list_says_the_files_are_downloaded_by_hand():
+    """`opzoo list --pretrained`'s column: never "shipped (offline)" for a file the user downloads."""
+    from opzoo.cli import _offline_of
+
+    assert all(_offline_of(None, name) == "download by hand (checkpoint_path=FILE)" for name in PRESETS.values())
