@@ -36,29 +36,28 @@ def row(name: str, subfolder: str, size: str, size_word: str, nrmse: tuple[float
                                "published_params": params})
 
 
-MIXED = opzoo.CheckpointFamily(
-    "pdet-mc", backbone="pdet-mc", args=SHARED_ARGS, repo_id=HUB_REPO, converter="pde-transformer",
-    variants=(
-        #   preset       subfolder  size     size       nRMSE1, nRMSE10  authors' params
-        row("pdet-mc-s", "mc-s", "PDE-S", "Small", (0.044, 0.36), "~33M"),
-        row("pdet-mc-b", "mc-b", "PDE-B", "Base", (0.038, 0.31), "~130M"),
-        row("pdet-mc-l", "mc-l", "PDE-L", "Large", (0.034, 0.27), "~518M"),
-    ),
-    checks=lambda v: (config_agrees(v["subfolder"], "pdet-mc"),), provenance=mixed_facts, results=reported_result,
-    pretrained_cfg=pretrained_cfg("pdet-mc"), card=CARDS / "pdet-mc.md", card_fields=card_fields,
-    contract=contract("pdet-mc"),
+def family(name: str, provenance, *rows: opzoo.Variant) -> opzoo.CheckpointFamily:
+    """One network's table (``pdet-mc`` or ``pdet-sc``): its rows and facts; every other rule is the name's."""
+    return opzoo.CheckpointFamily(
+        name, backbone=name, args=SHARED_ARGS, repo_id=HUB_REPO, converter="pde-transformer", variants=rows,
+        checks=lambda v: (config_agrees(v["subfolder"], name),), provenance=provenance, results=reported_result,
+        pretrained_cfg=pretrained_cfg(name), card=CARDS / f"{name}.md", card_fields=card_fields,
+        contract=contract(name))
+
+
+MIXED = family(
+    "pdet-mc", mixed_facts,
+    #   preset       subfolder  size     size       nRMSE1, nRMSE10  authors' params
+    row("pdet-mc-s", "mc-s", "PDE-S", "Small", (0.044, 0.36), "~33M"),
+    row("pdet-mc-b", "mc-b", "PDE-B", "Base", (0.038, 0.31), "~130M"),
+    row("pdet-mc-l", "mc-l", "PDE-L", "Large", (0.034, 0.27), "~518M"),
 )
 
-SEPARATE = opzoo.CheckpointFamily(
-    "pdet-sc", backbone="pdet-sc", args=SHARED_ARGS, repo_id=HUB_REPO, converter="pde-transformer",
-    variants=(
-        row("pdet-sc-s", "sc-s", "PDE-S", "Small", (0.043, 0.34), "~46M"),
-        row("pdet-sc-b", "sc-b", "PDE-B", "Base", (0.037, 0.29), "~178M"),
-        row("pdet-sc-l", "sc-l", "PDE-L", "Large", (0.034, 0.26), "~701M"),
-    ),
-    checks=lambda v: (config_agrees(v["subfolder"], "pdet-sc"),), provenance=separate_facts, results=reported_result,
-    pretrained_cfg=pretrained_cfg("pdet-sc"), card=CARDS / "pdet-sc.md", card_fields=card_fields,
-    contract=contract("pdet-sc"),
+SEPARATE = family(
+    "pdet-sc", separate_facts,
+    row("pdet-sc-s", "sc-s", "PDE-S", "Small", (0.043, 0.34), "~46M"),
+    row("pdet-sc-b", "sc-b", "PDE-B", "Base", (0.037, 0.29), "~178M"),
+    row("pdet-sc-l", "sc-l", "PDE-L", "Large", (0.034, 0.26), "~701M"),
 )
 
 PLUGIN = opzoo.kit.FamilyPlugin(

@@ -95,6 +95,15 @@ def shared_facts(variant: opzoo.Variant, code: str, train_cfg: str) -> dict[str,
     }
 
 
+def trained(shared: dict[str, opzoo.Fact], loss: str, train_cfg: str) -> tuple[opzoo.Fact, ...]:
+    """The facts that close both networks' lists: normalization, the training recipe (``loss``: what differs), the
+    published weights' EMA, results, counts and licenses."""
+    recipe = opzoo.Fact("training", "100 epochs, AdamW lr 4e-5, batch 8 x 8 accumulated, bf16-mixed, EMA 0.999, "
+                        + loss, at(train_cfg))
+    return (shared["normalization"], shared["normalization stats"], recipe, *(shared[k] for k in (
+        "EMA weights published", "reported nRMSE", "published parameters", "code license", "weights license")))
+
+
 def mixed_facts(variant: opzoo.Variant) -> tuple[opzoo.Fact, ...]:
     Fact = opzoo.Fact
     subfolder, size = variant["subfolder"], variant["size"]
@@ -131,11 +140,7 @@ def mixed_facts(variant: opzoo.Variant) -> tuple[opzoo.Fact, ...]:
              "Swin does; a constructor flag of the network, recorded in config.json; fine-tuning follows a file "
              "that states its boundary", at(train_cfg) + " (periodic: True); " + at(code)
              + " (PDEStage.get_attn_mask)"),
-        shared["normalization"], shared["normalization stats"],
-        Fact("training", "100 epochs, AdamW lr 4e-5, batch 8 x 8 accumulated, bf16-mixed, EMA 0.999, MSE on the "
-             "next frame", at(train_cfg)),
-        shared["EMA weights published"], shared["reported nRMSE"], shared["published parameters"],
-        shared["code license"], shared["weights license"],
+        *trained(shared, "MSE on the next frame", train_cfg),
     )
 
 
@@ -172,11 +177,7 @@ def separate_facts(variant: opzoo.Variant) -> tuple[opzoo.Fact, ...]:
         Fact("boundary conditions", "periodic=True in training (the class default is False), recorded in "
              "config.json; fine-tuning follows a file that states its boundary",
              at(train_cfg) + " (periodic: True); " + at(code) + " (PDETransformer.__init__)"),
-        shared["normalization"], shared["normalization stats"],
-        Fact("training", "100 epochs, AdamW lr 4e-5, batch 8 x 8 accumulated, bf16-mixed, EMA 0.999, 256x256, MSE on "
-             "the predicted slot", at(train_cfg)),
-        shared["EMA weights published"], shared["reported nRMSE"], shared["published parameters"],
-        shared["code license"], shared["weights license"],
+        *trained(shared, "256x256, MSE on the predicted slot", train_cfg),
     )
 
 
