@@ -409,18 +409,20 @@ def _plugin_distributions() -> list[str]:
 
 
 CORE_COMMANDS = frozenset({"list", "info", "verify", "plugins", "export", "convert", "push", "data", "pretrain",
-                           "finetune", "eval", "rollout", "validate", "fit", "benchmark", "cards"})
+                           "finetune", "eval", "rollout", "validate", "fit", "benchmark", "compare", "cards"})
 
 
 def _command_providers():
     """Sub-command groups that live in their own modules (data, training, evaluation, benchmark), imported when
     needed."""
+    from ..benchmark.compare_cli import add_compare_command
     from ..benchmark.presets import add_benchmark_command
     from ..data.cli import add_data_commands
     from ..evaluation.cli import add_evaluation_commands
     from ..training.cli import add_training_commands
 
-    return (add_data_commands, add_training_commands, add_evaluation_commands, add_benchmark_command)
+    return (add_data_commands, add_training_commands, add_evaluation_commands, add_benchmark_command,
+            add_compare_command)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -155,8 +155,9 @@ def with_persistence(result: DatasetResult, source: TrajectoryDataset, frame_sha
 @torch.no_grad()
 def rollout_trajectories(model: nn.Module, source: TrajectoryDataset, frame_shape: FrameShape, horizon: int | None,
                          batch_size: int = 8, device: torch.device | str = "cpu", max_trajectories: int | None = None,
-                         autocast: bool = False, exclude: Sequence[int] = ()):
-    """Roll out from the first ``T_in`` frames of each trajectory (but the positions in ``exclude``).
+                         autocast: bool = False, exclude: Sequence[int] = (), first: int = 0):
+    """Roll out from the first ``T_in`` frames of each trajectory (but the positions in ``exclude``); ``first``: from
+    the ``T_in`` frames starting at that frame instead (models of different windows then predict the same frames).
 
     Yields ``(truth [B, *S, H, C], pred [B, *S, H, C], mask [C])`` batches at the file's own grid ``S``, where ``H``
     is ``horizon`` (default: every remaining frame of the trajectory). A model that runs at another grid
@@ -166,17 +167,19 @@ def rollout_trajectories(model: nn.Module, source: TrajectoryDataset, frame_shap
     from ..errors import ConfigError
 
     t_in = frame_shape.in_timesteps
-    h = source.n_steps - t_in if horizon is None else min(horizon, source.n_steps - t_in)
+    left = source.n_steps - first - t_in
+    h = left if horizon is None else min(horizon, left)
     if h < 1:
         raise ConfigError(f"{source.path}: trajectories of {source.n_steps} frames leave nothing to roll out after "
-                          f"T_in={t_in} (need at least {t_in + 1} frames)")
+                          f"T_in={t_in}" + (f" from frame {first}" if first else "")
+                          + f" (need at least {first + t_in + 1} frames)")
     n = len(source) if max_trajectories is None else min(len(source), max_trajectories)
     at_file = frame_shape.at(source.spatial)
     skip = set(exclude)
     order = [i for i in range(n) if i not in skip]
     for start in tqdm(range(0, len(order), batch_size), desc=f"rollout {os.path.basename(source.path)}", unit="batch",
                       disable=None, leave=False):
-        frames, mask = zip(*(source.frames(i, at_file, 0, t_in + h) for i in order[start:start + batch_size]))
+        frames, mask = zip(*(source.frames(i, at_file, first, first + t_in + h) for i in order[start:start + batch_size]))
         frames, mask = torch.stack(frames).to(device), mask[0].to(device)
         padded = {} if bool(mask.all()) else {"channel_mask": mask}  # a model told which channels hold no data
         x = resize_batch(frames[..., :t_in, :], frame_shape.resolution, frame_shape.resample)

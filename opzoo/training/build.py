@@ -60,7 +60,8 @@ class OpenDataset:
 
 def open_datasets(cfg: RunConfig) -> list[OpenDataset]:
     """Every dataset of the run, each file opened once: a separate test file, or the last
-    ``test_fraction`` of the file held out (:func:`opzoo.data.split_trajectories`)."""
+    ``test_fraction`` of the file held out (:func:`opzoo.data.split_trajectories`); ``train_trajectories``: the
+    first N of the training split (file order: nested across N)."""
     opened = []
     for d in cfg.data.datasets:
         trajectories = open_trajectories(d.path, d.layout, d.fields)
@@ -71,6 +72,11 @@ def open_datasets(cfg: RunConfig) -> list[OpenDataset]:
                 train, test = split_trajectories(trajectories, d.test_fraction)
             except DataFormatError as e:
                 raise ConfigError(str(e)) from None
+        if d.train_trajectories is not None:
+            if d.train_trajectories > len(train):
+                raise ConfigError(f"{d.path}: train_trajectories={d.train_trajectories}, but its training split holds "
+                                  f"{len(train)} trajectories; give at most {len(train)} (or a larger file)")
+            train = train.subset(list(train.indices[:d.train_trajectories]))
         opened.append(OpenDataset(d, train, test))
     return opened
 

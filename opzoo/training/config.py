@@ -36,6 +36,9 @@ class DatasetSpec:
     field_map: Optional[dict[str, str]] = None
     training_set: Optional[str] = None
     generate: Optional[dict[str, Any]] = None  # {kind, n, seed, **generator args}: made first if path is missing
+    # train on the first N trajectories of the training split only (in file order, so a smaller N's are a subset of a
+    # larger N's: opzoo compare's nested budgets); None: all of them
+    train_trajectories: Optional[int] = None
 
 
 @dataclasses.dataclass
@@ -262,6 +265,8 @@ def _check_values(cfg: RunConfig, base: Path | None, source: str) -> None:
             check_generate_spec(d.generate, f"{source}: {where}.generate")
         if d.weight <= 0:
             fail(f"{where}.weight must be > 0, got {d.weight}")
+        if d.train_trajectories is not None and d.train_trajectories < 1:
+            fail(f"{where}.train_trajectories must be >= 1, got {d.train_trajectories}")
         if d.test_path is None and not 0.0 < d.test_fraction < 1.0:
             fail(f"{where}.test_fraction must be in (0, 1) when there is no test_path, got {d.test_fraction}")
         run_dir = Path(os.path.expandvars(cfg.output_dir)).expanduser().resolve()
