@@ -235,6 +235,8 @@ def run_cell(cell: Cell, data: Sequence[str], out: Path, options: CompareOptions
         seconds = None if result.already_finished else (time.perf_counter() - began) / cfg.training.steps
     except OpzooError as e:
         return CellResult(cell, f"refused: {' '.join(str(e).split())}")
+    except Exception as e:  # noqa: BLE001 - one cell's failure is its row; the other cells go on
+        return CellResult(cell, f"failed: {type(e).__name__}: {' '.join(str(e).split())[:300]}")
     model_dir = run_dir / "model"
     digest = weights_digest(model_dir)
     cache = out / "scores" / f"{cell.key}.json"
