@@ -274,40 +274,10 @@ def persistence_scores(cell: CellResult, data: Sequence[str], out: Path, options
                            at_file_grid=True)
 
 
-PEAK_MEMORY_STEP = """
-import resource, sys, torch, opzoo
-model = opzoo.load(sys.argv[1]).train()
-c = model.config
-x = torch.randn(int(sys.argv[2]), *[int(n) for n in sys.argv[3].split("x")], c.in_timesteps, c.in_channels)
-opt = torch.optim.AdamW(model.parameters())
-opt.zero_grad(set_to_none=True)
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-model(x).square().mean().backward()
-opt.step()
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
-"""
-
-
-def peak_step_memory(model_dir: Path, batch: int, grid: Sequence[int]) -> float | None:
-    """MiB the process's peak resident memory grows by over one AdamW training step of the model at a batch on the
-    grid, measured in a process of its own (a fresh peak); None where it cannot be measured."""
-    import subprocess
-    import sys
-
-    try:
-        done = subprocess.run([sys.executable, "-c", PEAK_MEMORY_STEP, str(model_dir), str(batch),
-                               "x".join(map(str, grid))], capture_output=True, text=True, timeout=600,
-                              env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
-        return int(done.stdout.strip().splitlines()[-1]) / 1024 if done.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        return None
-
-
 def model_costs(model_name: str, cell_result: CellResult, options: CompareOptions) -> dict[str, Any]:
-    """Parameters, FLOPs of one training step (a batch at the cell's grid), its peak memory (measured in a process of
-    its own: the growth of the peak resident memory over one AdamW step; and an estimate: weights, gradients and
-    Adam's two moments, 4 x 4 bytes per parameter, plus the activations a step saves), and the measured seconds per
-    step of this machine."""
+    """Parameters, FLOPs of one training step (a batch at the cell's grid), its peak memory (an estimate: weights,
+    gradients and Adam's two moments, 4 x 4 bytes per parameter, plus the activations a step saves: a CPU process's
+    resident memory does not measure one step's peak), and the measured seconds per step of this machine."""
     from ..benchmark.presets import count_costs
     from ..model_io.loading import load
 
@@ -318,8 +288,7 @@ def model_costs(model_name: str, cell_result: CellResult, options: CompareOption
     _, train, activations = count_costs(model, x)
     params = sum(p.numel() for p in model.parameters())
     return {"parameters": params, "gflop_per_step": train.flops / 1e9, "memory_mib_estimate":
-            (16 * params + activations) / 2**20, "seconds_per_step": cell_result.seconds_per_step,
-            "peak_memory_mib": peak_step_memory(Path(cell_result.run_dir) / "model", options.batch_size, grid)}
+            (16 * params + activations) / 2**20, "seconds_per_step": cell_result.seconds_per_step}
 
 
 @dataclasses.dataclass

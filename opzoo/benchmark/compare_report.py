@@ -183,11 +183,10 @@ def markdown(result, rows, gains, command: str) -> str:
                      f"{_fmt(g['efficiency_gain_hi'])}] | {_fmt(g['accuracy_gain'])} | [{_fmt(g['accuracy_gain_lo'])}, "
                      f"{_fmt(g['accuracy_gain_hi'])}] |")
     lines += ["", "## Cost per model", "", "| model | parameters | GFLOP per training step | peak memory MiB of a step "
-              "(measured; estimate) | seconds per step (measured here) |", "|---|---|---|---|---|"]
+              "(estimate) | seconds per step (measured here) |", "|---|---|---|---|---|"]
     for model, c in result.costs.items():
         lines.append(f"| {model} | {c['parameters']:,} | {_fmt(c['gflop_per_step'])} | "
-                     f"{_fmt(c.get('peak_memory_mib'))}; {_fmt(c['memory_mib_estimate'])} | "
-                     f"{_fmt(c['seconds_per_step'])} |")
+                     f"{_fmt(c['memory_mib_estimate'])} | {_fmt(c['seconds_per_step'])} |")
     lines += ["", "## How each model read the files", ""]
     for model in dict.fromkeys(r.cell.model for r in result.cells):
         cell = next((r for r in result.cells if r.cell.model == model and r.status == "done"), None)
