@@ -159,3 +159,14 @@ def test_compare_end_to_end_then_again_redoes_nothing(data_file, tmp_path, capsy
     assert "dpot-micro,pretrained" in gains and "aot-pot-micro,pretrained" in gains
     assert main(["compare", "--report", str(out)]) == 0
     assert not math.isnan(float(rows[1].split(",")[5]))
+
+
+def test_the_command_says_what_it_needs(tmp_path, capsys):
+    from opzoo.cli import main
+
+    assert main(["compare", "dpot-micro"]) == 2
+    assert "--data FILE" in capsys.readouterr().err
+    assert main(["compare", "--report", str(tmp_path)]) == 2
+    assert "no compare.json there" in capsys.readouterr().err
+    assert main(["compare", "dpot-micro", "--data", "x.h5", "--out", str(tmp_path), "--trajectories", "0,2"]) == 2
+    assert "--trajectories" in capsys.readouterr().err
