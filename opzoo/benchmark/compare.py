@@ -214,8 +214,12 @@ def run_cell(cell: Cell, data: Sequence[str], out: Path, options: CompareOptions
     """Train (or resume, or find finished) and score one cell; a model that cannot take the files, or a run that
     fails, is a result with its reason. ``train=False``: only a cell already scored is read (``--report``)."""
     from ..model_io.loading import load
+    from ..model_io.reference import model_reference
     from ..training.trainer import Trainer
 
+    if cell.start == "scratch" and model_reference(cell.model).saved:  # a saved model always loads its weights
+        return CellResult(cell, f"refused: {cell.model} is a saved model, which always brings its weights; name its "
+                                f"preset or backbone to train its architecture from random init (or --no-scratch)")
     if not train:
         cache = out / "scores" / f"{cell.key}.json"
         run_dir = out / "runs" / cell.key

@@ -170,3 +170,14 @@ def test_the_command_says_what_it_needs(tmp_path, capsys):
     assert "no compare.json there" in capsys.readouterr().err
     assert main(["compare", "dpot-micro", "--data", "x.h5", "--out", str(tmp_path), "--trajectories", "0,2"]) == 2
     assert "--trajectories" in capsys.readouterr().err
+
+
+def test_a_saved_model_is_never_trained_from_scratch_under_that_name(tmp_path):
+    """A saved model directory always loads its weights: its "scratch" cells are refused, not run from its weights."""
+    from opzoo.benchmark.compare import run_cell
+
+    saved = tmp_path / "saved"
+    opzoo.load("fno-2d", width=8, modes=2).save_pretrained(saved)
+    r = run_cell(Cell(str(saved), "scratch", 2, 0), ["x.h5"], tmp_path / "cmp", CompareOptions(trajectories=(2,)))
+    assert r.status.startswith("refused: ") and "always brings its weights" in r.status
+    assert not (tmp_path / "cmp" / "runs").exists()
