@@ -198,15 +198,21 @@ def test_sources(cfg, model):
     return fitted.sources, fitted.frame_shape, fitted.lines
 
 
-def window_of(model: str) -> int:
-    """The input window ``T_in`` of ``model`` as a fine-tune starts it (a preset built on the meta device)."""
+def window_of(model: str) -> int | None:
+    """The input window ``T_in`` of ``model`` as a fine-tune starts it (a preset built on the meta device), or None
+    when it cannot be had here (its cells are then refused rows, saying why)."""
     from ..model_io.loading import load
 
     try:
         with torch.device("meta"):
             return int(load(model).config.in_timesteps)
-    except Exception:  # a saved model that cannot be built on meta: load it
-        return int(load(model).config.in_timesteps)
+    except OpzooError:
+        return None
+    except Exception:  # noqa: BLE001 - a saved model that cannot be built on meta: load it
+        try:
+            return int(load(model).config.in_timesteps)
+        except OpzooError:
+            return None
 
 
 def run_cell(cell: Cell, data: Sequence[str], out: Path, options: CompareOptions,
@@ -355,7 +361,10 @@ def compare(models: Sequence[str], data: Sequence[str], out: str | Path, options
         atomic_write(out / MANIFEST, json.dumps({"models": list(models), "data": data, "command": command,
                                                  "options": dataclasses.asdict(options)}, indent=1).encode())
     cells = plan_cells(models, baseline, options)
-    predicted_from = max(window_of(m) for m in dict.fromkeys(c.model for c in cells))  # every model, the same frames
+    windows = [w for w in map(window_of, dict.fromkeys(c.model for c in cells)) if w is not None]
+    if not windows:
+        raise ConfigError("none of the models can be built here: " + ", ".join(dict.fromkeys(c.model for c in cells)))
+    predicted_from = max(windows)  # every model predicts the same frames
     say(f"compare: {len(cells)} cells ({', '.join(dict.fromkeys(c.model for c in cells))}; N = "
         f"{', '.join(map(str, options.trajectories))}; {options.seeds} seed(s); {options.steps} steps each) in {out}")
     results = []
