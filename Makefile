@@ -62,9 +62,12 @@ test-slow: install
 demo: install
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} HF_HUB_OFFLINE=$${HF_HUB_OFFLINE:-1} $(VENV)/bin/opzoo demo
 
-# Reproduce the shipped micro weights (configs/micro/, ~10-15 min per model on one CPU core) and copy
-# them into the plugin packages; the model cards quote runs/micro/*/eval/ of these runs.
-MICRO_DESTS := dpot-micro:plugins/opzoo-fourier/opzoo_fourier aot-pot-micro:plugins/opzoo-aot/opzoo_aot
+# Reproduce the shipped micro weights (configs/micro/, ~10-30 min per model on one CPU core) and copy
+# them into the plugin packages; the model cards quote runs/micro/*/eval/ of these runs, docs/micro.md's
+# table of every architecture is `python benchmarks/micro_table.py` after them.
+MICRO_DESTS := dpot-micro:plugins/opzoo-fourier/opzoo_fourier aot-pot-micro:plugins/opzoo-aot/opzoo_aot \
+  poseidon-micro:plugins/opzoo-poseidon/opzoo_poseidon gphyt-micro:plugins/opzoo-gphyt/opzoo_gphyt \
+  morph-micro:plugins/opzoo-morph/opzoo_morph pdet-mc-micro:plugins/opzoo-pdet/opzoo_pdet
 micro-weights: install
 	for pair in $(MICRO_DESTS); do name=$${pair%%:*}; pkg=$${pair#*:}; \
 	  OMP_NUM_THREADS=1 $(VENV)/bin/opzoo pretrain configs/micro/$$name.yaml || exit 1; \

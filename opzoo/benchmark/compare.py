@@ -285,20 +285,24 @@ def persistence_scores(cell: CellResult, data: Sequence[str], out: Path, options
 
 
 def model_costs(model_name: str, cell_result: CellResult, options: CompareOptions) -> dict[str, Any]:
-    """Parameters, FLOPs of one training step (a batch at the cell's grid), its peak memory (an estimate: weights,
-    gradients and Adam's two moments, 4 x 4 bytes per parameter, plus the activations a step saves: a CPU process's
-    resident memory does not measure one step's peak), and the measured seconds per step of this machine."""
+    """Parameters, FLOPs of one training step (a batch at the cell's grid), its peak memory (measured in a fresh
+    process: :func:`opzoo.benchmark.measure.step_memory_mib`; and an estimate: weights, gradients and Adam's two
+    moments, 4 x 4 bytes per parameter, plus the activations a step saves), and the measured seconds per step of this
+    machine."""
+    from ..benchmark.measure import step_memory_mib
     from ..benchmark.presets import count_costs
     from ..model_io.loading import load
 
-    model = load(str(Path(cell_result.run_dir) / "model"))
+    model_dir = Path(cell_result.run_dir) / "model"
+    model = load(str(model_dir))
     c = model.config
     grid = cell_result.scores.get("grid") or [16] * int(getattr(c, "spatial_dims", 2))
     x = torch.randn(options.batch_size, *grid, c.in_timesteps, c.in_channels)
     _, train, activations = count_costs(model, x)
     params = sum(p.numel() for p in model.parameters())
     return {"parameters": params, "gflop_per_step": train.flops / 1e9, "memory_mib_estimate":
-            (16 * params + activations) / 2**20, "seconds_per_step": cell_result.seconds_per_step}
+            (16 * params + activations) / 2**20, "memory_mib_measured": step_memory_mib(str(model_dir), x.shape),
+            "seconds_per_step": cell_result.seconds_per_step}
 
 
 @dataclasses.dataclass

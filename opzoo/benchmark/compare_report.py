@@ -182,11 +182,14 @@ def markdown(result, rows, gains, command: str) -> str:
         lines.append(f"| {g['model']} | {g['start']} | {eg} | [{_fmt(g['efficiency_gain_lo'])}, "
                      f"{_fmt(g['efficiency_gain_hi'])}] | {_fmt(g['accuracy_gain'])} | [{_fmt(g['accuracy_gain_lo'])}, "
                      f"{_fmt(g['accuracy_gain_hi'])}] |")
-    lines += ["", "## Cost per model", "", "| model | parameters | GFLOP per training step | peak memory MiB of a step "
-              "(estimate) | seconds per step (measured here) |", "|---|---|---|---|---|"]
+    lines += ["", "## Cost per model", "", "| model | parameters | GFLOP per training step | memory MiB a step adds at "
+              "its peak (measured here) | peak memory MiB of a step (estimate) | seconds per step (measured here) |",
+              "|---|---|---|---|---|---|"]
     for model, c in result.costs.items():
+        measured = c.get("memory_mib_measured")  # absent from a compare.json written before it was measured
         lines.append(f"| {model} | {c['parameters']:,} | {_fmt(c['gflop_per_step'])} | "
-                     f"{_fmt(c['memory_mib_estimate'])} | {_fmt(c['seconds_per_step'])} |")
+                     f"{'n/a' if measured is None else _fmt(measured)} | {_fmt(c['memory_mib_estimate'])} | "
+                     f"{_fmt(c['seconds_per_step'])} |")
     lines += ["", "## How each model read the files", ""]
     for model in dict.fromkeys(r.cell.model for r in result.cells):
         cell = next((r for r in result.cells if r.cell.model == model and r.status == "done"), None)

@@ -154,3 +154,46 @@ def interleaved_medians(runs: dict[str, Callable[[], None]], repeats: int, warmu
 def median_ratio(a: list[float], b: list[float]) -> float:
     """The median over rounds of ``a / b`` in the same round: the ratio to read on a shared, noisy machine."""
     return statistics.median(x / y for x, y in zip(a, b))
+
+
+# One training step in a fresh process (a process that has trained before holds freed memory it reuses): its peak
+# resident memory over its resident memory before the step, with the peak reset first (Linux's clear_refs 5).
+_STEP_MEMORY = r"""
+import json, sys, torch
+from opzoo.model_io.loading import load
+from opzoo.benchmark.presets import training_loss
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+model = load(sys.argv[1]).train()
+x = torch.randn(*json.loads(sys.argv[2]))
+optimizer = torch.optim.AdamW(model.parameters())
+before = status("VmRSS")
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")
+out = model(x)
+training_loss(model, out, torch.zeros_like(out)).backward()
+optimizer.step()
+print(json.dumps({"before": before, "peak": status("VmHWM")}))
+"""
+
+
+def step_memory_mib(model_dir: str, shape: Iterable[int]) -> float | None:
+    """The memory one training step (forward, backward, the first AdamW step: gradients and Adam's two moments)
+    adds at its peak, measured: a fresh process loads the model saved in ``model_dir``, resets its peak resident
+    memory and runs the step on a batch of ``shape``; MiB over its resident memory before the step. None where it
+    cannot be measured (no /proc/self/clear_refs: not Linux)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    if not os.path.exists("/proc/self/clear_refs"):
+        return None
+    result = subprocess.run([sys.executable, "-c", _STEP_MEMORY, str(model_dir), json.dumps(list(shape))],
+                            capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    if result.returncode != 0:
+        return None
+    numbers = json.loads(result.stdout.strip().splitlines()[-1])
+    return (numbers["peak"] - numbers["before"]) / 2**20

@@ -117,7 +117,8 @@ def _preset_info(name: str, overrides: dict) -> tuple[dict, object]:
         "pretrained_cfg": dict(preset.pretrained_cfg),
         "provenance": [dataclasses.asdict(f) for f in preset.provenance],
         "load_checks": [c.name for c in src.checks] if src is not None else [],
-        "data_contract": (preset.contract or get_registry().contract(preset.backbone) or _no_contract()).summary(),
+        "data_contract": (preset.contract or get_registry().contract(preset.backbone) or _no_contract()).summary(
+            preset.args),
     }, model
 
 

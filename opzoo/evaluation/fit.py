@@ -508,8 +508,15 @@ def normalization(model: nn.Module, contract: DataContract, plans, changes: Mapp
     ts = next((p.training_set for _, p in plans if p.training_set), None)
     kept_mean, kept_std, why = _carried(model, norm, kind, mean_key, std_key, names, name or model_name(model))
     mean, std, where = [None] * len(names), [None] * len(names), [""] * len(names)
+    c = model.config
+    # a model that reads channels by position keeps its constants by position (a channel added gets its statistics)
+    kept = getattr(c, mean_key, None) or () if kind == "constants" and model_fields(model) is None else ()
+    by_position = len(kept) if len(kept) == len(getattr(c, std_key, None) or ()) else 0
     for i, n in enumerate(names):
-        if n in kept_mean and n not in norm.dataset_mean:
+        if i < by_position:
+            mean[i], std[i] = float(getattr(c, mean_key)[i]), float(getattr(c, std_key)[i])
+            where[i] = f"{name or model_name(model)}'s pretraining constants, by position"
+        elif n in kept_mean and n not in norm.dataset_mean:
             mean[i], std[i], where[i] = kept_mean[n], kept_std[n], why
         elif n in norm.dataset_mean and ts is not None and n in ts.mean and n in kept_std:
             mean[i], std[i], where[i] = ts.mean[n], kept_std[n], f"{ts.name}'s mean ({ts.source}), {why}'s std"

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Literal, Mapping, Optional, Union
+from typing import Any, Literal, Mapping, Optional, Union
 
 PAD = "<pad>"  # a channel with no field: padding, filled with the model's pad value (it names such channels in a record)
 
@@ -191,8 +191,9 @@ class DataContract:
         known = ", ".join(t.name for t in self.training_sets) or "none"
         raise KeyError(f"{name!r} is none of the training sets the {self.name} contract knows ({known})")
 
-    def summary(self) -> list[str]:
-        """The contract as ``opzoo info`` says it: a line per decision."""
+    def summary(self, args: Optional[Mapping[str, Any]] = None) -> list[str]:
+        """The contract as ``opzoo info`` says it: a line per decision; ``args`` (a preset's config arguments) say
+        which normalization the preset runs where its config's switch selects another (``by_config``)."""
         n = self.normalization
         lines = [f"fields: {', '.join(self.fields) if self.fields else 'by position'} ({self.units})"]
         if self.training_sets:
@@ -205,7 +206,14 @@ class DataContract:
                                                                               if self.pad_source else ""))
         lines.append(f"other fields: {self.other_fields}" + (f" ({self.other_fields_source})"
                                                              if self.other_fields_source else ""))
-        lines.append(f"normalization: {n.kind}: {n.words}" + (f"; breaks: {n.breaks}" if n.breaks else ""))
+        mode = (args or {}).get(n.switch)
+        kind = n.by_config.get(str(mode), n.kind) if mode is not None else n.kind
+        if kind == n.kind:
+            lines.append(f"normalization: {n.kind}: {n.words}" + (f"; breaks: {n.breaks}" if n.breaks else ""))
+        else:
+            words = n.alternatives.get(kind, "")
+            lines.append(f"normalization: {kind}: {words}" if f"{n.switch}=" in words else
+                         f"normalization: {kind} ({n.switch}={mode!r})" + (f": {words}" if words else ""))
         dims = ", ".join(f"{d}-D" for d in self.spatial_dims)
         lines.append(f"grid: {dims}; {self.grid}; resampled {self.resample}")
         lines.append(f"boundary: {self.boundary}")

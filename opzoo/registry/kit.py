@@ -19,7 +19,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..contracts.hookspecs import hookimpl
 from ..errors import CheckpointError, ConfigError, UpstreamUnavailable
@@ -224,11 +224,13 @@ class FamilyPlugin:
     hooks. A family plugin's entry point names this object (``morph = "opzoo_morph.family:PLUGIN"``).
 
     ``backbones``: name -> ``opzoo.Backbone`` class (or ``(class, DataContract)``); ``converters``: name -> converter;
-    ``upstreams``: name -> ``(backbone, build)`` (``opzoo benchmark``'s upstream beside opzoo's)."""
+    ``upstreams``: name -> ``(backbone, build)`` (``opzoo benchmark``'s upstream beside opzoo's); ``models``: presets
+    outside the families, each the keywords of ``registry.register_model`` (``opzoo.micro.micro_preset`` gives a
+    family's ``*-micro`` preset so)."""
 
     def __init__(self, *families: CheckpointFamily, backbones: Mapping[str, Any] = (), converters: Mapping[str, Any]
-                 = (), upstreams: Mapping[str, tuple[str, Callable]] = ()):
-        self.families, self.backbones = families, dict(backbones)
+                 = (), upstreams: Mapping[str, tuple[str, Callable]] = (), models: Sequence[Mapping[str, Any]] = ()):
+        self.families, self.backbones, self.models = families, dict(backbones), [dict(m) for m in models]
         self.converters, self.upstreams = dict(converters), dict(upstreams)
 
     @hookimpl
@@ -245,6 +247,8 @@ class FamilyPlugin:
     def opzoo_register_models(self, registry) -> None:
         for family in self.families:
             registry.register_family(family)
+        for model in self.models:
+            registry.register_model(**model)
 
     def __repr__(self) -> str:
         return f"FamilyPlugin({', '.join(f.name for f in self.families)})"

@@ -112,8 +112,8 @@ def test_the_micro_helpers_moved_to_opzoo_micro_and_the_old_names_warn():
     import opzoo
     import opzoo.micro
 
-    for name in opzoo.micro.__all__:
-        assert name not in opzoo.__all__
+    for name in ("MICRO_SUITE", "POT_MICRO_SIZE", "micro_pretrained_cfg", "micro_results", "pot_micro_preset_args"):
+        assert name in opzoo.micro.__all__ and name not in opzoo.__all__
         with pytest.warns(DeprecationWarning, match=f"opzoo.{name} is deprecated; use opzoo.micro.{name}"):
             assert getattr(opzoo, name) is getattr(opzoo.micro, name)
 

@@ -119,9 +119,11 @@ def test_verify_runs_the_config_and_tensor_check_on_the_cached_files(monkeypatch
 
 def test_list_pretrained_shows_the_weights_license(capsys):
     assert main(["list", "--pretrained", "poseidon-*"]) == 0
-    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
-    assert [r[0] for r in rows] == ["poseidon-b", "poseidon-l", "poseidon-t"]
-    assert all(r[2].startswith("CC-BY-NC-4.0") for r in rows)  # after where the weights are (download)
+    rows = {r[0]: r for r in (line.split() for line in capsys.readouterr().out.splitlines()[1:])}
+    assert list(rows) == ["poseidon-b", "poseidon-l", "poseidon-micro", "poseidon-t"]
+    # after where the weights are (download); poseidon-micro is opzoo's own, shipped
+    assert all(rows[n][2].startswith("CC-BY-NC-4.0") for n in ("poseidon-b", "poseidon-l", "poseidon-t"))
+    assert rows["poseidon-micro"][1:4] == ["shipped", "(offline)", "MIT"]
 
 
 @pytest.mark.parametrize("change, message", [

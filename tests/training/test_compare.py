@@ -181,3 +181,19 @@ def test_a_saved_model_is_never_trained_from_scratch_under_that_name(tmp_path):
     r = run_cell(Cell(str(saved), "scratch", 2, 0), ["x.h5"], tmp_path / "cmp", CompareOptions(trajectories=(2,)))
     assert r.status.startswith("refused: ") and "always brings its weights" in r.status
     assert not (tmp_path / "cmp" / "runs").exists()
+
+
+@pytest.mark.slow  # two fresh processes
+def test_a_steps_peak_memory_is_measured_and_grows_with_the_batch(tmp_path):
+    """compare's measured memory of a training step (a fresh process, its peak resident memory reset before the
+    step): an FNO's activations at batch 16 take tens of MiB more than at batch 1."""
+    import sys
+
+    from opzoo.benchmark.measure import step_memory_mib
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("peak resident memory is reset through Linux's /proc/self/clear_refs")
+    opzoo.load("fno-2d").save_pretrained(tmp_path / "fno")
+    small, large = (step_memory_mib(str(tmp_path / "fno"), [b, 64, 64, 1, 1]) for b in (1, 16))
+    assert small is not None and large is not None and small > 0
+    assert large > small + 30, (small, large)

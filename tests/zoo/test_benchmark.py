@@ -20,7 +20,7 @@ def read_rows(path) -> dict[str, dict]:
 
 def test_benchmark_micro_presets_writes_csv_and_markdown(tmp_path, capsys):
     out = tmp_path / "bench.csv"
-    assert main(["benchmark", "*-micro", "--resolution", "16", "16", "--repeats", "1", "--threads", "1",
+    assert main(["benchmark", "*pot-micro", "--resolution", "16", "16", "--repeats", "1", "--threads", "1",
                  "--out", str(out)]) == 0
     rows = read_rows(out)
     assert set(rows) == {"dpot-micro", "aot-pot-micro"}

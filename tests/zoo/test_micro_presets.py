@@ -20,7 +20,11 @@ from opzoo.micro import MICRO_SUITE
 from ..core.subprocess_utils import run_python
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = {"dpot-micro": "opzoo_fourier", "aot-pot-micro": "opzoo_aot"}
+POT_PACKAGES = {"dpot-micro": "opzoo_fourier", "aot-pot-micro": "opzoo_aot"}
+# every other family's micro preset, pretrained with the same suite, recipe and budget (issue 58)
+FAMILY_PACKAGES = {"poseidon-micro": "opzoo_poseidon", "gphyt-micro": "opzoo_gphyt", "morph-micro": "opzoo_morph",
+                   "pdet-mc-micro": "opzoo_pdet"}
+PACKAGES = {**POT_PACKAGES, **FAMILY_PACKAGES}
 
 
 def shipped(name: str, filename: str):
@@ -38,7 +42,7 @@ def card_table(name: str) -> dict[str, list[str]]:
     return rows
 
 
-@pytest.mark.parametrize("card", list(PACKAGES))
+@pytest.mark.parametrize("card", list(POT_PACKAGES))
 def test_cards_quote_the_shipped_test_numbers(card):
     rows = card_table(card)
     assert list(rows) == list(MICRO_SUITE)
@@ -48,12 +52,39 @@ def test_cards_quote_the_shipped_test_numbers(card):
         for ds, cells in rows.items():
             assert cells[k] == f"{numbers[ds]['l2_full']:.4f}", (card, model, ds)
     for ds, cells in rows.items():
-        d, a = (json.loads(shipped(m, "eval.json").read_text())["datasets"][ds]["l2_full"] for m in PACKAGES)
+        d, a = (json.loads(shipped(m, "eval.json").read_text())["datasets"][ds]["l2_full"] for m in POT_PACKAGES)
         assert cells[3] == f"{100 * (a - d) / d:+.1f} %"
         changes.append((a - d) / d)
     text = (files(PACKAGES[card]) / "model_cards" / f"{card}.md").read_text()
     assert f"average relative change of l2 full over the four datasets is {100 * sum(changes) / len(changes):+.1f} %" in text
     assert "Trained on opzoo's synthetic suite" in text and f"opzoo pretrain configs/micro/{card}.yaml" in text
+
+
+@pytest.mark.parametrize("card", list(FAMILY_PACKAGES))
+def test_family_micro_cards_quote_the_shipped_test_numbers(card):
+    """Each family's micro card: its own l2 full and persistence's on the same frames, from eval.json."""
+    rows = card_table(card)
+    assert list(rows) == list(MICRO_SUITE)
+    numbers = json.loads(shipped(card, "eval.json").read_text())["datasets"]
+    for ds, cells in rows.items():
+        assert cells == [f"{numbers[ds]['l2_full']:.4f}", f"{numbers[ds]['persistence']['l2_full']:.4f}"], (card, ds)
+    text = (files(PACKAGES[card]) / "model_cards" / f"{card}.md").read_text()
+    assert "Trained on opzoo's synthetic suite" in text and f"opzoo pretrain configs/micro/{card}.yaml" in text
+    assert "not the published ones" in text
+
+
+@pytest.mark.parametrize("name", list(FAMILY_PACKAGES) + ["aot-pot-micro"])
+def test_every_micro_config_is_dpot_micros_with_the_model_changed(name):
+    """The same data, budget and seed for every micro preset: the run configs differ only in the model's name and
+    the output directory."""
+    import yaml
+
+    def read(n):
+        cfg = yaml.safe_load((ROOT / "configs" / "micro" / f"{n}.yaml").read_text())
+        assert cfg.pop("output_dir") == f"runs/micro/{n}" and cfg["model"].pop("name") == n
+        return cfg
+
+    assert read(name) == read("dpot-micro")
 
 
 @pytest.mark.parametrize("name", list(PACKAGES))
@@ -90,9 +121,14 @@ def test_documented_command_reproduces_the_pipeline(reproduced, name):
     assert made["model_args"] == ship["model_args"]
     # the run's own record of its steps and of the files it read (training_data, which the shipped weights predate:
     # they were trained before runs recorded it) differ by nature
-    own = ("trained_steps", "training_data")
+    own = ("trained_steps", "training_data", "normalization")
     assert {k: v for k, v in made["pretrained_cfg"].items() if k not in own} == \
         {k: v for k, v in ship["pretrained_cfg"].items() if k not in own}
+    made_norm, ship_norm = made["pretrained_cfg"]["normalization"], ship["pretrained_cfg"]["normalization"]
+    if isinstance(ship_norm, dict):  # a family micro preset: the same constants (the shipped run fitted them)
+        assert (made_norm["mean"], made_norm["std"]) == (ship_norm["mean"], ship_norm["std"])
+    else:
+        assert made_norm == ship_norm
     with safe_open(str(run / "model" / "model.safetensors"), "pt") as a, safe_open(str(shipped(name, "model.safetensors")), "pt") as b:
         assert {k: a.get_slice(k).get_shape() for k in a.keys()} == {k: b.get_slice(k).get_shape() for k in b.keys()}
     evals = json.loads((run / "eval" / "step-00000030.json").read_text())
@@ -107,7 +143,7 @@ def test_shipped_weights_give_the_card_numbers_on_the_regenerated_test_split(rep
     work, _ = reproduced
     model = opzoo.load(name, pretrained=True)
     expected = json.loads(shipped(name, "eval.json").read_text())["datasets"]
-    frame_shape = FrameShape((32, 32), 2, 10, 1)
+    frame_shape = FrameShape((32, 32), 2, model.config.in_timesteps, 1)
     for ds in MICRO_SUITE:
         test = split_trajectories(TrajectoryDataset(str(work / "data" / "micro-mix" / f"{ds}.h5")), 0.1)[1]
         got = evaluate_dataset(model, ds, test, frame_shape).l2_full
@@ -131,7 +167,7 @@ def test_micro_setup_helpers_give_fresh_copies_of_the_shared_setup():
     assert opzoo.get_registry().preset("aot-pot-micro").pretrained_cfg == opzoo.micro.micro_pretrained_cfg()
 
 
-@pytest.mark.parametrize("name,package", [("dpot-micro", "opzoo_fourier"), ("aot-pot-micro", "opzoo_aot")])
+@pytest.mark.parametrize("name,package", list(PACKAGES.items()))
 def test_micro_presets_ship_their_weights_in_the_plugin(name, package):
     weights = files(package) / "pretrained" / name / "model.safetensors"
     assert weights.is_file()
@@ -139,19 +175,58 @@ def test_micro_presets_ship_their_weights_in_the_plugin(name, package):
     state = load_file(str(weights))
     assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
     assert sum(p.numel() for p in model.parameters()) <= 2_000_000
-    assert model.config.img_size == (32, 32) and model.pretrained_cfg["resolution"] == [32, 32]
+    c = model.config
+    assert model.pretrained_cfg["resolution"] == [32, 32] and not model.training
+    with torch.no_grad():
+        assert model(torch.randn(1, 32, 32, c.in_timesteps, c.in_channels)).shape == (1, 32, 32, 1, c.out_channels)
 
 
 @pytest.mark.slow  # a fresh offline process; in-process: test_every_preset's test_shipped_weights_load_by_name_...
 def test_micro_presets_load_offline_by_name(tmp_path):
-    code = """
+    code = f"""
 import opzoo
-for name in ("dpot-micro", "aot-pot-micro"):
+for name in {list(PACKAGES)!r}:
     m = opzoo.load(name, pretrained=True)
     print(name, sum(p.numel() for p in m.parameters()))
 """
+    plugins = "opzoo-fourier,opzoo-aot,opzoo-poseidon,opzoo-gphyt,opzoo-morph,opzoo-pdet"  # the plugins that ship them
     env = {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "empty-cache"), "HF_HOME": str(tmp_path / "home"),
-           "OPZOO_PLUGINS": "opzoo-fourier,opzoo-aot"}  # the two plugins that ship them: a fresh process, less to import
+           "OPZOO_PLUGINS": plugins}
     result = run_python(code, env=env)
     assert result.returncode == 0, result.stderr
-    assert "dpot-micro 477577" in result.stdout and "aot-pot-micro 578149" in result.stdout
+    for line in ("dpot-micro 477577", "aot-pot-micro 578149", "poseidon-micro 743670", "gphyt-micro 597986",
+                 "morph-micro 492568", "pdet-mc-micro 784652"):
+        assert line in result.stdout
+
+
+@pytest.mark.parametrize("name,kind", [("dpot-micro", "per-sample"), ("morph-micro", "constants"),
+                                       ("poseidon-micro", "constants"), ("dpot-s", "none"),
+                                       ("morph-ti", "per-sample")])
+def test_info_says_the_normalization_the_preset_runs(name, kind):
+    """`opzoo info`'s contract follows the preset's own switch (dpot-micro runs normalize=True; DPOT's published
+    weights none; morph-micro normalization='stats', MORPH's RevIN), not only its family's default."""
+    from opzoo.cli import _preset_info
+
+    info, _ = _preset_info(name, {})
+    line = next(x for x in info["data_contract"] if x.startswith("normalization:"))
+    assert line.startswith(f"normalization: {kind}"), line
+
+
+@pytest.mark.parametrize("name", list(FAMILY_PACKAGES))
+def test_a_micro_preset_reads_any_file_with_its_pretraining_constants(tmp_path, name):
+    """A family micro preset was pretrained with one set of statistics for the whole mixture: it reads a file of
+    other field names (zero-shot, or fine-tuned) with those constants, by position, not with the file's own."""
+    import numpy as np
+
+    from opzoo.data import write_canonical
+    from opzoo.evaluation.fit import fit_data
+
+    path = tmp_path / "u.h5"
+    write_canonical(path, 3.0 + np.random.default_rng(0).standard_normal((3, 32, 32, 6, 1)).astype("float32"), ["u"])
+    model = opzoo.load(name, pretrained=True)
+    key_mean, key_std = opzoo.get_registry().preset(name).contract.normalization.config
+    fitted = fit_data(model, [TrajectoryDataset(str(path))], name=name)
+    c = fitted.model.config
+    for key in (key_mean, key_std):  # MORPH runs a 1-field file on 1 channel: the first constant
+        assert tuple(getattr(c, key)) == tuple(getattr(model.config, key))[:c.in_channels], key
+    assert any("pretraining constants, by position" in line for line in fitted.lines)

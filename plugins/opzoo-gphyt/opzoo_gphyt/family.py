@@ -11,6 +11,7 @@ from importlib.resources import files
 
 import opzoo
 from opzoo import kit
+from opzoo.micro import micro_contract, micro_preset, suite_statistics
 
 from .backbone import GPhyT
 from .converter import SIZES, build_upstream_gphyt, convert_gphyt, file_args
@@ -46,5 +47,16 @@ GPHYT = opzoo.CheckpointFamily(
     card=CARDS / "gphyt.md", card_fields=card_fields, contract=CONTRACT,
 )
 
+# opzoo's own GPhyT at micro dims, pretrained on the micro suite (configs/micro/gphyt-micro.yaml, docs/micro.md)
+MICRO = micro_preset(
+    "gphyt-micro", backbone="gphyt", package="opzoo_gphyt", in_timesteps=4,
+    args={"hidden_dim": 96, "mlp_dim": 384, "num_heads": 3, "num_layers": 4, "img_size": (32, 32),
+          "patch_size": (1, 4, 4)},
+    contract=micro_contract(CONTRACT, grid="32x32 (its position table); another grid is resampled to it, or the "
+                                           "table interpolated when fine-tuning at --resolution H W",
+                            normalization=suite_statistics(("field_mean", "field_std"), CONTRACT.normalization.by_config,
+                                                           CONTRACT.normalization.alternatives)),
+    statistics=("field_mean", "field_std"))
+
 PLUGIN = kit.FamilyPlugin(GPHYT, backbones={"gphyt": GPhyT}, converters={"gphyt": convert_gphyt},
-                          upstreams={"gphyt": ("gphyt", build_upstream_gphyt)})
+                          upstreams={"gphyt": ("gphyt", build_upstream_gphyt)}, models=(MICRO,))

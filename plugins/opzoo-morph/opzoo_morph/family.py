@@ -13,6 +13,7 @@ from typing import Any
 
 import opzoo
 from opzoo import kit
+from opzoo.micro import micro_contract, micro_preset, suite_statistics
 
 from .backbone import Morph
 from .converter import ANY_FILE_CFG, HEAD, SIZES, at, build_upstream_morph, convert_morph, file_args
@@ -180,5 +181,18 @@ MORPH = opzoo.CheckpointFamily(
     card=CARDS / "morph.md", card_fields=card_fields, contract=CONTRACT,
 )
 
+# opzoo's own MORPH at micro dims, pretrained on the micro suite (configs/micro/morph-micro.yaml, docs/micro.md);
+# normalization='stats', since RevIN refuses the suite's padded channel (constant 1.0 over every window)
+MICRO = micro_preset(
+    "morph-micro", backbone="morph", package="opzoo_morph", in_timesteps=1,
+    args={"dim": 64, "depth": 4, "heads": 4, "heads_xa": 4, "mlp_dim": 256, "conv_filters": 8, "patch_size": 4,
+          "max_patches": 64, "max_ar": 1, "normalization": "stats"},
+    contract=micro_contract(CONTRACT, grid="any grid whose axes are 1 or multiples of its patch 4 (the position "
+                                           "table is resampled to the patches), up to 64 patches",
+                            normalization=suite_statistics(
+                                ("field_mean", "field_std"), {"revin": "per-sample", "none": "none"},
+                                {**CONTRACT.normalization.alternatives, "per-sample": CONTRACT.normalization.words})),
+    statistics=("field_mean", "field_std"))
+
 PLUGIN = kit.FamilyPlugin(MORPH, backbones={"morph": Morph}, converters={"morph": convert_morph},
-                          upstreams={"morph": ("morph", build_upstream_morph)})
+                          upstreams={"morph": ("morph", build_upstream_morph)}, models=(MICRO,))

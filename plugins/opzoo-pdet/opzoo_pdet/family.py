@@ -11,6 +11,7 @@ from __future__ import annotations
 from importlib.resources import files
 
 import opzoo
+from opzoo.micro import micro_contract, micro_preset, suite_statistics
 
 from .backbones import DEPTH, SIZES, PdetMixedChannels
 from .converter import (
@@ -60,8 +61,20 @@ SEPARATE = family(
     row("pdet-sc-l", "sc-l", "PDE-L", "Large", (0.034, 0.26), "~701M"),
 )
 
+# opzoo's own mixed-channel PDE-Transformer at micro dims, pretrained on the micro suite
+# (configs/micro/pdet-mc-micro.yaml, docs/micro.md); one class, so every sample takes the "no label" class
+MICRO = micro_preset(
+    "pdet-mc-micro", backbone="pdet-mc", package="opzoo_pdet", in_timesteps=1,
+    args={"hidden_size": 24, "depth": [1, 1, 2, 1, 1], "num_heads": 2, "window_size": 4, "patch_size": 4,
+          "num_classes": 1, "max_hidden_size": 128, "periodic": True, "normalization": "zscore"},
+    contract=micro_contract(contract("pdet-mc"), grid="any grid that suits its patches 4 and windows 4 (no "
+                                                      "resolution-bound embedding); pretrained at 32x32",
+                            normalization=suite_statistics(("mean", "std"), {"none": "none"},
+                                                          contract("pdet-mc").normalization.alternatives)),
+    statistics=("mean", "std"))
+
 PLUGIN = opzoo.kit.FamilyPlugin(
-    MIXED, SEPARATE, backbones={"pdet-mc": PdetMixedChannels, "pdet-sc": PdetSeparateChannels},
+    MIXED, SEPARATE, models=(MICRO,), backbones={"pdet-mc": PdetMixedChannels, "pdet-sc": PdetSeparateChannels},
     converters={"pde-transformer": convert_pde_transformer},
     upstreams={"pdetransformer": ("pdet-mc", build_pdetransformer),
                "pdetransformer-separate": ("pdet-sc", build_pdetransformer_separate)})

@@ -11,6 +11,7 @@ from importlib.resources import files
 
 import opzoo
 from opzoo import kit
+from opzoo.micro import micro_contract, micro_preset, suite_statistics
 
 from .backbone import Poseidon
 from .converter import build_upstream_poseidon, convert_poseidon, file_args
@@ -46,5 +47,16 @@ POSEIDON = opzoo.CheckpointFamily(
     card=CARDS / "poseidon.md", card_fields=card_fields, contract=CONTRACT,
 )
 
+# opzoo's own scOT at micro dims, pretrained on the micro suite (configs/micro/poseidon-micro.yaml, docs/micro.md);
+# three levels, since 32x32 with 2x2 patches leaves a 2x2 token grid after three merges
+MICRO = micro_preset(
+    "poseidon-micro", backbone="poseidon", package="opzoo_poseidon", in_timesteps=1,
+    args={"image_size": 32, "patch_size": 2, "embed_dim": 24, "depths": (2, 2, 2), "num_heads": (2, 4, 8),
+          "skip_connections": (2, 2, 0), "window_size": 4, "mlp_ratio": 4.0, "lead_time": LEAD_TIME},
+    contract=micro_contract(CONTRACT, grid="32x32; any square grid with an even side (Fourier-resampled to 32x32 "
+                                           "inside and back, as scOT's forward); another grid is resampled first",
+                            normalization=suite_statistics(("field_mean", "field_std"))),
+    statistics=("field_mean", "field_std"))
+
 PLUGIN = kit.FamilyPlugin(POSEIDON, backbones={"poseidon": Poseidon}, converters={"poseidon": convert_poseidon},
-                          upstreams={"poseidon": ("poseidon", build_upstream_poseidon)})
+                          upstreams={"poseidon": ("poseidon", build_upstream_poseidon)}, models=(MICRO,))
