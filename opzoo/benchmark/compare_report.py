@@ -118,7 +118,10 @@ def gains_table(result, reps: dict) -> list[dict[str, Any]]:
                                        curve(reps, base, "scratch", ns, seeds, b)).value)
             mb, bb = curve(reps, model, start, ns[-1:], seeds, b), curve(reps, base, "scratch", ns[-1:], seeds, b)
             ags.append(accuracy_gain(bb[0], mb[0]))
-        eg_lo, eg_hi = interval(torch.tensor(egs, dtype=torch.float64))
+        # no EG where the curve cannot say it (it never falls to the baseline's error): no interval either, though
+        # some resampled curves may
+        eg_lo, eg_hi = interval(torch.tensor(egs, dtype=torch.float64)) if math.isfinite(eg.value) else (math.nan,
+                                                                                                        math.nan)
         ag_lo, ag_hi = interval(torch.tensor(ags, dtype=torch.float64))
         rows.append({"model": model, "start": start, "efficiency_gain": eg.value, "efficiency_gain_lo": eg_lo,
                      "efficiency_gain_hi": eg_hi, "efficiency_gain_extrapolated": eg.extrapolated,
@@ -203,8 +206,10 @@ def plot(result, rows, path: Path) -> None:
     from ..evaluation.plots import legend, pyplot, save_figure
 
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    fig, ax = plt.subplots(figsize=(8.6, 4.6))
     groups = dict.fromkeys((r["model"], r["start"]) for r in rows if HEADLINE in r)
+    # one colour per model, a solid line from its weights and a dashed one from scratch (the baseline solid)
+    colours = {m: f"C{i % 10}" for i, m in enumerate(dict.fromkeys(m for m, _ in groups))}
     for model, start in groups:
         ns, ys, los, his = [], [], [], []
         for n in result.options.trajectories:
@@ -215,7 +220,9 @@ def plot(result, rows, path: Path) -> None:
                 los.append(min(r[HEADLINE + "_lo"] for r in mine))
                 his.append(max(r[HEADLINE + "_hi"] for r in mine))
         err = [[y - lo for y, lo in zip(ys, los)], [hi - y for y, hi in zip(ys, his)]]
-        ax.errorbar(ns, ys, yerr=err, marker="o", capsize=3, label=f"{model} ({start})")
+        scratch = start == "scratch" and model != result.baseline
+        ax.errorbar(ns, ys, yerr=err, marker="s" if scratch else "o", capsize=3, color=colours[model],
+                    linestyle="--" if scratch else "-", label=f"{model} ({start})")
     if result.persistence:
         ax.axhline(median(result.persistence["per_trajectory"][HEADLINE]), color="gray",
                    linestyle="--", label="persistence")
@@ -228,7 +235,8 @@ def plot(result, rows, path: Path) -> None:
     ax.set_xlabel("training trajectories N")
     ax.set_ylabel("median relative L1 error (test)")
     ax.set_title("error against the number of training trajectories")
-    legend(ax, fontsize=7)
+    legend(ax, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
     save_figure(plt, fig, path)
 
 

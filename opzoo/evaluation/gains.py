@@ -53,7 +53,10 @@ def crossing(ns: Sequence[float], errors: Sequence[float], target: float) -> tup
 
     def at(i: int) -> float:  # N where segment (i, i+1), extended, meets the target
         slope = (y[i + 1] - y[i]) / (x[i + 1] - x[i])
-        return math.nan if slope == 0 else math.exp(x[i] + (t - y[i]) / slope)
+        if slope == 0:
+            return math.nan
+        z = x[i] + (t - y[i]) / slope  # a nearly flat segment meets the target far out: inf, beyond every bound
+        return math.inf if z > 700 else math.exp(z)
 
     if y[0] <= t:  # already at or below the target at the smallest N: extrapolate down the first segment
         if y[0] == t:

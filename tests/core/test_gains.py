@@ -56,6 +56,13 @@ def test_a_model_that_never_reaches_the_target_is_extrapolated_beyond_its_larges
     assert g.value == pytest.approx(32 / n_star) and g.extrapolated and not g.bound
 
 
+def test_a_nearly_flat_end_segment_gives_a_bound_not_an_overflow():
+    # 8 -> 32 from 0.5 to 0.5 * (1 - 1e-9): N* = exp(log 32 + log(0.25) / slope) is far beyond any float
+    g = efficiency_gain(NS, [0.9, 0.5, 0.5 * (1 - 1e-9)], BASELINE)
+    assert g.value == pytest.approx(32 / 320) and g.extrapolated and g.bound == "<"
+    assert crossing(NS, [0.9, 0.5, 0.5 * (1 - 1e-9)], 0.125) == (math.inf, True)
+
+
 def test_no_gain_where_the_curve_cannot_say_it():
     assert math.isnan(efficiency_gain(NS, [1.0, 1.0, 1.0], BASELINE).value)  # flat: never reaches the target
     assert math.isnan(efficiency_gain(NS, [0.5, 0.6, 0.7], BASELINE).value)  # rising at its end

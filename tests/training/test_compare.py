@@ -98,6 +98,7 @@ def test_gains_and_tables_from_a_synthetic_error_table(tmp_path):
     result = synthetic_result(tmp_path, {("fno-2d", "scratch"): [2.0, 0.5, 0.125],
                                          ("dpot-micro", "pretrained"): [0.5, 0.125, 1 / 32],
                                          ("dpot-micro", "scratch"): [4.0, 1.0, 0.25],
+                                         ("aot-pot-micro", "scratch"): [0.5, 0.6, 0.7],  # rising: no EG
                                          ("well-fno-x", "pretrained"): [None, None, None]})
     rows, reps = cell_table(result)
     by = {(r["model"], r["start"], r["trajectories"]): r for r in rows}
@@ -114,6 +115,8 @@ def test_gains_and_tables_from_a_synthetic_error_table(tmp_path):
         efficiency_gain([2, 8, 32], [4.0, 1.0, 0.25], [2.0, 0.5, 0.125]).value)
     assert gains[("dpot-micro", "scratch")]["efficiency_gain_extrapolated"]
     assert ("well-fno-x", "pretrained") not in gains
+    rising = gains[("aot-pot-micro", "scratch")]  # no EG, and no interval for it
+    assert all(math.isnan(rising[k]) for k in ("efficiency_gain", "efficiency_gain_lo", "efficiency_gain_hi"))
     write_csv(tmp_path / "compare.csv", rows, ("model", "start", "trajectories", "seed", "status"))
     text = (tmp_path / "compare.csv").read_text()
     assert text.splitlines()[0].startswith("model,start,trajectories,seed,status") and "refused: the model" in text

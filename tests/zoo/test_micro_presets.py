@@ -121,11 +121,25 @@ def test_documented_command_reproduces_the_pipeline(reproduced, name):
     assert made["model_args"] == ship["model_args"]
     # the run's own record of its steps and of the files it read (training_data, which the shipped weights predate:
     # they were trained before runs recorded it) differ by nature
-    own = ("trained_steps", "training_data", "normalization")
+    # and, for the family micro presets, how the run fitted the statistics: the shipped run computed them (a no-op
+    # adaptation, adapted_from); a run of the preset now starts from them, and keeps them as its constants
+    own = ("trained_steps", "training_data", "normalization", "adapted_from", "data_fit")
     assert {k: v for k, v in made["pretrained_cfg"].items() if k not in own} == \
         {k: v for k, v in ship["pretrained_cfg"].items() if k not in own}
+
+    def fit_lines(cfg):
+        return [line for line in cfg["pretrained_cfg"]["data_fit"] if not line.startswith("normalization")]
+
+    assert fit_lines(made) == fit_lines(ship)
     made_norm, ship_norm = made["pretrained_cfg"]["normalization"], ship["pretrained_cfg"]["normalization"]
-    if isinstance(ship_norm, dict):  # a family micro preset: the same constants (the shipped run fitted them)
+    if isinstance(ship_norm, dict):  # a family micro preset: its constants are the regenerated training split's
+        from opzoo.evaluation.fit import field_statistics
+
+        parts = [split_trajectories(TrajectoryDataset(str(work / "data" / "micro-mix" / f"{ds}.h5")), 0.1)[0]
+                 for ds in MICRO_SUITE]
+        mean, std = field_statistics(parts, progress=False)
+        assert list(mean) == pytest.approx(ship_norm["mean"], rel=1e-6)
+        assert list(std) == pytest.approx(ship_norm["std"], rel=1e-6)
         assert (made_norm["mean"], made_norm["std"]) == (ship_norm["mean"], ship_norm["std"])
     else:
         assert made_norm == ship_norm
