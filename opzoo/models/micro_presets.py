@@ -17,7 +17,6 @@ from ..registry.contract import DataContract, Normalization
 from ..registry.registry import PretrainedSource
 from .pot_sizes import micro_pretrained_cfg, micro_results
 
-MICRO_GRID = [32, 32]
 MICRO_CHANNELS = 2
 
 
@@ -50,15 +49,15 @@ def suite_statistics(config: tuple[str, str], by_config: dict[str, str] | None =
 
 
 def micro_preset(name: str, *, backbone: str, args: dict[str, Any], package: str, contract: DataContract,
-                 in_timesteps: int, statistics: tuple[str, str]) -> dict[str, Any]:
+                 in_timesteps: int) -> dict[str, Any]:
     """``registry.register_model`` keywords of ``name``: ``backbone`` built with ``args`` at the micro grid and
     channels, its weights, ``config.json`` and ``eval.json`` shipped in ``package/pretrained/<name>/``, its card
-    ``package/model_cards/<name>.md``. ``statistics`` names the config's mean and std fields: their values are the
-    ones the pretraining run fitted (read from the shipped ``config.json``, with the fit's record), since a preset's
-    weights file holds tensors only and the network is built from the preset's arguments."""
+    ``package/model_cards/<name>.md``. The config's mean and std fields (``contract.normalization.config``) hold the
+    constants the pretraining run fitted, read from the shipped ``config.json`` with the fit's record: a preset's
+    weights file holds tensors only, and the network is built from the preset's arguments."""
     shipped = files(package) / "pretrained" / name
     record = json.loads((shipped / "config.json").read_text())
-    fitted = {key: record["model_args"][key] for key in statistics}
+    fitted = {key: record["model_args"][key] for key in contract.normalization.config}
     return dict(
         name=name, backbone=backbone,
         args={"in_channels": MICRO_CHANNELS, "out_channels": MICRO_CHANNELS, **args, **fitted},
@@ -69,4 +68,4 @@ def micro_preset(name: str, *, backbone: str, args: dict[str, Any], package: str
         results=micro_results(shipped / "eval.json"), contract=contract)
 
 
-__all__ = ["micro_contract", "micro_preset", "suite_statistics", "MICRO_GRID"]
+__all__ = ["micro_contract", "micro_preset", "suite_statistics"]

@@ -55,8 +55,7 @@ MICRO = micro_preset(
     contract=micro_contract(CONTRACT, grid="32x32 (its position table); another grid is resampled to it, or the "
                                            "table interpolated when fine-tuning at --resolution H W",
                             normalization=suite_statistics(("field_mean", "field_std"), CONTRACT.normalization.by_config,
-                                                           CONTRACT.normalization.alternatives)),
-    statistics=("field_mean", "field_std"))
+                                                           CONTRACT.normalization.alternatives)))
 
 PLUGIN = kit.FamilyPlugin(GPHYT, backbones={"gphyt": GPhyT}, converters={"gphyt": convert_gphyt},
                           upstreams={"gphyt": ("gphyt", build_upstream_gphyt)}, models=(MICRO,))

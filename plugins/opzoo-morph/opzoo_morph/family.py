@@ -191,8 +191,7 @@ MICRO = micro_preset(
                                            "table is resampled to the patches), up to 64 patches",
                             normalization=suite_statistics(
                                 ("field_mean", "field_std"), {"revin": "per-sample", "none": "none"},
-                                {**CONTRACT.normalization.alternatives, "per-sample": CONTRACT.normalization.words})),
-    statistics=("field_mean", "field_std"))
+                                {**CONTRACT.normalization.alternatives, "per-sample": CONTRACT.normalization.words})))
 
 PLUGIN = kit.FamilyPlugin(MORPH, backbones={"morph": Morph}, converters={"morph": convert_morph},
                           upstreams={"morph": ("morph", build_upstream_morph)}, models=(MICRO,))

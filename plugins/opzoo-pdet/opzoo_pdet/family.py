@@ -70,8 +70,7 @@ MICRO = micro_preset(
     contract=micro_contract(contract("pdet-mc"), grid="any grid that suits its patches 4 and windows 4 (no "
                                                       "resolution-bound embedding); pretrained at 32x32",
                             normalization=suite_statistics(("mean", "std"), {"none": "none"},
-                                                          contract("pdet-mc").normalization.alternatives)),
-    statistics=("mean", "std"))
+                                                          contract("pdet-mc").normalization.alternatives)))
 
 PLUGIN = opzoo.kit.FamilyPlugin(
     MIXED, SEPARATE, models=(MICRO,), backbones={"pdet-mc": PdetMixedChannels, "pdet-sc": PdetSeparateChannels},

@@ -55,8 +55,7 @@ MICRO = micro_preset(
           "skip_connections": (2, 2, 0), "window_size": 4, "mlp_ratio": 4.0, "lead_time": LEAD_TIME},
     contract=micro_contract(CONTRACT, grid="32x32; any square grid with an even side (Fourier-resampled to 32x32 "
                                            "inside and back, as scOT's forward); another grid is resampled first",
-                            normalization=suite_statistics(("field_mean", "field_std"))),
-    statistics=("field_mean", "field_std"))
+                            normalization=suite_statistics(("field_mean", "field_std"))))
 
 PLUGIN = kit.FamilyPlugin(POSEIDON, backbones={"poseidon": Poseidon}, converters={"poseidon": convert_poseidon},
                           upstreams={"poseidon": ("poseidon", build_upstream_poseidon)}, models=(MICRO,))
