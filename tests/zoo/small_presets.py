@@ -64,8 +64,8 @@ def small_overrides(name: str) -> dict[str, Any]:
         out |= {"hidden_dim": 16, "mlp_dim": 16, "num_heads": 2, "num_layers": 1, "img_size": [16, 16],
                 "patch_size": [1, 8, 8]}
     if {"embed_dim", "skip_connections", "lead_time"} <= set(known):  # Poseidon (opzoo-poseidon): narrow, a 32^2 grid
-        out |= {"embed_dim": 8, "depths": [1, 1, 1, 1], "num_heads": [1, 1, 2, 2], "image_size": 32,
-                "window_size": 4}
+        out |= {"embed_dim": 8, "depths": [1, 1, 1, 1], "num_heads": [1, 1, 2, 2], "skip_connections": [2, 2, 2, 0],
+                "image_size": 32, "patch_size": 4, "window_size": 4}  # four levels also for the three of poseidon-micro
     if {"state_names", "drop_path"} <= set(known):  # MPP (opzoo-mpp): narrow, one block, no stochastic depth
         out |= {"dim": 32, "heads": 2, "depth": 1, "drop_path": 0.0}
     if "normalization" in known and "mean_delta" in known:
