@@ -29,13 +29,15 @@ def renamed_arguments(renames: Mapping[str, str]) -> Callable[[Callable], Callab
     return wrap
 
 
-def moved_module(old: str, new: str) -> Callable[[str], Any]:
+def moved_module(old: str, new: str, renamed: Mapping[str, str] | None = None) -> Callable[[str], Any]:
     """For a module ``old`` that moved to ``new``: warn once as it is imported, and return its ``__getattr__``, which
-    takes every name from ``new``."""
+    takes every name from ``new``; ``renamed`` maps an old name to its new one there (``"module:name"`` for a name
+    that went to another module)."""
     warnings.warn(f"{old} is deprecated; import {new} (or the public names in opzoo.__all__); removed in the next "
                   "release", DeprecationWarning, stacklevel=3)
 
     def __getattr__(name: str) -> Any:
-        return getattr(import_module(new), name)
+        module, _, attr = (renamed or {}).get(name, name).rpartition(":")
+        return getattr(import_module(module or new), attr)
 
     return __getattr__

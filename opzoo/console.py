@@ -1,6 +1,5 @@
 """The console, at the bottom of the layers (it imports only ``errors`` and ``disk_full``): what the ``opzoo``
-command line and its command groups (``opzoo.data.cli``, ``opzoo.training.cli``, ``opzoo.evaluation.cli``,
-``opzoo.benchmark.presets``) share: the parser, ``--set key=value`` overrides, running a command with one-line errors
+command line's modules (``opzoo.cli``) share: the parser, ``--set key=value`` overrides, running a command with one-line errors
 (the one place that rule lives), the header lines a command says, and the data options' help."""
 
 from __future__ import annotations
@@ -62,6 +61,7 @@ def run_parser(parser: argparse.ArgumentParser, argv: Sequence[str] | None = Non
     if unknown:  # said by the command's own parser, which points at its own --help
         _chosen_parser(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
     args.command_line = shlex.join([parser.prog, *argv])  # as typed, for model cards
+    args.command_path = _chosen_parser(parser, args).prog  # e.g. "opzoo data generate", for its error lines
     return run_command(args, parser.prog)
 
 
@@ -74,6 +74,7 @@ def run_command(args: argparse.Namespace, prog: str = "opzoo") -> int:
     import os
 
     is_main = os.environ.get("RANK", "0") == "0"
+    where = getattr(args, "command_path", None) or f"{prog} {args.command}"
     shown = logging.getLogger("opzoo")
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(logging.Formatter("%(message)s"))
@@ -85,17 +86,17 @@ def run_command(args: argparse.Namespace, prog: str = "opzoo") -> int:
         return int(args.func(args) or 0)
     except OpzooError as e:
         if is_main or not _stopped(e):
-            print(f"{prog} {args.command}: error: {folded(e)}" if not _stopped(e) else str(e), file=sys.stderr)
+            print(f"{where}: error: {folded(e)}" if not _stopped(e) else str(e), file=sys.stderr)
         return e.exit_code if _stopped(e) else 2
     except KeyboardInterrupt:
         advice = getattr(args, "interrupt_advice", None)
-        print(f"{prog} {args.command}: interrupted{advice(args) if advice else ''}", file=sys.stderr)
+        print(f"{where}: interrupted{advice(args) if advice else ''}", file=sys.stderr)
         return 130
     except (RuntimeError, OSError) as e:
         line = _one_line(e, args)
         if line is None:
             raise
-        print(f"{prog} {args.command}: error: {line}", file=sys.stderr)
+        print(f"{where}: error: {line}", file=sys.stderr)
         return 2
     finally:
         shown.removeHandler(handler)
@@ -149,13 +150,6 @@ def _chosen_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         if chosen not in (sub.choices if sub is not None else {}):
             return parser
         parser = sub.choices[chosen]
-
-
-def command_group_main(add_commands, prog: str, argv: Sequence[str] | None = None) -> int:
-    """``python -m opzoo.<group>.cli ...``: one command group on its own."""
-    parser = Parser(prog=prog)
-    add_commands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser))
-    return run_parser(parser, argv)
 
 
 LAYOUT_HELP = ("the data files' layout when detection cannot tell (see `opzoo data inspect`): canonical, "
@@ -221,5 +215,5 @@ def output_file(path: str, flag: str = "--out") -> Path:
     return out
 
 
-__all__ = ["Parser", "DefaultsHelpFormatter", "at_least", "output_file", "parse_overrides", "run_parser", "run_command", "command_group_main",
+__all__ = ["Parser", "DefaultsHelpFormatter", "at_least", "output_file", "parse_overrides", "run_parser", "run_command",
            "LAYOUT_HELP", "FIELDS_HELP", "FIELD_MAP_HELP", "TRAINING_SET_HELP", "add_fit_options", "fields_of", "say"]

@@ -80,3 +80,37 @@ def test_version_prints_without_building_a_parser(capsys):
 
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.startswith("opzoo ")
+
+
+def test_every_command_is_of_one_style_on_the_top_floor():
+    """Issue 57: the command modules are in opzoo/cli/ (the top layer), each adds its commands with
+    add_commands(subparsers), and every command runs a handler cmd_<name>(args) of that module; nothing below
+    opzoo/cli/ adds a command (plugins add theirs through the opzoo_register_commands hook)."""
+    import argparse
+    import re
+    from pathlib import Path
+
+    import opzoo
+    from opzoo.cli import _command_providers, build_parser
+
+    modules = {fn.__module__ for fn in _command_providers()}
+    assert all(m.startswith("opzoo.cli.") for m in modules) and all(fn.__name__ == "add_commands"
+                                                                    for fn in _command_providers())
+
+    def leaves(parser, path):
+        sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        if sub is None:
+            yield path, parser
+            return
+        for name, child in sub.choices.items():
+            yield from leaves(child, [*path, name])
+
+    found = list(leaves(build_parser(plugin_commands=False), []))
+    assert len(found) >= 18
+    for path, parser in found:
+        func = parser.get_default("func")
+        assert func.__module__ in modules and func.__name__ == "cmd_" + "_".join(path).replace("-", "_"), (path, func)
+    root = Path(opzoo.__file__).parent
+    outside = [str(p.relative_to(root)) for p in root.rglob("*.py") if p.relative_to(root).parts[0] != "cli"
+               and re.search(r"^\s*\w+\.set_defaults\(func=", p.read_text(), re.M)]
+    assert outside == [], f"commands outside opzoo/cli/: {outside}"

@@ -135,7 +135,8 @@ def test_a_preset_registered_at_run_time_never_reaches_the_disk(tmp_path, monkey
 
 
 def _built_index(tmp_path, monkeypatch):
-    from opzoo.cli import preset_document, preset_index
+    from opzoo.cli import preset_index
+    from opzoo.cli.models import preset_document
 
     monkeypatch.setenv("OPZOO_CACHE_DIR", str(tmp_path))
     doc = preset_index.build_index(preset_document)
@@ -180,7 +181,7 @@ def test_a_damaged_index_is_discarded_with_one_warning_and_rebuilt(tmp_path, mon
         assert preset_index.read_index() is None
     assert len(caught) == 1 and str(path) in str(caught[0].message)
     assert not os.path.lexists(path)  # discarded
-    from opzoo.cli import preset_document
+    from opzoo.cli.models import preset_document
 
     rebuilt = preset_index.build_index(preset_document)
     assert rebuilt["presets"]["simple-op"]["parameters"] == parameters
@@ -192,7 +193,7 @@ def test_two_plugin_sets_in_turn_keep_their_own_indexes(tmp_path, monkeypatch):
     """Issue 49: alternating OPZOO_PLUGINS rebuilt the index on every call, because a build deleted every other key."""
     preset_index, first = _built_index(tmp_path, monkeypatch)
     monkeypatch.setenv("OPZOO_PLUGINS", "opzoo-something-else")
-    from opzoo.cli import preset_document
+    from opzoo.cli.models import preset_document
 
     second = preset_index.build_index(preset_document)
     assert first.is_file() and (tmp_path / f"preset-index-{second['key']}.json").is_file()
@@ -204,7 +205,8 @@ def test_two_plugin_sets_in_turn_keep_their_own_indexes(tmp_path, monkeypatch):
 
 def test_a_planted_link_at_the_index_or_its_temporary_name_is_not_written_through(tmp_path, monkeypatch):
     """Issue 49: a link at the index's temporary name overwrote its target, and the index became a link."""
-    from opzoo.cli import preset_document, preset_index
+    from opzoo.cli import preset_index
+    from opzoo.cli.models import preset_document
 
     monkeypatch.setenv("OPZOO_CACHE_DIR", str(tmp_path))
     victim = tmp_path / "victim.txt"

@@ -119,20 +119,35 @@ def test_the_micro_helpers_moved_to_opzoo_micro_and_the_old_names_warn():
 
 
 def test_moved_modules_keep_a_warning_shim_for_a_release():
-    """opzoo.training.vrmse (now opzoo.evaluation.vrmse) and opzoo.cli.common (now opzoo.console): the old paths
-    import, warn, and give the same objects; OptimizerHook is a contract, importable from its old module as well."""
+    """opzoo.training.vrmse (now opzoo.evaluation.vrmse), opzoo.cli.common (now opzoo.console) and the command
+    modules that lived in their library packages (now opzoo.cli.*): the old paths import, warn, and give the same
+    objects under their old names; OptimizerHook is a contract, importable from its old module as well."""
     import importlib
     import sys
 
     import opzoo
+    import opzoo.cli
+    import opzoo.cli.benchmark
+    import opzoo.cli.data
+    import opzoo.cli.evaluation
+    import opzoo.cli.training
     from opzoo.console import run_command
     from opzoo.evaluation.vrmse import vrmse
 
-    for old, name, obj in (("opzoo.training.vrmse", "vrmse", vrmse), ("opzoo.cli.common", "run_command", run_command)):
+    moved = [("opzoo.training.vrmse", "vrmse", vrmse), ("opzoo.cli.common", "run_command", run_command),
+             ("opzoo.data.cli", "add_data_commands", opzoo.cli.data.add_commands),
+             ("opzoo.data.cli", "run_generate", opzoo.cli.data.cmd_data_generate),
+             ("opzoo.training.cli", "add_training_commands", opzoo.cli.training.add_commands),
+             ("opzoo.training.cli", "cmd_finetune", opzoo.cli.training.cmd_finetune),
+             ("opzoo.evaluation.cli", "add_evaluation_commands", opzoo.cli.evaluation.add_commands),
+             ("opzoo.benchmark.compare_cli", "add_compare_command", opzoo.cli.benchmark.add_commands)]
+    for old, name, obj in moved:
         sys.modules.pop(old, None)
         with pytest.warns(DeprecationWarning, match=f"{old} is deprecated"):
             module = importlib.import_module(old)
         assert getattr(module, name) is obj
+        if old.endswith("cli"):
+            assert module.main is opzoo.cli.main  # `python -m OLD ARGS` runs `opzoo ARGS`
     from opzoo.contracts.optimizer_hook import OptimizerHook
     from opzoo.training.hooks import OptimizerHook as old_home
 

@@ -8,8 +8,9 @@ import h5py
 import numpy as np
 import pytest
 
+from opzoo.cli import main
+from opzoo.cli.data import add_commands
 from opzoo.data import open_source, write_canonical
-from opzoo.data.cli import add_data_commands, main
 
 
 def test_generate_and_inspect(tmp_path, capsys):
@@ -55,9 +56,9 @@ def test_errors_exit_nonzero_with_message(tmp_path, capsys):
     assert "exists" in capsys.readouterr().err
 
 
-def test_add_data_commands_plugs_into_a_parser():
+def test_the_data_commands_plug_into_a_parser():
     parser = argparse.ArgumentParser(prog="opzoo")
-    add_data_commands(parser.add_subparsers(dest="command"))
+    add_commands(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["data", "generate", "swe", "--n", "4", "--out", "x.h5", "--device", "cuda"])
     assert args.kind == "swe" and args.n == 4 and args.device == "cuda" and callable(args.func)
     args = parser.parse_args(["data", "inspect", "x.h5", "--max-samples", "3"])
@@ -68,7 +69,7 @@ def test_add_data_commands_plugs_into_a_parser():
 def test_module_runs_standalone(tmp_path):
     out = tmp_path / "b.h5"
     result = subprocess.run(
-        [sys.executable, "-m", "opzoo.data.cli", "data", "generate", "burgers", "--n", "2", "--res", "32",
+        [sys.executable, "-m", "opzoo", "data", "generate", "burgers", "--n", "2", "--res", "32",
          "--steps", "2", "--out", str(out), "--quiet", "--threads", "1"],
         capture_output=True, text=True, timeout=120,
     )
@@ -77,7 +78,7 @@ def test_module_runs_standalone(tmp_path):
 
 
 def test_the_parser_names_every_generator_and_layout_without_importing_them():
+    from opzoo.cli.data import GENERATOR_KINDS, LAYOUT_NAMES
     from opzoo.data import GENERATORS, LAYOUTS
-    from opzoo.data.cli import GENERATOR_KINDS, LAYOUT_NAMES
 
     assert sorted(GENERATOR_KINDS) == sorted(GENERATORS) and sorted(LAYOUT_NAMES) == sorted(LAYOUTS)

@@ -11,13 +11,13 @@ from ..small_disk import small_disk
 
 
 def test_data_generate_without_room_is_refused_before_solving(tmp_path, capsys):
-    from opzoo.data.cli import main
+    from opzoo.cli import main
 
     with small_disk(tmp_path / "disk", "512k") as disk:
         out = disk / "b.h5"
         assert main(["data", "generate", "burgers", "--n", "1024", "--res", "128", "--out", str(out), "--quiet"]) == 2
         [line] = capsys.readouterr().err.strip().splitlines()
-        assert line.endswith(f"data: error: not enough space to write {out}: 1024 trajectories of [128, 11, 1] float32 "
+        assert line.endswith(f"opzoo data generate: error: not enough space to write {out}: 1024 trajectories of [128, 11, 1] float32 "
                              "need 5.5 MiB, 0.5 MiB free there; nothing was written: free space or write elsewhere"), line
         assert list(disk.iterdir()) == []
 

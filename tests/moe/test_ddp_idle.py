@@ -41,13 +41,13 @@ def test_idle_experts_under_two_process_ddp(tmp_path):
 def test_micro_nestor_trains_under_two_process_ddp(tmp_path, datasets):
     """The Trainer under torchrun (2 ranks, gloo): batch 2 per rank and top-1 of 4 image experts leave
     experts idle on some rank at most steps; the run finishes and logs global expert loads."""
-    from ..training.conftest import cli_module, micro_pot_args, run_document, write_json
+    from ..training.conftest import micro_pot_args, run_document, write_json
 
     doc = run_document(tmp_path / "run", datasets, model={"name": "nestor-ti", "args": micro_pot_args()},
                        training={"steps": 6, "batch_size": 4, "log_every": 1}, checkpoint={"every": None}, seed=3)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           "-m", cli_module(), "pretrain", str(write_json(tmp_path / "run.json", doc))],
+                           "-m", "opzoo", "pretrain", str(write_json(tmp_path / "run.json", doc))],
                           capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-6000:]
     from opzoo.training import read_log

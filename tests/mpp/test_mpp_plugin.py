@@ -101,7 +101,7 @@ def test_verify_answers_offline_in_one_line_and_checks_a_downloaded_file(ti_file
 
 
 def test_info_names_the_download_page_and_the_file():
-    from opzoo.cli import preset_document
+    from opzoo.cli.models import preset_document
 
     doc = preset_document("mpp-avit-s", {})
     assert DRIVE in doc["pretrained"]["description"] and "MPP_AViT_S" in doc["pretrained"]["description"]
@@ -224,6 +224,6 @@ def test_a_grid_not_of_16s_is_resampled_to_the_nearest_and_said(tmp_path):
 
 def test_list_says_the_files_are_downloaded_by_hand():
     """`opzoo list --pretrained`'s column: never "shipped (offline)" for a file the user downloads."""
-    from opzoo.cli import _offline_of
+    from opzoo.cli.models import _offline_of
 
     assert all(_offline_of(None, name) == "download by hand (checkpoint_path=FILE)" for name in PRESETS.values())

@@ -124,18 +124,6 @@ def train_losses(run_dir: Path) -> list[tuple[int, float]]:
     return [(r["step"], r["loss"]) for r in read_log(Path(run_dir) / "log.jsonl")]
 
 
-def cli_module() -> str:
-    """``opzoo`` once its CLI has the training commands (the documented ``torchrun -m opzoo pretrain``),
-    else this package's own entry point."""
-    from opzoo.cli import build_parser
-
-    try:
-        build_parser().parse_args(["pretrain", "x.yaml"])
-    except SystemExit:
-        return "opzoo.training.cli"
-    return "opzoo"
-
-
 @pytest.fixture
 def missing_rank(monkeypatch):
     """This process as rank 0 of 2 under torchrun's variables, on a free port where rank 1 never comes."""

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from .conftest import cli_module, run_cli, run_document, tiny_pot_args, train_losses, write_json
+from .conftest import run_cli, run_document, tiny_pot_args, train_losses, write_json
 
 
 @pytest.mark.slow
@@ -20,7 +20,7 @@ def test_two_process_ddp_matches_single_process(tmp_path, datasets):
     assert single.returncode == 0, single.stderr
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     ddp = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                          "-m", cli_module(), "pretrain", str(write_json(tmp_path / "two.json", doc(tmp_path / "two")))],
+                          "-m", "opzoo", "pretrain", str(write_json(tmp_path / "two.json", doc(tmp_path / "two")))],
                          capture_output=True, text=True, env=env, timeout=300)
     assert ddp.returncode == 0, ddp.stderr[:6000]
     one, two = train_losses(tmp_path / "one"), train_losses(tmp_path / "two")
@@ -50,7 +50,7 @@ def test_two_process_fsdp_matches_single_process_and_resumes(tmp_path, datasets,
     def torchrun(cfg):
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                               "-m", "opzoo.training.cli", "pretrain", str(cfg)], capture_output=True, text=True,
+                               "-m", "opzoo", "pretrain", str(cfg)], capture_output=True, text=True,
                               env=env, timeout=300)
 
     cfg = write_json(tmp_path / "fsdp.json", doc(tmp_path / "run", strategy="fsdp"))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import cli_module, micro_pot_args, run_document
+from .conftest import micro_pot_args, run_document
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,7 +45,7 @@ def test_micro_pot_documented_command_lowers_l2_full_5x(tmp_path):
     # one intra-op thread: on a 2-core machine shared with other jobs, 2 threads oversubscribe badly
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", cli_module(), "pretrain", str(REPO / "configs" / "micro-pot.yaml")],
+    proc = subprocess.run([sys.executable, "-m", "opzoo", "pretrain", str(REPO / "configs" / "micro-pot.yaml")],
                           cwd=tmp_path, capture_output=True, text=True, timeout=1800, env=env)
     elapsed = time.perf_counter() - t0
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -64,7 +64,7 @@ def test_plot_into_a_directory_and_unknown_flags_name_the_command(adv, tmp_path,
 
 
 def test_an_interrupt_before_any_checkpoint_does_not_promise_a_resume(tmp_path):
-    from opzoo.training.cli import _resume_advice
+    from opzoo.cli.training import _resume_advice
 
     args = argparse.Namespace(command="finetune", out=str(tmp_path / "run"))
     assert "starts it over" in _resume_advice(args)
@@ -100,7 +100,7 @@ def test_a_npz_of_one_array_per_field_is_read_with_its_names_and_coordinates(tmp
 def test_a_busy_machine_is_told_about_threads(monkeypatch):
     import os
 
-    from opzoo.training.cli import thread_advice
+    from opzoo.cli.training import thread_advice
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 2)

@@ -52,7 +52,7 @@ def test_kill_during_checkpoint_write_then_resume_reproduces(tmp_path, datasets,
 
     cfg = write_json(tmp_path / "run.json", _doc(run_dir, datasets))
     env = {**os.environ, "OMP_NUM_THREADS": "1", SLEEP_ENV: "4:60"}
-    proc = subprocess.Popen([sys.executable, "-m", "opzoo.training.cli", "pretrain", str(cfg)], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "opzoo", "pretrain", str(cfg)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     ckpts = run_dir / "checkpoints"
     try:
@@ -79,7 +79,7 @@ def test_kill_between_checkpoints_then_resume_reproduces(tmp_path, datasets, ref
     run_dir = tmp_path / "run"
     cfg = write_json(tmp_path / "run.json", _doc(run_dir, datasets))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "opzoo.training.cli", "pretrain", str(cfg)], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "opzoo", "pretrain", str(cfg)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     log = run_dir / "log.jsonl"
     try:

@@ -219,7 +219,7 @@ for name in {list(PACKAGES)!r}:
 def test_info_says_the_normalization_the_preset_runs(name, kind):
     """`opzoo info`'s contract follows the preset's own switch (dpot-micro runs normalize=True; DPOT's published
     weights none; morph-micro normalization='stats', MORPH's RevIN), not only its family's default."""
-    from opzoo.cli import _preset_info
+    from opzoo.cli.models import _preset_info
 
     info, _ = _preset_info(name, {})
     line = next(x for x in info["data_contract"] if x.startswith("normalization:"))

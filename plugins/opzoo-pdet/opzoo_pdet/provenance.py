@@ -40,10 +40,18 @@ def at(path: str, commit: str = MODEL_CODE) -> str:
     return f"{REPO} {path} @ {commit}"
 
 
-def shared_facts(variant: opzoo.Variant, code: str, train_cfg: str) -> dict[str, opzoo.Fact]:
-    """The facts both networks share, each cited at the network's own files (``code``, ``train_cfg``)."""
+def train_config(variant: opzoo.Variant) -> str:
+    """The training config of ``variant``'s checkpoint in upstream's repository."""
+    return f"config/ape_2d/supervised/pde-{variant['subfolder']}-mse.yaml"
+
+
+def shared_facts(variant: opzoo.Variant, code: str) -> dict[str, opzoo.Fact]:
+    """The facts both networks share, each cited at the network's own files (``code``, its training config)."""
     Fact = opzoo.Fact
+    train_cfg = train_config(variant)
     return {
+        "Hub repo": Fact("Hub repo", f"{HUB_REPO}, subfolder {variant['subfolder']}",
+                         at("docs/pretrained-weights.md", HEAD)),
         "weights file": Fact("weights file", "diffusion_pytorch_model.safetensors and config.json in the subfolder "
                              "(diffusers' ModelMixin.save_pretrained names)", at("docs/pretrained-weights.md", HEAD)
                              + " (from_pretrained(repo, subfolder=...)); the Hub listing could not be read here",
@@ -95,6 +103,11 @@ def shared_facts(variant: opzoo.Variant, code: str, train_cfg: str) -> dict[str,
     }
 
 
+def opening(shared: dict[str, opzoo.Fact]) -> tuple[opzoo.Fact, ...]:
+    """The facts that open both networks' lists: where the weights are."""
+    return tuple(shared[k] for k in ("Hub repo", "weights file", "Hub revision"))
+
+
 def trained(shared: dict[str, opzoo.Fact], loss: str, train_cfg: str) -> tuple[opzoo.Fact, ...]:
     """The facts that close both networks' lists: normalization, the training recipe (``loss``: what differs), the
     published weights' EMA, results, counts and licenses."""
@@ -106,13 +119,11 @@ def trained(shared: dict[str, opzoo.Fact], loss: str, train_cfg: str) -> tuple[o
 
 def mixed_facts(variant: opzoo.Variant) -> tuple[opzoo.Fact, ...]:
     Fact = opzoo.Fact
-    subfolder, size = variant["subfolder"], variant["size"]
-    train_cfg = f"config/ape_2d/supervised/pde-{subfolder}-mse.yaml"
+    subfolder, size, train_cfg = variant["subfolder"], variant["size"], train_config(variant)
     code = "pdetransformer/core/mixed_channels/pde_transformer.py"
-    shared = shared_facts(variant, code, train_cfg)
+    shared = shared_facts(variant, code)
     return (
-        Fact("Hub repo", f"{HUB_REPO}, subfolder {subfolder}", at("docs/pretrained-weights.md", HEAD)),
-        shared["weights file"], shared["Hub revision"],
+        *opening(shared),
         Fact("architecture", f"mixed channels, {size}: hidden 96/192/384 (S/B/L), heads 4/8/16, depth "
              "[2, 5, 8, 5, 2], window 8, patch 4, MLP ratio 4, 1000 class labels + 1, carrier tokens off",
              at(code) + " (PDE_S/B/L, PDEImpl); " + at(train_cfg)),
@@ -146,14 +157,12 @@ def mixed_facts(variant: opzoo.Variant) -> tuple[opzoo.Fact, ...]:
 
 def separate_facts(variant: opzoo.Variant) -> tuple[opzoo.Fact, ...]:
     Fact = opzoo.Fact
-    subfolder, size = variant["subfolder"], variant["size"]
-    train_cfg = f"config/ape_2d/supervised/pde-{subfolder}-mse.yaml"
+    size, train_cfg = variant["size"], train_config(variant)
     code = "pdetransformer/core/separate_channels/pde_transformer.py"
     supervised = "pdetransformer/core/separate_channels/train_supervised.py"
-    shared = shared_facts(variant, code, train_cfg)
+    shared = shared_facts(variant, code)
     return (
-        Fact("Hub repo", f"{HUB_REPO}, subfolder {subfolder}", at("docs/pretrained-weights.md", HEAD)),
-        shared["weights file"], shared["Hub revision"],
+        *opening(shared),
         Fact("architecture", f"separate channels, {size}: hidden 96/192/384 (S/B/L), heads 4/8/16, depth "
              "[2, 5, 8, 5, 2], window 8, patch 4, MLP ratio 4, 2 frame slots per channel, window attention per "
              "channel then attention across channels, 1000 labels, carrier tokens off",

@@ -38,7 +38,14 @@ def check_divisible(x: Tensor, factor: int, what: str) -> None:
         raise ValueError(f"{what} needs every spatial size divisible by {factor}, got {sizes}")
 
 
-class UNetClassicNet(nn.Module):
+class UNet(nn.Module):
+    """What The Well's two U-Nets share: ``features(x) -> (h, kept)`` and ``head(h)``, each their own."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(self.features(x)[0])
+
+
+class UNetClassicNet(UNet):
     def __init__(self, dim_in: int, dim_out: int, n_spatial_dims: int, init_features: int = 32):
         super().__init__()
         d, f = n_spatial_dims, init_features
@@ -97,9 +104,6 @@ class UNetClassicNet(nn.Module):
 
     def head(self, h: Tensor) -> Tensor:
         return self.conv(h)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.head(self.features(x)[0])
 
 
 class ChannelL2Norm(nn.Module):
@@ -171,7 +175,7 @@ class Stage(nn.Module):
         return self.resample(x)
 
 
-class UNetConvNextNet(nn.Module):
+class UNetConvNextNet(UNet):
     def __init__(self, dim_in: int, dim_out: int, n_spatial_dims: int, stages: int = 4, blocks_per_stage: int = 1,
                  blocks_at_neck: int = 1, init_features: int = 32):
         super().__init__()
@@ -212,6 +216,3 @@ class UNetConvNextNet(nn.Module):
 
     def head(self, h: Tensor) -> Tensor:
         return self.out_proj(h)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.head(self.features(x)[0])
