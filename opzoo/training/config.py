@@ -150,7 +150,7 @@ class CheckpointSection:
 class EvaluationSection:
     plot_steps: tuple[int, ...] = (1, 5, 10)  # rollout steps shown in the panel plots
     plot_channel: int = 0
-    plots: bool = True
+    plots: bool = True  # PNG plots: loss.png, and the rollout panels and error curves of every evaluation
 
 
 @dataclasses.dataclass

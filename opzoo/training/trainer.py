@@ -162,7 +162,8 @@ class Trainer:
         copy = unsharded_copy(self.wrapped, self.model, self.env) if self.fsdp else None  # collective
         if self.env.is_main:
             result.model_dir = self.export(self.run_dir / "model", copy)
-            self.evaluation.plot_losses()
+            if self.cfg.evaluation.plots:  # off: no PNG at all (a picture costs about as much as a tiny run)
+                self.evaluation.plot_losses()
         barrier(self.env)
 
     # ---- the run --------------------------------------------------------------------------------

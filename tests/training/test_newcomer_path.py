@@ -113,6 +113,7 @@ def test_finetune_from_scratch_is_labelled_so(capsys, user_file, tmp_path):
                         "necessarily dpot-micro's own (`opzoo info dpot-micro`); --lr sets another)")
     card = (out / "model" / "README.md").read_text()
     assert "base_model" not in card and "trained from scratch" in card and "at step 0 (random init)" in card
+    assert not list(out.rglob("*.png"))  # evaluation.plots=false: no picture at all, loss.png included
 
 
 def test_load_adapts_the_published_weights_to_new_shapes():

@@ -14,6 +14,7 @@ order, the fields in the order listed; a vector field contributes one channel pe
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from importlib.resources import files
 from typing import Any
@@ -113,7 +114,8 @@ def read_stats(name: str) -> dict[str, Any]:
     resource = STATS_DIR / f"{name}.yaml"
     if not resource.is_file():
         raise opzoo.ConfigError(f"no normalization stats shipped for The Well dataset {name!r} ({resource})")
-    return yaml.safe_load(resource.read_text(encoding="utf-8"))
+    # libyaml's parser where PyYAML has it (the same values: the constructors are PyYAML's own in both)
+    return yaml.load(resource.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def _flat(stats: dict[str, Any], key: str, fields: tuple[WellField, ...], name: str) -> list[float]:
@@ -141,6 +143,12 @@ def normalization_args(name: str) -> dict[str, Any]:
     ``constant_std`` per constant channel (unclipped; the model clips stds at ``MIN_DENOM`` as The
     Well's ZScoreNormalization does).
     """
+    return {k: list(v) for k, v in _normalization_args(name).items()}
+
+
+@functools.lru_cache(maxsize=None)
+def _normalization_args(name: str) -> dict[str, list[float]]:
+    """:func:`normalization_args`, read once per dataset (every architecture's presets of it share the file)."""
     d, stats = dataset(name), read_stats(name)
     return {
         "mean": _flat(stats, "mean", d.fields, name),
