@@ -54,7 +54,26 @@ def _count(cls: type, config: Any) -> int:
 
 
 def estimated_parameters(cls: type, config: Any) -> tuple[int, str | None]:
-    """``(parameters, the depth field extrapolated along or None)``."""
+    """``(parameters, the depth field extrapolated along or None)``; a function of the class and the config's fields
+    alone, so each is estimated once per process (a fine-tune, a compare or a test suite builds the same config many
+    times, and the estimate's builds cost about as much as the model's own)."""
+    import json
+
+    try:
+        key = (cls, json.dumps(config.to_dict(), sort_keys=True, default=repr))
+    except (AttributeError, TypeError, ValueError):  # not one of opzoo's configs: estimated every time
+        return _estimate(cls, config)
+    if key not in _ESTIMATES:
+        if len(_ESTIMATES) >= 512:
+            _ESTIMATES.clear()
+        _ESTIMATES[key] = _estimate(cls, config)
+    return _ESTIMATES[key]
+
+
+_ESTIMATES: dict[tuple[type, str], tuple[int, str | None]] = {}
+
+
+def _estimate(cls: type, config: Any) -> tuple[int, str | None]:
     for field in DEPTH_FIELDS:
         depth = getattr(config, field, None)
         if isinstance(depth, int) and depth > 2:
