@@ -1,7 +1,7 @@
 """What ``opzoo eval`` and ``opzoo rollout`` do, as library functions: a loaded model scored on data files at the
 files' own grids, its results and plots written (:func:`evaluate_files`, :func:`evaluate_every_window`), one
 trajectory rolled out, scored, plotted and saved (:func:`rollout_trajectory`). The commands
-(:mod:`opzoo.evaluation.cli`) only parse their arguments and call these."""
+(:mod:`opzoo.cli.evaluation`) only parse their arguments and call these."""
 
 from __future__ import annotations
 
