@@ -115,6 +115,12 @@ def measure_preset(name: str, *, model_kwargs: dict, resolution: Sequence[int] |
         meta = load(name, **model_kwargs)
     grid, note = input_grid(meta, resolution)
     notes += [note] if note else []
+    bound = getattr(meta.config, "img_size", None)  # a grid the weights are tied to (a position table)
+    if resolution and bound is not None and list(bound) != list(grid) and "img_size" not in model_kwargs:
+        model_kwargs = {**model_kwargs, "img_size": list(grid)}  # the network fine-tuning at that grid would adapt
+        notes.append(f"img_size {list(bound)} -> {list(grid)}, as fine-tuning at that grid adapts it")
+        with torch.device("meta"):
+            meta = load(name, **model_kwargs)
     c = meta.config
     shape = (batch, *grid, c.in_timesteps, c.in_channels)
     row = BenchmarkRow(name, "x".join(map(str, grid)), batch, sum(p.numel() for p in meta.parameters()))

@@ -53,7 +53,9 @@ def add_commands(subparsers) -> None:
     p.add_argument("models", nargs="+", help="glob patterns of presets (e.g. '*-micro', 'well-fno-*')")
     p.add_argument("--out", default="benchmark.csv", help="the CSV written (the Markdown table goes beside it, .md)")
     p.add_argument("--batch-size", type=at_least(1), default=2)
-    p.add_argument("--resolution", type=int, nargs="+", help="the spatial grid (default: each preset's pretrained grid)")
+    p.add_argument("--resolution", type=int, nargs="+", help="the spatial grid (default: each preset's pretrained grid); a model "
+                                                      "tied to its grid (img_size) is built at this one, as fine-tuning "
+                                                      "adapts it")
     p.add_argument("--model-kwargs", nargs="*", default=[], metavar="KEY=VALUE",
                    help="config overrides for every model (JSON values), e.g. fourier_blocks=applied")
     p.add_argument("--repeats", type=at_least(1), default=5, help="timed rounds (after one warm-up round)")

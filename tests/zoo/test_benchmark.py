@@ -25,9 +25,10 @@ def test_benchmark_micro_presets_writes_csv_and_markdown(tmp_path, capsys):
     rows = read_rows(out)
     assert set(rows) == {"dpot-micro", "aot-pot-micro"}
     for name, row in rows.items():
-        with torch.device("meta"):
-            n = sum(p.numel() for p in opzoo.load(name).parameters())
+        with torch.device("meta"):  # at 16x16 as fine-tuning adapts it: the position table of that grid
+            n = sum(p.numel() for p in opzoo.load(name, img_size=[16, 16]).parameters())
         assert int(row["params"]) == n and row["resolution"] == "16x16"
+        assert "img_size [32, 32] -> [16, 16], as fine-tuning at that grid adapts it" in row["note"]
         fwd, train = float(row["gflops_infer"]), float(row["gflops_train"])
         assert 0 < fwd < train < 4 * fwd  # backward costs about twice the forward
         assert float(row["activation_mib"]) > 0 and float(row["h100_bf16_ms_train_est"]) > 0
@@ -35,6 +36,16 @@ def test_benchmark_micro_presets_writes_csv_and_markdown(tmp_path, capsys):
     md = out.with_suffix(".md").read_text()
     assert "| dpot-micro | 16x16 |" in md and "estimate" in md
     assert "| aot-pot-micro |" in capsys.readouterr().out
+
+
+def test_a_grid_bound_model_is_benchmarked_at_another_grid_as_fine_tuning_adapts_it(tmp_path):
+    """GPhyT's position table is for its grid: `--resolution` builds it at the grid asked for (it failed)."""
+    out = tmp_path / "bench.csv"
+    assert main(["benchmark", "gphyt-micro", "--resolution", "16", "16", "--max-gflop", "0.0001",
+                 "--out", str(out)]) == 0
+    row = read_rows(out)["gphyt-micro"]
+    assert row["resolution"] == "16x16" and float(row["gflops_train"]) > 0 and "failed" not in row["note"]
+    assert "img_size [32, 32] -> [16, 16]" in row["note"]
 
 
 def test_presets_over_the_flop_budget_are_counted_not_timed(tmp_path):
