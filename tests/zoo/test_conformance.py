@@ -154,11 +154,35 @@ class TestWellTFNO(FamilyConformance):
     tiny = _shrunk("well-tfno-acoustic_scattering_maze")
 
 
+def write_well_repo(model, path, edit):
+    """As The Well pushed a model (huggingface_hub's PyTorchModelHubMixin): config.json, the init arguments of its
+    class, and model.safetensors under its own tensor names (opzoo's U-Nets keep them, under ``net.``)."""
+    c = model.config
+    init = {"dim_in": c.dim_in, "dim_out": c.dim_out, "n_spatial_dims": c.spatial_dims,
+            "spatial_resolution": list(c.resolution),
+            **{k: getattr(c, k) for k in ("init_features", "stages", "blocks_per_stage", "blocks_at_neck")
+               if hasattr(c, k)}}
+    state = {k[len("net."):]: v.contiguous() for k, v in model.state_dict().items()}
+    edit(state)
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps(init))
+    save_file(state, str(path / "model.safetensors"))
+    return path / "model.safetensors"
+
+
 class TestWellUNetClassic(FamilyConformance):
     family = "well-unet-classic"
     tiny = _shrunk("well-unet-classic-acoustic_scattering_maze")
+    other = {"init_features": 8}
+
+    def write_upstream(self, model, path, edit):
+        return write_well_repo(model, path, edit)
 
 
 class TestWellUNetConvNext(FamilyConformance):
     family = "well-unet-convnext"
     tiny = _shrunk("well-unet-convnext-acoustic_scattering_maze")
+    other = {"init_features": 8}
+
+    def write_upstream(self, model, path, edit):
+        return write_well_repo(model, path, edit)
