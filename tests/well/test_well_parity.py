@@ -175,6 +175,30 @@ def test_meta_parameter_counts_and_names_match_the_published_models():
         check_state_dict(ours, {k: tuple(v.shape) for k, v in mapped.items()}, preset_name(arch, ds))
 
 
+@pytest.mark.parametrize("factorization", ["dense", "tucker"])
+def test_a_fresh_spectral_conv_is_drawn_as_neuraloperator_030_draws_it(factorization):
+    """From scratch, every tensor of a Fourier block has the spread of neuraloperator 0.3.0's init (tensorly-torch's
+    complex normal: each part at std/sqrt(2); a Tucker core and factors at its rank-scaled std). opzoo's drew each
+    part at the full std (a dense weight sqrt(2) too wide) and a Tucker core and factors at the dense std."""
+    from neuralop.layers.spectral_convolution import SpectralConv as TheirConv
+
+    from opzoo_well.fno_net import SpectralConv
+
+    torch.manual_seed(0)
+    theirs = TheirConv(48, 48, n_modes=(16, 16), factorization=factorization.capitalize(), rank=1.0,
+                       implementation="factorized", n_layers=1)
+    ours = SpectralConv(48, 48, (16, 16), factorization=factorization)
+    names = {"tensor": "weight", "core": "core", "factors.factor_0": "factors.0", "factors.factor_1": "factors.1",
+             "factors.factor_2": "factors.2", "factors.factor_3": "factors.3"}
+    mine = dict(ours.named_parameters())
+    for name, p in theirs.weight[0].named_parameters():
+        want, got = p.detach().std().item(), mine[names[name]].detach().std().item()
+        tolerance = 5 / (2 * p.numel()) ** 0.5  # about 3.5 standard errors of the ratio of two samples' stds
+        assert abs(got / want - 1) < tolerance, f"{factorization} {name}: std {got:.4g}, neuraloperator's {want:.4g}"
+    wide = SpectralConv(8, 1024, (2, 2), factorization=factorization)  # the bias is real: at init_std, as theirs
+    assert abs(wide.bias.std().item() / (2 / (8 + 1024)) ** 0.5 - 1) < 0.1
+
+
 def test_tucker_rank_is_tensorlys():
     from tensorly.tucker_tensor import validate_tucker_rank
 

@@ -137,32 +137,92 @@ class TestMPP(FamilyConformance):
 class TestPdetMixedChannels(FamilyConformance):
     family = "pdet-mc"
     tiny = _shrunk("pdet-mc-s")
+    other = {"hidden_size": 32}
+
+    def write_upstream(self, model, path, edit):  # a diffusers folder: config.json, diffusion_pytorch_model.safetensors
+        c = model.config
+        config = {"_class_name": "PDETransformer", "in_channels": c.in_channels, "out_channels": c.out_channels,
+                  "periodic": c.periodic, "window_size": c.window_size, "patch_size": c.patch_size,
+                  "hidden_size": c.hidden_size, "depth": list(c.depth), "num_heads": c.num_heads,
+                  "mlp_ratio": c.mlp_ratio, "num_classes": c.num_classes, "carrier_token_active": False}
+        state = {"model." + k[len("net."):]: v.contiguous() for k, v in model.state_dict().items()}
+        edit(state)
+        path.mkdir(parents=True)
+        (path / "config.json").write_text(json.dumps(config))
+        save_file(state, str(path / "diffusion_pytorch_model.safetensors"))
+        return path / "diffusion_pytorch_model.safetensors"
 
 
 class TestPdetSeparateChannels(FamilyConformance):
     family = "pdet-sc"
     tiny = _shrunk("pdet-sc-s")
+    other = {"hidden_size": 32}
+
+    def write_upstream(self, model, path, edit):  # as the mixed channels', with the window tables upstream saves
+        from opzoo_pdet.mixed_net import RelativePositionBias
+
+        c = model.config
+        config = {"_class_name": "PDETransformer", "num_timesteps": c.num_timesteps, "periodic": c.periodic,
+                  "patch_size": c.patch_size, "carrier_token_active": False}
+        state = {"model." + k[len("net."):]: v.contiguous() for k, v in model.state_dict().items()}
+        tables = RelativePositionBias(c.window_size, c.num_heads)
+        for key in [k for k in state if k.endswith("attn_spatial.logit_scale")]:
+            at = key[:-len("logit_scale")] + "pos_emb_funct."
+            state[at + "relative_coords_table"] = tables.table.unsqueeze(0).clone()
+            state[at + "relative_position_index"] = tables.index.clone()
+        edit(state)
+        path.mkdir(parents=True)
+        (path / "config.json").write_text(json.dumps(config))
+        save_file(state, str(path / "diffusion_pytorch_model.safetensors"))
+        return path / "diffusion_pytorch_model.safetensors"
+
+
+def write_well_fno_repo(model, path, edit):
+    """As The Well pushed its FNO/TFNO: neuraloperator's names (one stacked spectral bias, weights per layer)."""
+    def upstream(key: str) -> str:
+        parts = key.split(".")
+        if parts[1] == "skips":
+            return f"model.fno_blocks.fno_skips.{parts[2]}.weight"
+        if parts[1] == "spectral":
+            kind = {"weight": "tensor", "core": "core"}.get(parts[3], f"factors.factor_{parts[-1]}")
+            return f"model.fno_blocks.convs.weight.{parts[2]}.{kind}"
+        return "model." + key[len("net."):]
+
+    weights = model.state_dict()
+    state = {upstream(k): v.contiguous() for k, v in weights.items() if not k.endswith(".bias") or "spectral" not in k}
+    layers = sorted({int(k.split(".")[2]) for k in weights if k.startswith("net.spectral.")})
+    state["model.fno_blocks.convs.bias"] = torch.stack([weights[f"net.spectral.{i}.bias"] for i in layers])
+    return write_well_repo(model, path, edit, state)
 
 
 class TestWellFNO(FamilyConformance):
     family = "well-fno"
     tiny = _shrunk("well-fno-acoustic_scattering_maze")
+    other = {"hidden_channels": 16}
+
+    def write_upstream(self, model, path, edit):
+        return write_well_fno_repo(model, path, edit)
 
 
 class TestWellTFNO(FamilyConformance):
     family = "well-tfno"
     tiny = _shrunk("well-tfno-acoustic_scattering_maze")
+    other = {"hidden_channels": 16}
+
+    def write_upstream(self, model, path, edit):
+        return write_well_fno_repo(model, path, edit)
 
 
-def write_well_repo(model, path, edit):
+def write_well_repo(model, path, edit, state=None):
     """As The Well pushed a model (huggingface_hub's PyTorchModelHubMixin): config.json, the init arguments of its
-    class, and model.safetensors under its own tensor names (opzoo's U-Nets keep them, under ``net.``)."""
+    class, and model.safetensors under its own tensor names (``state``; opzoo's U-Nets keep them under ``net.``)."""
     c = model.config
     init = {"dim_in": c.dim_in, "dim_out": c.dim_out, "n_spatial_dims": c.spatial_dims,
             "spatial_resolution": list(c.resolution),
-            **{k: getattr(c, k) for k in ("init_features", "stages", "blocks_per_stage", "blocks_at_neck")
-               if hasattr(c, k)}}
-    state = {k[len("net."):]: v.contiguous() for k, v in model.state_dict().items()}
+            **{k: getattr(c, k) for k in ("modes1", "modes2", "hidden_channels", "init_features", "stages",
+                                          "blocks_per_stage", "blocks_at_neck") if hasattr(c, k)}}
+    if state is None:
+        state = {k[len("net."):]: v.contiguous() for k, v in model.state_dict().items()}
     edit(state)
     path.mkdir(parents=True)
     (path / "config.json").write_text(json.dumps(init))

@@ -81,9 +81,17 @@ class SpectralConv(nn.Module):
         else:
             raise ValueError(f"factorization must be 'dense' or 'tucker', got {factorization!r}")
         self.bias = nn.Parameter(torch.zeros(out_channels, *[1] * len(modes)))
-        std = (2 / (in_channels + out_channels)) ** 0.5  # 0.3.0's init_std="auto"
-        for p in self.parameters():
-            nn.init.normal_(p, 0.0, std)
+        # 0.3.0's init: init_std="auto"; tensorly-torch's normal_ draws a complex tensor whose real and imaginary
+        # parts each have std/sqrt(2), a dense one at init_std, a Tucker core and factors at
+        # (init_std / prod(sqrt(ranks)))^(1 / (order + 1)); the bias is real, at init_std
+        std = (2 / (in_channels + out_channels)) ** 0.5
+        if factorization == "dense":
+            nn.init.normal_(self.weight, 0.0, std / math.sqrt(2))
+        else:
+            factor_std = (std / math.prod(math.sqrt(r) for r in ranks)) ** (1 / (len(ranks) + 1))
+            for p in (self.core, *self.factors):
+                nn.init.normal_(p, 0.0, factor_std / math.sqrt(2))
+        nn.init.normal_(self.bias, 0.0, std)
 
     def contract(self, xf: Tensor, w_slices: Sequence[slice]) -> Tensor:
         """``[B, in, *kept] -> [B, out, *kept]``: the kept spectrum times the weight cut to ``w_slices`` per mode.
