@@ -76,5 +76,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+def __getattr__(name: str):
+    """The model commands' handlers and ``preset_document`` lived here until they moved to :mod:`opzoo.cli.models`:
+    the old names still resolve for a release, with a DeprecationWarning."""
+    if name in ("preset_document", "_preset_info", "_offline_of") or name.startswith("cmd_"):
+        from importlib import import_module
+
+        value = getattr(import_module("opzoo.cli.models"), name, None)
+        if value is not None:
+            import warnings
+
+            warnings.warn(f"opzoo.cli.{name} is deprecated; use opzoo.cli.models.{name} (removed in the next release)",
+                          DeprecationWarning, stacklevel=2)
+            return value
+    raise AttributeError(f"module 'opzoo.cli' has no attribute {name!r}")
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -148,6 +148,8 @@ def test_moved_modules_keep_a_warning_shim_for_a_release():
         assert getattr(module, name) is obj
         if old.endswith("cli"):
             assert module.main is opzoo.cli.main  # `python -m OLD ARGS` runs `opzoo ARGS`
+    with pytest.warns(DeprecationWarning, match="opzoo.cli.preset_document is deprecated"):
+        assert opzoo.cli.preset_document is opzoo.cli.models.preset_document
     from opzoo.contracts.optimizer_hook import OptimizerHook
     from opzoo.training.hooks import OptimizerHook as old_home
 
