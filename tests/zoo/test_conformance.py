@@ -98,6 +98,16 @@ class TestGPhyT(FamilyConformance):
         return path.with_suffix(".pth")
 
 
+def save_folder(path: Path, config: dict, state: dict, weights: str, edit) -> Path:
+    """A checkpoint folder as a ``save_pretrained`` writes one: ``config.json`` and the safetensors file ``weights``
+    (after ``edit(state)``); returns the weights file, which the converter reads."""
+    edit(state)
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps(config))
+    save_file(state, str(path / weights))
+    return path / weights
+
+
 class TestPoseidon(FamilyConformance):
     family = "poseidon"
     tiny = {"embed_dim": 8, "depths": [1, 1, 1, 1], "num_heads": [1, 1, 2, 2], "image_size": 32, "window_size": 4}
@@ -112,11 +122,7 @@ class TestPoseidon(FamilyConformance):
                        "num_heads": list(c.num_heads), "skip_connections": list(c.skip_connections),
                        "window_size": c.window_size})
         state = {k[len("net."):]: v.contiguous() for k, v in model.state_dict().items()}
-        edit(state)
-        path.mkdir(parents=True)
-        (path / "config.json").write_text(json.dumps(config))
-        save_file(state, str(path / "model.safetensors"))
-        return path / "model.safetensors"
+        return save_folder(path, config, state, "model.safetensors", edit)
 
 
 class TestMPP(FamilyConformance):
@@ -146,11 +152,7 @@ class TestPdetMixedChannels(FamilyConformance):
                   "hidden_size": c.hidden_size, "depth": list(c.depth), "num_heads": c.num_heads,
                   "mlp_ratio": c.mlp_ratio, "num_classes": c.num_classes, "carrier_token_active": False}
         state = {"model." + k[len("net."):]: v.contiguous() for k, v in model.state_dict().items()}
-        edit(state)
-        path.mkdir(parents=True)
-        (path / "config.json").write_text(json.dumps(config))
-        save_file(state, str(path / "diffusion_pytorch_model.safetensors"))
-        return path / "diffusion_pytorch_model.safetensors"
+        return save_folder(path, config, state, "diffusion_pytorch_model.safetensors", edit)
 
 
 class TestPdetSeparateChannels(FamilyConformance):
@@ -170,11 +172,7 @@ class TestPdetSeparateChannels(FamilyConformance):
             at = key[:-len("logit_scale")] + "pos_emb_funct."
             state[at + "relative_coords_table"] = tables.table.unsqueeze(0).clone()
             state[at + "relative_position_index"] = tables.index.clone()
-        edit(state)
-        path.mkdir(parents=True)
-        (path / "config.json").write_text(json.dumps(config))
-        save_file(state, str(path / "diffusion_pytorch_model.safetensors"))
-        return path / "diffusion_pytorch_model.safetensors"
+        return save_folder(path, config, state, "diffusion_pytorch_model.safetensors", edit)
 
 
 def write_well_fno_repo(model, path, edit):
@@ -223,11 +221,7 @@ def write_well_repo(model, path, edit, state=None):
                                           "blocks_per_stage", "blocks_at_neck") if hasattr(c, k)}}
     if state is None:
         state = {k[len("net."):]: v.contiguous() for k, v in model.state_dict().items()}
-    edit(state)
-    path.mkdir(parents=True)
-    (path / "config.json").write_text(json.dumps(init))
-    save_file(state, str(path / "model.safetensors"))
-    return path / "model.safetensors"
+    return save_folder(path, init, state, "model.safetensors", edit)
 
 
 class TestWellUNetClassic(FamilyConformance):
