@@ -6,7 +6,7 @@ import argparse
 from typing import Sequence
 
 from ..console import FIELDS_HELP, fields_of, parse_overrides
-from ..data.errors import DataFormatError
+from ..errors import OpzooError
 
 _DTYPES = ("float32", "float64")
 # the names of opzoo.data.generators.GENERATORS and opzoo.data.readers.LAYOUTS, so that building this
@@ -39,7 +39,7 @@ def cmd_data_generate(args: argparse.Namespace) -> int:
             progress=not args.quiet, overwrite=args.force, device=args.device, **options,
         )
     except (TypeError, FileExistsError, ValueError) as exc:  # an option the generator does not take, OUT exists, ...
-        raise DataFormatError(f"{args.kind}: {exc}") from None
+        raise OpzooError(f"{args.kind}: {exc}") from None
     print(f"wrote {args.n} trajectories to {path}")
     return 0
 
@@ -50,14 +50,12 @@ def cmd_data_inspect(args: argparse.Namespace) -> int:
     try:
         print(inspect_file(args.file, layout=args.layout, max_samples=args.max_samples, fields=fields_of(args)))
     except FileNotFoundError as exc:
-        raise DataFormatError(str(exc)) from None
+        raise OpzooError(str(exc)) from None
     return 0
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add ``data`` (``generate``, ``inspect``) to the ``opzoo`` command's sub-parsers."""
-    GENERATORS, LAYOUTS = GENERATOR_KINDS, LAYOUT_NAMES
-
     data = subparsers.add_parser("data", help="generate and inspect PDE trajectory files")
     data.set_defaults(func=lambda args: (data.print_help(), 2)[1])
     commands = data.add_subparsers(dest="data_command", metavar="{generate,inspect}")
@@ -66,9 +64,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "generate",
         help="generate a canonical HDF5 file of PDE trajectories",
         description="Generate trajectories offline (seeded, CPU or GPU) into a canonical HDF5 file. "
-        "Kinds: " + ", ".join(sorted(GENERATORS)) + ".",
+        "Kinds: " + ", ".join(sorted(GENERATOR_KINDS)) + ".",
     )
-    gen.add_argument("kind", choices=sorted(GENERATORS), help="PDE family")
+    gen.add_argument("kind", choices=sorted(GENERATOR_KINDS), help="PDE family")
     gen.add_argument("--n", type=int, required=True, help="number of trajectories")
     gen.add_argument("--out", required=True, help="output .h5 file (written atomically)")
     gen.add_argument("--res", type=int, default=None, help="output grid points per axis (kind default)")
@@ -88,7 +86,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
     ins = commands.add_parser("inspect", help="print layout, shapes, fields, time steps and statistics of a file")
     ins.add_argument("file")
-    ins.add_argument("--layout", default=None, help=f"force a layout: {', '.join(sorted(LAYOUTS))}, or array:<axes> "
+    ins.add_argument("--layout", default=None, help=f"force a layout: {', '.join(sorted(LAYOUT_NAMES))}, or array:<axes> "
                                                      f"for a .npy/.npz/.pt in another order, e.g. array:NTXYC "
                                                      f"(default: detected)")
     ins.add_argument("--max-samples", type=int, default=None, help="statistics over at most this many samples")
