@@ -81,9 +81,11 @@ class SpectralConv(nn.Module):
         else:
             raise ValueError(f"factorization must be 'dense' or 'tucker', got {factorization!r}")
         self.bias = nn.Parameter(torch.zeros(out_channels, *[1] * len(modes)))
-        # 0.3.0's init: init_std="auto"; tensorly-torch's normal_ draws a complex tensor whose real and imaginary
-        # parts each have std/sqrt(2), a dense one at init_std, a Tucker core and factors at
-        # (init_std / prod(sqrt(ranks)))^(1 / (order + 1)); the bias is real, at init_std
+        # 0.3.0's init (neuralop/layers/spectral_convolution.py, SpectralConv.__init__: init_std="auto",
+        # weight.normal_(0, init_std), bias init_std * randn): tensorly-torch 0.5.0's normal_
+        # (tltorch/factorized_tensors/factorized_tensors.py, DenseTensor/TuckerTensor.normal_, on the complex view of
+        # complex_factorized_tensors.py) draws a complex tensor whose real and imaginary parts each have std/sqrt(2):
+        # a dense one at init_std, a Tucker core and factors at (init_std / prod(sqrt(ranks)))^(1 / (order + 1))
         std = (2 / (in_channels + out_channels)) ** 0.5
         if factorization == "dense":
             nn.init.normal_(self.weight, 0.0, std / math.sqrt(2))
