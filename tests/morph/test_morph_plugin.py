@@ -33,13 +33,10 @@ SMALL = {"dim": 32, "depth": 2, "heads": 4, "heads_xa": 4, "mlp_dim": 48, "conv_
 UPSTREAM_PARAMS = {"morph-ti": 9_864_408, "morph-s": 32_829_656, "morph-m": 125_602_008, "morph-l": 483_293_400}
 
 
-@pytest.mark.parametrize("variant", MORPH.variants, ids=lambda v: v.name)
-def test_presets_build_on_meta_with_their_checkpoints_parameter_counts(variant):
-    with torch.device("meta"):
-        model = opzoo.load(variant.name)
-    assert sum(p.numel() for p in model.parameters()) == UPSTREAM_PARAMS[variant.name] == variant["params"]
-    if variant.name == "morph-l":  # upstream's note: "Large (with AR1:16 ~480M)"
-        assert abs(variant["params"] - 480e6) < 5e6
+def test_each_rows_count_is_upstreams():
+    """The table's counts are upstream's (the conformance suite builds each preset and checks it has its row's)."""
+    assert {v.name: v["params"] for v in MORPH.variants} == UPSTREAM_PARAMS
+    assert abs(UPSTREAM_PARAMS["morph-l"] - 480e6) < 5e6  # upstream's note: "Large (with AR1:16 ~480M)"
 
 
 def use_cache(monkeypatch, cache: Path, checkpoint: Path, name: str = TI_FILE) -> None:

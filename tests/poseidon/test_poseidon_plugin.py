@@ -53,12 +53,11 @@ def use_cache(monkeypatch, cache: Path, checkpoint: Path) -> None:
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
 
 
-@pytest.mark.parametrize("variant", POSEIDON.variants, ids=lambda v: v.name)
-def test_presets_build_on_meta_with_their_published_configs_parameter_counts(variant):
+def test_each_rows_count_is_its_published_configs():
+    """The table's counts are upstream's (the conformance suite builds each preset and checks it has its row's)."""
+    assert {v.name: v["params"] for v in POSEIDON.variants} == UPSTREAM_PARAMS
     with torch.device("meta"):
-        model = opzoo.load(variant.name)
-    assert sum(p.numel() for p in model.parameters()) == UPSTREAM_PARAMS[variant.name] == variant["params"]
-    assert model.training  # no weights asked: a new module, in training mode as timm's
+        assert opzoo.load("poseidon-t").training  # no weights asked: a new module, in training mode as timm's
 
 
 def test_offline_load_is_one_line_naming_the_file_and_the_download_command(monkeypatch, tmp_path):
