@@ -92,6 +92,24 @@ PDEBENCH_METRICS = (
 )
 
 
+BANDS = {"fRMSE_low": (0, I_LOW), "fRMSE_mid": (I_LOW, I_HIGH), "fRMSE_high": (I_HIGH, None)}
+
+
+def spectral_bins(grid: Sequence[int]) -> int:
+    """How many radial bins :func:`_spectrum` has on ``grid`` (1-D: the rfft's frequencies; else half the smallest
+    size)."""
+    return grid[0] // 2 + 1 if len(grid) == 1 else min(n // 2 for n in grid)
+
+
+def why_undefined(name: str, grid: Sequence[int]) -> str:
+    """Why metric ``name`` has no value (NaN) on data at ``grid``: a spectral band beyond the grid's wavenumbers, or
+    (any other metric) data it is not defined on."""
+    if name in BANDS and grid and BANDS[name][0] >= spectral_bins(grid):
+        return (f"{name}: the grid {'x'.join(map(str, grid))} has no wavenumber of {BANDS[name][0]} or more (its "
+                f"radial bins stop below {spectral_bins(grid)})")
+    return f"{name}: not defined on these data"
+
+
 def registered_metrics() -> tuple[Metric, ...]:
     """The metrics every evaluation scores: the registry's (PDEBench's set, then the plugins'), or PDEBench's set
     when no plugin host runs."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,11 +89,13 @@ def metric_table(r: DatasetResult) -> list[str]:
         return []
 
     def cell(value: float, interval) -> str:
+        if math.isnan(value):  # nothing to score at this grid (a wavenumber band beyond it): said below the table
+            return "n/a"
         return f"{value:.4g}" + (f" [{interval[0]:.3g}, {interval[1]:.3g}]" if interval else "")
 
     base = r.persistence
     grid = "x".join(map(str, r.grid)) if r.grid else "?"
-    from .pdebench_metrics import plugin_metric_names
+    from .pdebench_metrics import plugin_metric_names, why_undefined
 
     added = plugin_metric_names(r.metrics)
     which = "PDEBench's metrics" + (f" and the plugins' ({', '.join(added)})" if added else "")
@@ -105,10 +108,13 @@ def metric_table(r: DatasetResult) -> list[str]:
             row += f"{cell(base.metrics[k], base.intervals.get(k)):<31} "
         if k in r.paired:
             d, lo, hi = r.paired[k]
-            row += f"{d:+.4g} [{lo:+.3g}, {hi:+.3g}]" + (" *" if lo > 0 or hi < 0 else "")
+            row += "n/a" if math.isnan(d) else f"{d:+.4g} [{lo:+.3g}, {hi:+.3g}]" + (" *" if lo > 0 or hi < 0 else "")
         lines.append(row.rstrip())
     if r.paired:
         lines.append("  (* the interval of the difference excludes 0)")
+    undefined = [why_undefined(k, r.grid) for k, v in r.metrics.items() if math.isnan(v)]
+    if undefined:
+        lines.append(f"  (n/a: {'; '.join(undefined)})")
     return lines
 
 

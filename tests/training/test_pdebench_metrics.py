@@ -79,3 +79,35 @@ def test_intervals_and_the_paired_comparison():
     assert diff["nRMSE"][1] < 0  # clearly better: the whole interval below 0
     with pytest.raises(ValueError, match="same trajectories"):
         bootstrap(good, TrajectoryMetrics())
+
+
+def test_a_band_beyond_the_grid_is_n_a_with_its_reason_not_nan():
+    """On a 16x16 grid the radial bins stop below 8: fRMSE_high (12+) has nothing to score. PDEBench's metric_func
+    gives NaN there too (the recording above); `opzoo eval`'s table says n/a and why, never a bare nan."""
+    from opzoo.evaluation.pdebench_metrics import why_undefined
+    from opzoo.evaluation.rollouts import DatasetResult, metric_table
+
+    g = torch.Generator().manual_seed(2)
+    u = torch.randn(6, 16, 16, 3, 1, generator=g, dtype=torch.float64)
+    model, base = TrajectoryMetrics(), TrajectoryMetrics()
+    model.add(u + 0.1 * torch.randn(u.shape, generator=g, dtype=torch.float64), u)
+    base.add(u + 0.3 * torch.randn(u.shape, generator=g, dtype=torch.float64), u)
+    values = model.values()
+    assert math.isnan(values["fRMSE_high"]) and not math.isnan(values["fRMSE_mid"])
+
+    def result(m: TrajectoryMetrics, persistence=None) -> DatasetResult:
+        return DatasetResult("heat", 0.1, [0.1], 6, 3, grid=[16, 16], metrics=m.values(),
+                             intervals={k: list(v) for k, v in bootstrap(m, n=50).items()}, persistence=persistence)
+
+    r = result(model, result(base))
+    r.paired = {k: [r.metrics[k] - r.persistence.metrics[k], *v] for k, v in bootstrap(model, base, n=50).items()}
+    text = "\n".join(metric_table(r))
+    assert "nan" not in text.lower()
+    row = next(line for line in text.splitlines() if line.strip().startswith("fRMSE_high"))
+    assert row.split()[1:] == ["n/a", "n/a", "n/a"]
+    assert text.splitlines()[-1] == ("  (n/a: fRMSE_high: the grid 16x16 has no wavenumber of 12 or more (its radial "
+                                     "bins stop below 8))")
+    # 1-D: the rfft's nx // 2 + 1 frequencies; a metric NaN for another reason is not blamed on the grid
+    assert why_undefined("fRMSE_high", [20]).endswith("(its radial bins stop below 11)")
+    assert why_undefined("fRMSE_high", [24]) == "fRMSE_high: not defined on these data"  # 13 bins: 12 is one
+    assert why_undefined("nRMSE", [16, 16]) == "nRMSE: not defined on these data"
