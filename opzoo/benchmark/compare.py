@@ -194,7 +194,7 @@ def test_sources(cfg, model):
     tests = [o.test for o in opened]
     fitted = fit_data(model, tests, cfg.data.resolution, "data.resolution",
                       field_map=[o.spec.field_map for o in opened], training_set=[o.spec.training_set for o in opened],
-                      name=cfg.model.name)
+                      name=cfg.model.name, keep_boundary="periodic" in cfg.model.args)
     return fitted.sources, fitted.frame_shape, fitted.lines
 
 

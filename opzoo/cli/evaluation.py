@@ -10,6 +10,13 @@ from ..console import FIELDS_HELP, LAYOUT_HELP, add_fit_options, at_least, field
 from ..errors import OpzooError
 
 
+def _sets_boundary(model_args: Sequence[str] | None) -> bool:
+    """Whether ``--model-args`` set the model's boundary flag (kept then, where the data state another)."""
+    from ..console import parse_overrides
+
+    return "periodic" in parse_overrides(model_args)
+
+
 def _load_model(name: str, pretrained: bool | None, model_args: Sequence[str] | None = None):
     """The model a command runs (``model_args``: ``KEY=VALUE`` config overrides), and print the header line saying
     which weights those are."""
@@ -79,7 +86,7 @@ def cmd_eval(args) -> int:
                           include_training=args.include_training, max_trajectories=args.max_trajectories,
                           skip_bad_trajectories=args.skip_bad_trajectories, channel=args.channel,
                           plot_steps=args.plot_steps, say=say, field_map=args.field_map,
-                          training_set=args.training_set)
+                          training_set=args.training_set, keep_boundary=_sets_boundary(args.model_args))
 
 
 def cmd_rollout(args) -> int:
@@ -91,7 +98,8 @@ def cmd_rollout(args) -> int:
     return rollout_trajectory(model, args.model, args.data, index=args.index, steps=args.steps,
                               resolution=args.resolution, layout=args.layout, fields=fields_of(args), plot=args.plot,
                               save=args.save, channel=args.channel, plot_steps=args.plot_steps, say=say,
-                              field_map=args.field_map, training_set=args.training_set)
+                              field_map=args.field_map, training_set=args.training_set,
+                              keep_boundary=_sets_boundary(args.model_args))
 
 
 def cmd_fit(args) -> int:
@@ -101,7 +109,7 @@ def cmd_fit(args) -> int:
     model = _load_model(args.model, args.pretrained, args.model_args)
     fit_files_block(model, args.data, args.resolution, args.layout, fields_of(args), say=say,
                     field_map=args.field_map, training_set=args.training_set, test_fraction=args.test_fraction,
-                    name=args.model)
+                    name=args.model, keep_boundary=_sets_boundary(args.model_args))
     return 0
 
 

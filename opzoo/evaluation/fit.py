@@ -299,7 +299,7 @@ def fit_data(model: nn.Module, sources: list[TrajectoryDataset], resolution=None
              adapt_channels: bool = True, *, field_map: "str | Mapping[str, str] | None" = None,
              training_set: str | None = None, train: bool = False, targets: Mapping[str, Any] | None = None,
              stats_from: list[TrajectoryDataset] | None = None, seed: int = 0,
-             progress: bool | None = None, name: str | None = None) -> FittedData:
+             progress: bool | None = None, name: str | None = None, keep_boundary: bool = False) -> FittedData:
     """Fit ``sources`` to ``model`` (see the module doc) and return the fitted model, frames and the block.
 
     ``grid_from``: the files that choose the grid (default all; a run: its training splits); ``resolution`` names one
@@ -308,8 +308,10 @@ def fit_data(model: nn.Module, sources: list[TrajectoryDataset], resolution=None
     model's channel-shaped tensors to other fields; ``targets``: the run's other shape changes for
     :func:`opzoo.model_io.adapt.adapt_model` (``in_timesteps``, ``img_size``, ``periodic``, labels per channel), made
     in the same rebuild. ``stats_from``: the trajectories a normalization's statistics come from (default: each file's
-    training part by training's rule). ``name``: how the block names the model (default its preset's). A file that
-    does not fit is a ConfigError naming the flag that fits it."""
+    training part by training's rule). ``name``: how the block names the model (default its preset's).
+    ``keep_boundary``: the user set the model's ``periodic`` flag (``model.args.periodic``, ``--model-args``): it is
+    kept where the data state another boundary (said); otherwise the flag follows the data (:func:`boundary_plan`). A
+    file that does not fit is a ConfigError naming the flag that fits it."""
     from ..model_io.adapt import adapt_model
 
     contract = contract_of(model)
@@ -416,6 +418,9 @@ def fit_data(model: nn.Module, sources: list[TrajectoryDataset], resolution=None
                           f"files' {changes['in_channels']}")
     config, norm_lines, norm_record = normalization(model, contract, plans, changes, stats_from, progress, name)
     config = {**config, **subset_config}
+    user = targets["periodic"] if "periodic" in targets else getattr(c, "periodic", None) if keep_boundary else None
+    boundary, boundary_words = boundary_plan(model, contract, plans, user, name, train)
+    targets.update(boundary)
     adapted = model
     if changes or targets or config:
         adapted = adapt_model(model, seed=seed, config=config, **changes, **targets)
@@ -430,7 +435,7 @@ def fit_data(model: nn.Module, sources: list[TrajectoryDataset], resolution=None
     grid = choose_grid(adapted, grid_from or sources, resolution, flag)
     shape = frame_shape(adapted, grid.resolution, channels, contract)
     lines.append(grid.line(sources, training=train, mode=shape.resample, source=contract.resample_source))
-    lines.append(boundary_line(adapted, contract, sources, name))
+    lines.append(boundary_words)
     lines += norm_lines
     record = {"model": name, "contract": contract.name, "files": [s.path for s in dict.fromkeys(
         s for s, _ in plans)], "fields": fitted_names, "training_sets": sorted(
@@ -646,16 +651,56 @@ def neutral_statistics(name: str, overrides: Mapping[str, Any] | None = None) ->
 # ---- grid and boundary -------------------------------------------------------------------------------------------
 
 
-def boundary_line(model: nn.Module, contract: DataContract, sources: Sequence[TrajectoryDataset],
-                  name: str | None = None) -> str:
-    """What the files state of their boundary, and what the model assumes (or, with a ``periodic`` flag, follows)."""
-    stated = {s.boundary for s in sources if s.boundary}
-    files = "; ".join(sorted(stated)) if stated else "none"
+def stated_boundaries(plans) -> dict[str, tuple[bool | None, str]]:
+    """``{file: (periodic or None, its words)}`` for every file that states a boundary: its own metadata, else the
+    training set it is read as (:attr:`opzoo.TrainingSet.periodic`)."""
+    stated: dict[str, tuple[bool | None, str]] = {}
+    for src, plan in plans:
+        t = plan.training_set
+        if src.boundary:
+            stated[src.path] = (src.periodic, src.boundary)
+        elif t is not None and t.periodic is not None:
+            stated[src.path] = (t.periodic, f"read as {t.name}, which upstream ran "
+                                            f"{'periodic' if t.periodic else 'not periodic'}")
+    return stated
+
+
+def boundary_plan(model: nn.Module, contract: DataContract, plans, user: bool | None = None,
+                  name: str | None = None, train: bool = False) -> tuple[dict[str, bool], str]:
+    """``(changes, line)``: the boundary ``model`` runs the files with, and the block's line saying it. A model with a
+    ``periodic`` flag follows what the files state (:func:`stated_boundaries`: periodic on every axis, or not) when
+    fine-tuning (``train``), and in every command where its contract says its weights were trained on both
+    (``boundary_follows_data="always"``: MPP, whose upstream gives each dataset's flag with the data); otherwise
+    evaluation keeps the flag the weights were trained with, said. The user's flag (``user``) is kept, a disagreement
+    said; files that state different boundaries are refused where the flag would follow them (one model runs one
+    boundary). Any other model assumes its contract's boundary, said beside the files'."""
     name = name or model_name(model)
-    if hasattr(model.config, "periodic"):
-        return (f"boundary: the files state {files}; {name} runs with periodic={bool(model.config.periodic)} "
-                f"({contract.boundary})")
-    return f"boundary: the files state {files}; {name} assumes {contract.boundary}"
+    stated = stated_boundaries(plans)
+    words = "; ".join(f"{path}: {w}" for path, (_, w) in stated.items())
+    if not hasattr(model.config, "periodic"):
+        files = "; ".join(sorted({w for _, w in stated.values()})) or "none"
+        return {}, f"boundary: the files state {files}; {name} assumes {contract.boundary}"
+    current = bool(model.config.periodic if user is None else user)
+    kinds = {p for p, _ in stated.values() if p is not None}
+    if user is not None:
+        differ = kinds - {current}
+        return {}, (f"boundary: periodic={current} as the model args set it" + (
+            f", although the data states {words}" if differ else f" (the files state {words or 'none'})"))
+    if not (train or contract.boundary_follows_data == "always"):
+        differ = f"; {name}'s weights were trained with it, so evaluation keeps it (fine-tuning follows the files; " \
+                 f"--model-args periodic={str(not current).lower()} runs the other)" if kinds - {current} else ""
+        return {}, (f"boundary: the files state {words or 'none'}; {name} runs with periodic={current}{differ} "
+                    f"({contract.boundary})")
+    if len(kinds) > 1:
+        raise ConfigError(f"the data files state different boundaries ({words}): {name} runs one boundary; give it "
+                          f"files of one boundary, or set it yourself (model.args.periodic in a run, --model-args "
+                          f"periodic=true|false)")
+    if not kinds or kinds == {current}:
+        return {}, f"boundary: the files state {words or 'none'}; {name} runs with periodic={current} ({contract.boundary})"
+    periodic = kinds.pop()
+    return {"periodic": periodic}, (
+        f"boundary: periodic={periodic} for {name}, as the data states ({words}; {name} was periodic={current}; "
+        f"periodic={str(current).lower()} in its model args keeps it: --model-args, model.args in a run)")
 
 
 def model_resolution(model: nn.Module) -> tuple[int, ...] | None:
@@ -747,20 +792,22 @@ def array_order_lines(paths, layout: str | None) -> list[str]:
 
 def fit_files(model: nn.Module, paths, resolution=None, layout: str | None = None, fields: list[str] | None = None,
               say: Callable[[str], None] = print, *, field_map=None, training_set: str | None = None,
-              test_fraction: float | None = None,
-              name: str | None = None) -> tuple[nn.Module, FrameShape, list[TrajectoryDataset]]:
+              test_fraction: float | None = None, name: str | None = None,
+              keep_boundary: bool = False) -> tuple[nn.Module, FrameShape, list[TrajectoryDataset]]:
     """``(model, frame shape, sources)``: the files ``paths`` opened and fitted to ``model`` (:func:`fit_data`); how a
     plain array is read and the fit block are said first (``say``: a line at a time). Statistics a normalization needs
-    come from each file's training part by training's rule (``test_fraction``, default 0.1)."""
+    come from each file's training part by training's rule (``test_fraction``, default 0.1). ``keep_boundary``: the
+    user set the model's ``periodic`` flag (:func:`fit_data`)."""
     fitted = fit_files_block(model, paths, resolution, layout, fields, say, field_map=field_map,
-                             training_set=training_set, test_fraction=test_fraction, name=name)
+                             training_set=training_set, test_fraction=test_fraction, name=name,
+                             keep_boundary=keep_boundary)
     return fitted.model, fitted.frame_shape, fitted.sources
 
 
 def fit_files_block(model: nn.Module, paths, resolution=None, layout: str | None = None,
                     fields: list[str] | None = None, say: Callable[[str], None] = print, *, field_map=None,
                     training_set: str | None = None, test_fraction: float | None = None,
-                    name: str | None = None) -> FittedData:
+                    name: str | None = None, keep_boundary: bool = False) -> FittedData:
     """:func:`fit_files`, returning the whole :class:`FittedData` (its block and record too)."""
     from ..data.datasets import split_trajectories
 
@@ -776,7 +823,7 @@ def fit_files_block(model: nn.Module, paths, resolution=None, layout: str | None
             except DataFormatError as e:
                 raise ConfigError(str(e)) from None
     fitted = fit_data(model, sources, resolution, field_map=field_map, training_set=training_set, stats_from=parts,
-                      name=name)
+                      name=name, keep_boundary=keep_boundary)
     say_block(fitted, say)
     return fitted
 

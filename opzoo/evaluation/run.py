@@ -50,7 +50,8 @@ def evaluate_files(model: "nn.Module", model_name: str, data: Sequence[str], out
                    batch_size: int | None = None, split: str | None = None, test_fraction: float | None = None,
                    include_training: bool = False, max_trajectories: int | None = None,
                    skip_bad_trajectories: bool = False, channel: int = 0, plot_steps: Sequence[int] = (1, 5, 10),
-                   say: Callable[[str], None] = print, field_map=None, training_set: str | None = None) -> int:
+                   say: Callable[[str], None] = print, field_map=None, training_set: str | None = None,
+                   keep_boundary: bool = False) -> int:
     """What ``opzoo eval`` does with a loaded ``model`` (named ``model_name`` in the results): fit ``data`` to it
     (:func:`fit_files`), score each file's held-out trajectories at the file's own grid (or, ``windows="all"``, one
     step from every window, pooled), beside persistence, and write the results (JSON, CSV) and PNG plots into ``out``;
@@ -64,7 +65,8 @@ def evaluate_files(model: "nn.Module", model_name: str, data: Sequence[str], out
 
     data = list(data)
     fitted = fit_files_block(model, data, resolution, layout, fields, say=say, field_map=field_map,
-                             training_set=training_set, test_fraction=test_fraction, name=model_name)
+                             training_set=training_set, test_fraction=test_fraction, name=model_name,
+                             keep_boundary=keep_boundary)
     model, frame_shape, sources = fitted.model, fitted.frame_shape, fitted.sources
     _check_channel(channel, sources)
     split_name = split
@@ -175,7 +177,8 @@ def rollout_trajectory(model: "nn.Module", model_name: str, data: str, *, index:
                        resolution: Sequence[int] | None = None, layout: str | None = None,
                        fields: Sequence[str] | None = None, plot: str | None = None, save: str | None = None,
                        channel: int = 0, plot_steps: Sequence[int] = (1, 5, 10),
-                       say: Callable[[str], None] = print, field_map=None, training_set: str | None = None) -> int:
+                       say: Callable[[str], None] = print, field_map=None, training_set: str | None = None,
+                       keep_boundary: bool = False) -> int:
     """What ``opzoo rollout`` does with a loaded ``model``: roll out trajectory ``index`` of ``data`` (``steps``,
     default to its end) at the model's grid and score it back at the file's own grid; ``plot`` the panels, ``save``
     the prediction (safetensors, with its grid and provenance as metadata). Returns the exit code (0)."""
@@ -188,7 +191,7 @@ def rollout_trajectory(model: "nn.Module", model_name: str, data: str, *, index:
     if steps is not None and steps < 1:
         raise OpzooError(f"--steps must be >= 1, got {steps}")
     model, frame_shape, (src,) = fit_files(model, [data], resolution, layout, fields, say=say, field_map=field_map,
-                                           training_set=training_set, name=model_name)
+                                           training_set=training_set, name=model_name, keep_boundary=keep_boundary)
     _check_channel(channel, [src])
     t_in = frame_shape.in_timesteps
     if not 0 <= index < len(src):

@@ -76,8 +76,10 @@ class TrainingSet:
     expression of the file's fields (``{"density": "buoyancy"}``, ``{"velocity_x": "momentum_x / density"}``,
     ``{"pressure": "pressure - 2.513"}``); a model field it does not map is read by its own name. ``transpose``: the
     file's two spatial axes were swapped (H <-> W) before anything else. ``mean``: per model field, the normalization
-    mean upstream used for this set instead of the family's (Poseidon's mean pressure). ``source``: where upstream
-    does it (path @ commit)."""
+    mean upstream used for this set instead of the family's (Poseidon's mean pressure). ``periodic``: the boundary
+    upstream ran this set with, for a model with a ``periodic`` flag (MPP's ``bcs``): a file read as the set that
+    states no boundary of its own is taken as that (None: upstream does not say). ``source``: where upstream does it
+    (path @ commit)."""
 
     name: str
     fields: Mapping[str, str] = dataclasses.field(default_factory=dict)
@@ -85,6 +87,7 @@ class TrainingSet:
     mean: Mapping[str, float] = dataclasses.field(default_factory=dict)
     source: str = ""
     note: str = ""  # what is unverified or differs from upstream, said with the map
+    periodic: Optional[bool] = None
 
     def __post_init__(self) -> None:
         for target, text in self.fields.items():
@@ -95,6 +98,8 @@ class TrainingSet:
         parts = ["grid transposed (H <-> W)"] if self.transpose else []
         parts += [f"{t} := {e}" for t, e in self.fields.items()]
         parts += [f"{f}'s normalization mean {v:g}" for f, v in self.mean.items()]
+        if self.periodic is not None:
+            parts.append(f"trained {'periodic' if self.periodic else 'not periodic'}")
         return "; ".join(parts) or "every field by its own name"
 
 
@@ -159,6 +164,10 @@ class DataContract:
     resample: Literal["bilinear", "bicubic"] = "bilinear"
     resample_source: str = ""
     boundary: str = "not stated by upstream"
+    # a model with a ``periodic`` flag: where the flag follows the boundary the data state. "always": its weights were
+    # trained on both, the flag given with each dataset (MPP's bcs); "fine-tuning": trained with one flag, which
+    # evaluation keeps (another runs the weights as they were never trained), while fine-tuning follows the data
+    boundary_follows_data: Literal["always", "fine-tuning"] = "fine-tuning"
     spatial_dims: tuple[int, ...] = (2,)
     # other_fields="subset": the model config's fields that name each channel's field and the fields it has (its
     # vocabulary of slots, which fine-tuning on a new field extends), e.g. ("fields", "state_names")

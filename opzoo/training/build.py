@@ -99,13 +99,13 @@ def fit_run_data(model: nn.Module, cfg: RunConfig, opened: list[OpenDataset]):
     with ``model.adapt`` also the shape fields of :func:`opzoo.training.finetune.adaptation_targets`, in the same
     rebuild."""
     sources = [src for o in opened for src in (o.train, o.test)]
-    targets = adaptation_targets(model, cfg, opened) if cfg.model.adapt else None
+    targets = adaptation_targets(model, cfg) if cfg.model.adapt else None
     maps = [m for o in opened for m in (o.spec.field_map, o.spec.field_map)]
     sets = [t for o in opened for t in (o.spec.training_set, o.spec.training_set)]
     return fit_data(model, sources, cfg.data.resolution, "data.resolution", grid_from=[o.train for o in opened],
                     channels=cfg.data.channels, adapt_channels=cfg.model.adapt, field_map=maps, training_set=sets,
                     train=True, targets=targets, stats_from=[o.train for o in opened], seed=cfg.seed,
-                    name=cfg.model.name)
+                    name=cfg.model.name, keep_boundary="periodic" in cfg.model.args)
 
 
 def build_data(cfg: RunConfig, model: nn.Module, opened: list[OpenDataset] | None = None, fitted=None) -> RunData:
@@ -150,10 +150,11 @@ def build_data(cfg: RunConfig, model: nn.Module, opened: list[OpenDataset] | Non
                    fitted.lines, fitted.record.get("fields"))
 
 
-def adaptation_targets(model: nn.Module, cfg: RunConfig, opened: list[OpenDataset]) -> dict[str, Any]:
+def adaptation_targets(model: nn.Module, cfg: RunConfig) -> dict[str, Any]:
     """What a fine-tuning run changes in the model besides its channels (which the fit decides): the shape fields the
     run's ``model.args`` give (``in_timesteps``, ``img_size``, an explicit ``in_channels``...), ``data.resolution``
-    as ``img_size``, labels per channel, and the boundary the files state (:func:`boundary_from_files`)."""
+    as ``img_size``, labels per channel, and the boundary the model args set (the fit makes a ``periodic`` flag follow
+    the data otherwise: :func:`opzoo.evaluation.fit.boundary_plan`)."""
     mc = model.config
     labels = tuple(getattr(mc, "per_channel_fields", ()))
     targets = {k: v for k, v in cfg.model.args.items() if k in SHAPE_FIELDS + BOUNDARY_FIELDS + labels}
@@ -168,41 +169,4 @@ def adaptation_targets(model: nn.Module, cfg: RunConfig, opened: list[OpenDatase
         if any(s % p for s, p in zip(grid, patch)):
             raise ConfigError(f"data.resolution: {grid} is not divisible by the model's patch_size "
                               f"{mc.patch_size}; pick a multiple of {patch} on each axis")
-    targets.update(boundary_from_files(model, cfg, opened))
     return targets
-
-
-def boundary_from_files(model: nn.Module, cfg: RunConfig, opened: list[OpenDataset] | None) -> dict[str, bool]:
-    """``{"periodic": ...}`` when the model has a ``periodic`` boundary flag and the files state another boundary
-    (periodic on every axis, or not): the flag follows the files, and says so; ``model.args.periodic`` in the run
-    config is the user's word and wins, also said when a file disagrees. Files that disagree among themselves are
-    refused: one model has one boundary."""
-    import logging
-
-    if not hasattr(model.config, "periodic"):
-        return {}
-    stated = {}
-    for o in open_datasets(cfg) if opened is None else opened:
-        if o.train.periodic is not None:
-            stated[o.train.path] = (o.train.periodic, o.train.boundary)
-    kinds = {p for p, _ in stated.values()}
-    if len(kinds) > 1:
-        raise ConfigError("the data files state different boundaries (" + "; ".join(
-            f"{path}: {words}" for path, (_, words) in stated.items()) + "): fine-tune on files of one boundary, or "
-            "set model.args.periodic to choose one")
-    if not kinds:
-        return {}
-    periodic = kinds.pop()
-    name = getattr(model, "preset_name", None) or type(model).__name__
-    words = "; ".join(f"{path}: {w}" for path, (_, w) in stated.items())
-    user = cfg.model.args.get("periodic")
-    log = logging.getLogger("opzoo")
-    if user is not None:
-        if bool(user) != periodic:
-            log.info("boundary: periodic=%s as model.args says, although the data states %s", bool(user), words)
-        return {}
-    if bool(model.config.periodic) == periodic:
-        return {}
-    log.info("boundary: periodic=%s for %s, as the data states (%s; %s was periodic=%s; --set model.args.periodic="
-             "%s keeps it)", periodic, name, words, name, model.config.periodic, str(model.config.periodic).lower())
-    return {"periodic": periodic}

@@ -11,8 +11,9 @@ data contract says: docs/data-contract.md); besides:
   for a model that runs at any grid (:meth:`opzoo.Backbone.grid_for`), else the model's pretraining
   resolution (``pretrained_cfg['resolution']``), to which the data is interpolated (bilinear,
   align_corners=False);
-- **boundary**: a model with a ``periodic`` flag follows what the files state (``model.args.periodic``
-  overrides it), and says so;
+- **boundary**: a model with a ``periodic`` flag follows what the files state, or the training set a file is read
+  as (``model.args.periodic`` overrides it), and says so (:func:`opzoo.evaluation.fit.boundary_plan`, as every
+  command that fits data);
 - data of another spatial dimension (a 1-D file for a 2-D model) is an error naming the file and
   both shapes.
 

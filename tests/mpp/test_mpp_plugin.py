@@ -204,11 +204,49 @@ def test_expand_projections_is_upstreams_where_it_is_run():
     assert tuple(net.debed.out_kernel.shape) == (8, 14, 4, 4)
 
 
-def test_periodic_is_upstreams_boundary_flag_and_the_fit_says_it(cfd_file):
-    model = tiny(periodic=True)
-    fitted = fit_data(model, [open_trajectories(str(cfd_file))], training_set="compNS")
+def boundary_line(fitted) -> str:
+    return next(line for line in fitted.lines if line.startswith("boundary: "))
+
+
+def test_periodic_is_upstreams_boundary_flag_and_follows_the_training_set_a_file_is_read_as(cfd_file, tmp_path):
+    """Upstream gives each batch its dataset's bcs (data_utils/hdf5_datasets.py _get_specific_bcs @ 38eefb1: compNS
+    [1, 1], swe/diffre2d/incompNS [0, 0]): a PDEBench CFD file (its metadata states no boundary) read as compNS runs
+    periodic, whatever the model was built with, unless the user set the flag."""
+    src = open_trajectories(str(cfd_file))
+    assert src.boundary is None
+    fitted = fit_data(tiny(), [src], training_set="compNS")
     assert fitted.model.config.periodic is True
-    assert any(line.startswith("boundary:") and "periodic=True" in line for line in fitted.lines)
+    assert boundary_line(fitted) == (
+        f"boundary: periodic=True for mpp-avit-ti, as the data states ({cfd_file}: read as compNS, which upstream ran "
+        f"periodic; mpp-avit-ti was periodic=False; periodic=false in its model args keeps it: --model-args, "
+        f"model.args in a run)")
+    assert fit_data(tiny(periodic=True), [open_trajectories(str(cfd_file))], training_set="compNS").model.config.periodic
+    kept = fit_data(tiny(), [open_trajectories(str(cfd_file))], training_set="compNS", keep_boundary=True)
+    assert kept.model.config.periodic is False
+    assert boundary_line(kept).startswith("boundary: periodic=False as the model args set it, although the data states")
+    # a file read as a non-periodic set: periodic=False, as upstream ran it
+    swe = swe_file(tmp_path / "swe.h5")
+    fitted = fit_data(tiny(periodic=True), [open_trajectories(str(swe))], training_set="swe")
+    assert fitted.model.config.periodic is False and "read as swe, which upstream ran not periodic" in \
+        boundary_line(fitted)
+
+
+def swe_file(path: Path, **params) -> Path:
+    """A file laid out as PDEBench's shallow water is read (one field, c0), with ``params`` as its metadata."""
+    from opzoo.data import write_canonical
+
+    data = np.random.default_rng(0).standard_normal((2, 32, 32, 5, 1)).astype(np.float32)
+    write_canonical(path, data, ["c0"], pde="swe", params=params)
+    return path
+
+
+def test_a_files_own_boundary_wins_over_its_training_sets_and_two_boundaries_are_refused(tmp_path):
+    own = swe_file(tmp_path / "periodic.h5", boundary="periodic")
+    fitted = fit_data(tiny(), [open_trajectories(str(own))], training_set="swe")
+    assert fitted.model.config.periodic is True and f"{own}: periodic" in boundary_line(fitted)
+    other = swe_file(tmp_path / "plain.h5")
+    with pytest.raises(opzoo.ConfigError, match=r"state different boundaries .*--model-args periodic=true\|false"):
+        fit_data(tiny(), [open_trajectories(str(own)), open_trajectories(str(other))], training_set="swe")
 
 
 def test_a_grid_not_of_16s_is_resampled_to_the_nearest_and_said(tmp_path):

@@ -151,23 +151,29 @@ def test_fine_tuning_keeps_the_files_grid_channels_and_boundary_and_says_so(refe
     assert "grid: 32x32, the data's own" in capsys.readouterr().out
 
 
-def test_the_users_periodic_wins_over_the_file_and_the_disagreement_is_said(tmp_path, caplog):
+def test_the_users_periodic_wins_over_the_file_and_the_disagreement_is_said(tmp_path, capsys):
     from opzoo.training import finetune_config
-    from opzoo.training.build import build_run_model
-    from opzoo.training.finetune import adapt_to_data
+    from opzoo.training.build import build_run_model, fit_run_data, open_datasets
 
     data = _one_field_file(tmp_path / "walls.h5", boundary="neumann (no flux)")
     args = {f"model.args.{k}": v for k, v in SEPARATE_ARGS.items()}
     for user, expected in ((None, False), (True, True)):
         overrides = {**args, **({} if user is None else {"model.args.periodic": user})}
         cfg = finetune_config("pdet-sc-s", [str(data)], str(tmp_path / "run"), pretrained=False, overrides=overrides)
-        caplog.clear()
-        with caplog.at_level("INFO", logger="opzoo"):
-            model = adapt_to_data(build_run_model(cfg.model), cfg)
-        assert model.config.periodic is expected and model.config.in_channels == 1
-        said = " ".join(r.getMessage() for r in caplog.records)
-        assert "neumann" in said and (("as model.args says, although the data states" in said) if user else
-                                      ("periodic=False for pdet-sc-s, as the data states" in said))
+        fitted = fit_run_data(build_run_model(cfg.model), cfg, open_datasets(cfg))
+        assert fitted.model.config.periodic is expected and fitted.model.config.in_channels == 1
+        line = next(line for line in fitted.lines if line.startswith("boundary: "))
+        assert "neumann" in line and (("periodic=True as the model args set it, although the data states" in line)
+                                      if user else ("periodic=False for pdet-sc-s, as the data states" in line))
+    # evaluation keeps the flag the weights were trained with (periodic=True: masked windows would run them as they
+    # were never trained), says so, and runs the other when asked
+    model = tmp_path / "sc"
+    opzoo.load("pdet-sc-s", **SEPARATE_ARGS).save_pretrained(model)
+    for extra, said in (([], f"{model} runs with periodic=True; {model}'s weights were trained with it, so evaluation "
+                             f"keeps it (fine-tuning follows the files; --model-args periodic=false runs the other)"),
+                        (["--model-args", "periodic=false"], "periodic=False as the model args set it (the files")):
+        assert main(["fit", str(model), "--data", str(data), *extra]) == 0
+        assert said in capsys.readouterr().out
 
 
 def test_files_of_different_boundaries_are_refused_in_one_line(tmp_path, capsys):

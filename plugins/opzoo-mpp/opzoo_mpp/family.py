@@ -33,17 +33,20 @@ CONFIG = "config/mpp_avit_b_config.yaml"
 # a file of them names its fields Vx, Vy and particles.
 TRAINING_SETS = (
     opzoo.TrainingSet("swe", {"swe.h": "c0"}, source=at("data_utils/hdf5_datasets.py", TRAINED)
-                      + " (SWEDataset: '<sample>/data' [T, X, Y, 1] -> h; bcs [0, 0])"),
+                      + " (SWEDataset: '<sample>/data' [T, X, Y, 1] -> h; bcs [0, 0])", periodic=False),
     opzoo.TrainingSet("diffre2d", {"diffre2d.activator": "c0", "diffre2d.inhibitor": "c1"},
                       source=at("data_utils/hdf5_datasets.py", TRAINED)
-                      + " (DiffRe2DDataset: '<sample>/data' [T, X, Y, 2] -> activator, inhibitor; bcs [0, 0])"),
+                      + " (DiffRe2DDataset: '<sample>/data' [T, X, Y, 2] -> activator, inhibitor; bcs [0, 0])",
+                      periodic=False),
     opzoo.TrainingSet("incompNS", {"incompNS.Vx": "Vx", "incompNS.Vy": "Vy", "incompNS.particles": "particles"},
                       source=at("data_utils/hdf5_datasets.py", TRAINED)
-                      + " (IncompNSDataset: velocity and particles concatenated -> Vx, Vy, particles; bcs [0, 0])"),
+                      + " (IncompNSDataset: velocity and particles concatenated -> Vx, Vy, particles; bcs [0, 0])",
+                      periodic=False),
     opzoo.TrainingSet("compNS", {"compNS.Vx": "Vx", "compNS.Vy": "Vy", "compNS.density": "density",
                                  "compNS.pressure": "pressure"},
                       source=at("data_utils/hdf5_datasets.py", TRAINED)
-                      + " (CompNSDataset: Vx, Vy, density, pressure stacked in that order; bcs [1, 1], periodic)"),
+                      + " (CompNSDataset: Vx, Vy, density, pressure stacked in that order; bcs [1, 1], periodic)",
+                      periodic=True),
 )
 
 CONTRACT = opzoo.DataContract(
@@ -59,7 +62,9 @@ CONTRACT = opzoo.DataContract(
          "to a grid); upstream pretrained at PDEBench's 128x128 and 512x512",
     resample="bilinear",
     resample_source="to the nearest multiple of the patch (opzoo's)",
-    boundary="periodic=True or False for both axes (upstream's bcs): compNS trained periodic, the others not",
+    boundary="periodic=True or False for both axes (upstream's bcs, given with each batch): follows what the files "
+             "state, or the training set a file is read as (compNS periodic, the others not)",
+    boundary_follows_data="always",
     spatial_dims=(2,),
     normalization=opzoo.Normalization(
         "per-sample",

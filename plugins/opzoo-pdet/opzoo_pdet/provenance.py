@@ -222,8 +222,8 @@ def contract(architecture: str) -> opzoo.DataContract:
         grid="any grid that suits its patches and windows (no resolution-bound embedding); trained at 256x256",
         resample="bilinear",
         resample_source="to the nearest grid it runs at (opzoo's)",
-        boundary="periodic shifted windows (periodic=True, as pretrained) or walls (periodic=False): follows what the "
-                 "files state",
+        boundary="periodic shifted windows (periodic=True, as pretrained; kept in evaluation) or walls "
+                 "(periodic=False): fine-tuning follows what the files state",
         spatial_dims=(2,),
         normalization=opzoo.Normalization(
             "training-split",
