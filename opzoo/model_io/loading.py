@@ -9,11 +9,12 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from ..config import CONFIG_NAME, read_config
 from ..errors import ConfigError, HubError, WeightsError
+from ..registry.provenance import snapshot_revision
 from ..registry.registry import Preset, get_registry
 from .adapt import SHAPE_FIELDS, adapt_model
 from .builder import build_backbone, build_model, build_preset
 from .hub import hub_download, hub_repo_files
-from .pretrained import fetch_before_building, load_checkpoint_file, load_preset_weights, overlaid
+from .pretrained import WEIGHTS_COMMIT, fetch_before_building, load_checkpoint_file, load_preset_weights, overlaid
 from .reference import ModelReference, model_reference, parse_model_reference
 from .repo_dir import WEIGHTS_NAME, check_repo_dir, open_repo, read_repo_retrying
 from .weights import load_weights
@@ -71,6 +72,9 @@ def from_repo_files(config_path: Path, weights_path: Path, device, overrides: Ma
                                 f"{config_path}: model_args", overrides, pretrained_cfg, pretrained_cfg.get("preset"),
                                 pretrained_cfg_source=f"{config_path}: pretrained_cfg")
             load_weights(built, repo.weights, shown_as=weights_path, verify=repo.verify)
+            commit = snapshot_revision(weights_path)
+            if commit is not None:  # a repo read from the Hub cache: the commit its revision named then
+                built.pretrained_cfg = {**built.pretrained_cfg, WEIGHTS_COMMIT: commit}
             return built
 
     model = read_repo_retrying(read)

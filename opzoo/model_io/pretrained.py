@@ -167,6 +167,18 @@ def load_preset_weights(model: "nn.Module", preset: Preset) -> None:
         record = _shipped_training_record(preset.pretrained, next(iter(artifacts.files.values())))
         if record is not None:
             model.pretrained_cfg = {**getattr(model, "pretrained_cfg", {}), "training_data": record}
+        if artifacts.revision is not None:  # "main (latest)" names no file: the commit read does
+            model.pretrained_cfg = {**getattr(model, "pretrained_cfg", {}), WEIGHTS_COMMIT: artifacts.revision}
+
+
+WEIGHTS_COMMIT = "weights_commit"  # pretrained_cfg: the Hub commit of the file a model's weights were read from
+
+
+def with_commit(description: str, model: "nn.Module") -> str:
+    """``description`` (:func:`resolve_weights`'s) with the Hub commit ``model``'s weights were read from, where it
+    was read from the Hub: the file a revision like ``main`` named then, whatever it names later."""
+    commit = (getattr(model, "pretrained_cfg", None) or {}).get(WEIGHTS_COMMIT)
+    return f"{description}, commit {commit}" if commit and f"commit {commit}" not in description else description
 
 
 class LicenseNotice(UserWarning):
@@ -335,4 +347,5 @@ def resolve_weights(name: "str | ModelReference", pretrained: bool | None) -> tu
 
 
 __all__ = ["pretrained_file", "pretrained_files", "convert_file", "fetch_pretrained", "load_preset_weights", "overlaid",
-           "load_checkpoint_file", "convert_to_repo", "source_description", "resolve_weights"]
+           "load_checkpoint_file", "convert_to_repo", "source_description", "resolve_weights", "with_commit",
+           "WEIGHTS_COMMIT"]

@@ -10,6 +10,7 @@ from torch import nn
 
 from ..errors import OpzooError
 from ..evaluation.rollouts import DatasetResult
+from ..model_io.pretrained import WEIGHTS_COMMIT
 from ..registry.provenance import Result
 from .build import RunData
 from .config import RunConfig
@@ -37,6 +38,7 @@ def export_model(model: nn.Module, ema: EMA | None, cfg: RunConfig, data: RunDat
     record = training_record(cfg.data.datasets, trains,
                              [te for _, te in data.test], base=base if cfg.model.pretrained or base.get("training_data")
                              else None, base_id=cfg.model.reference.lineage_id)
+    base.pop(WEIGHTS_COMMIT, None)  # the base's file, not this model's: the card names it with the base
     with ema_weights(model, ema) as model:
         started = cfg.model.pretrained or cfg.model.reference.saved
         model.pretrained_cfg = {**base, "resolution": list(shape.resolution),
@@ -62,17 +64,26 @@ def unsharded_copy(wrapped: nn.Module, model: nn.Module, env: DistEnv) -> nn.Mod
     return copy
 
 
-def run_model_card(cfg: RunConfig, data: RunData, from_scratch: bool, zero_shot: Sequence[DatasetResult] | None,
-                   final: Sequence[DatasetResult], command: str | None) -> str:
-    """The run's model card: base model, data and splits, steps and lr, test errors, command."""
-    from ..model_io.pretrained import resolve_weights
-    from .card import run_card
+def base_weights(cfg: RunConfig, model: nn.Module) -> str:
+    """Which weights the run starts from, as its card names them: the preset's or repo's description
+    (:func:`opzoo.model_io.pretrained.resolve_weights`) with the Hub commit ``model`` (as loaded) was read from."""
+    from ..model_io.pretrained import resolve_weights, with_commit
 
     name = cfg.model.reference
     try:  # a saved repo always brings its weights, whatever model.pretrained says
-        base = resolve_weights(name, True if name.saved else cfg.model.pretrained)[1]
+        pretrained, base = resolve_weights(name, True if name.saved else cfg.model.pretrained)
     except OpzooError:  # a bare backbone name
-        base = f"backbone {name}, random init"
+        return f"backbone {name}, random init"
+    return with_commit(base, model) if pretrained and name.kind in ("preset", "hub") else base
+
+
+def run_model_card(cfg: RunConfig, data: RunData, from_scratch: bool, zero_shot: Sequence[DatasetResult] | None,
+                   final: Sequence[DatasetResult], command: str | None, base: str) -> str:
+    """The run's model card: base model (``base``: :func:`base_weights`, as the run recorded it when it started), data
+    and splits, steps and lr, test errors, command."""
+    from .card import run_card
+
+    name = cfg.model.reference
     shape = data.frame_shape
     datasets = [(d.path, te) for d, (_, te) in zip(cfg.data.datasets, data.test)]
     return run_card(model_name=name, from_scratch=from_scratch, base_weights=base, datasets=datasets,

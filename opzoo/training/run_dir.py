@@ -7,6 +7,8 @@ A run directory holds:
                        naming them. The kernel releases it on any exit, SIGKILL included.
 - ``run_config.json``  the config the run was started with (written once, never overwritten).
 - ``checkpoints/``     see :mod:`opzoo.training.checkpoint` (sha256-verified on resume).
+- ``data_fingerprints.json``, ``base_weights.json``  the data files and the weights the run started from
+                       (:func:`record_or_check_data`, :func:`record_or_check_base`).
 - ``finished.json``    written last, when the run completed every step and exported its model.
 
 Running again on a directory (:func:`plan_run`): an empty one starts fresh; one holding a run
@@ -30,7 +32,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..errors import ConfigError
 from ..files import atomic_write, read_json
@@ -415,6 +417,29 @@ def record_or_check_data(run_dir: Path, plan: RunPlan, sources) -> None:
                     f"test on other data than the checkpoints saw. Restore the file, or pass --new to start again")
     elif plan.action == "fresh" or not path.is_file():
         write_json_atomic(path, current)
+
+
+BASE_NAME = "base_weights.json"
+
+
+def record_or_check_base(run_dir: Path, plan: RunPlan, base: str, say: Callable[[str], None] = print) -> str:
+    """The weights the run started from, as its card names them (``base``: :func:`opzoo.training.export.base_weights`
+    now). A fresh run records them (``base_weights.json``); a resume returns the recorded ones, and says so when the
+    name now resolves to other weights (another Hub commit, a plugin's new weights): the run goes on from its
+    checkpoint, which trained from the recorded ones, and its card names those. A run started before the record was
+    kept records ``base`` now."""
+    path = Path(run_dir) / BASE_NAME
+    if plan.action == "resume" and path.is_file():
+        doc = read_json(path, "a run's base weights record", follow_links=False, error=RunDirError)
+        if not isinstance(doc, dict) or not isinstance(doc.get("weights"), str):
+            raise RunDirError(f"{path}: not the record of the weights this run started from that it wrote: it is "
+                              f"damaged. Restore it, or pass --new to start the run again")
+        if doc["weights"] != base:
+            say(f"  the base weights are now {base}; this run started from {doc['weights']}: it goes on from its "
+                f"checkpoint, trained from those, and its card names them")
+        return doc["weights"]
+    write_json_atomic(path, {"weights": base})
+    return base
 
 
 def read_data_record(path: Path) -> dict[str, dict[str, Any]]:

@@ -35,7 +35,7 @@ from .config import RunConfig
 from .distributed import all_reduce_mean, barrier, shutdown, start_process, unwrap, wrap_model
 from .ema import EMA, ema_weights
 from .expert_load import router_monitor
-from .export import export_model, run_model_card, run_results, unsharded_copy
+from .export import base_weights, export_model, run_model_card, run_results, unsharded_copy
 from .forensics import DivergenceWatch, TrainingDivergedError, batch_has_bad_data, raise_bad_data, raise_diverged
 from .generate import generate_missing
 from .hooks import StepContext, build_hooks, combined_multipliers
@@ -75,6 +75,7 @@ class Trainer:
         barrier(self.env)
         torch.manual_seed(cfg.seed)
         self.model = model if model is not None else build_run_model(cfg.model)
+        self.base_weights = base_weights(cfg, self.model)  # as loaded: a resume records the weights it started from
         opened = open_datasets(cfg)
         for line in drop_seen_from_tests(self.model, opened):  # what the base trained on is not held out here either
             if self.env.is_main:
@@ -154,7 +155,8 @@ class Trainer:
     def export(self, out: Path, model: nn.Module | None = None) -> Path:
         """Save the trained model (EMA weights when on) as an opzoo repo with its data facts and card."""
         final = self.evaluation.last or []
-        card = run_model_card(self.cfg, self.data, self.from_scratch, self.evaluation.zero_shot, final, self.command)
+        card = run_model_card(self.cfg, self.data, self.from_scratch, self.evaluation.zero_shot, final, self.command,
+                              self.base_weights)
         return export_model(model or unwrap(self.wrapped), self.ema, self.cfg, self.data, out, card,
                             run_results(final))
 
@@ -184,6 +186,7 @@ class Trainer:
             if self.env.is_main:
                 sources = [p.source for p in self.data.train.datasets] + [te.source for _, te in self.data.test]
                 rundir.record_or_check_data(self.run_dir, plan, sources)
+                self.base_weights = rundir.record_or_check_base(self.run_dir, plan, self.base_weights, self._say)
             start = self._start(plan)
             result = TrainResult(self.run_dir, t.steps, resumed_from=start or None)
             if start and self.evaluation.recall_step_zero():

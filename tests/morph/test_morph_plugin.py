@@ -18,7 +18,7 @@ from opzoo.cli import main
 from opzoo_morph.converter import convert_morph, upstream_name
 from opzoo_morph.family import MORPH
 
-from ..hub_cache import place_in_hf_cache, record_pushes
+from ..hub_cache import COMMIT, place_in_hf_cache, record_pushes
 
 DATA = Path(__file__).parent / "data"
 REPO = "mahindrautela/MORPH"
@@ -58,6 +58,7 @@ def test_load_from_the_hub_cache_converts_checks_and_matches_opzoo_convert(monke
     use_cache(monkeypatch, tmp_path / "hub", DATA / "morph-small-slice.pth")
     model = opzoo.load("morph-ti", pretrained=True, **SMALL)
     assert not model.training and model.preset_name == "morph-ti"
+    assert model.pretrained_cfg["weights_commit"] == COMMIT  # the file "main" named when it was read
     assert main(["convert", "morph", str(DATA / "morph-small-slice.pth"), str(tmp_path / "repo"), "--option", "heads=4",
                  "heads_xa=4"]) == 0
     again = opzoo.load(str(tmp_path / "repo"))

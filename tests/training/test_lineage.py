@@ -170,3 +170,41 @@ def test_the_micro_presets_whole_regenerated_file_scores_the_held_out_split(tmp_
     now = json.loads((tmp_path / "e" / "eval.json").read_text())
     np.testing.assert_allclose(now["datasets"]["ns-nu1e-3"]["l2_full_per_trajectory"],
                                shipped["datasets"]["ns-nu1e-3"]["l2_full_per_trajectory"], rtol=1e-4)
+
+
+def test_a_run_names_the_hub_commit_it_started_from_even_after_the_hub_moved(chain, tmp_path, monkeypatch, capsys):
+    """A base read from the Hub says which commit its weights came from ("main" names another file tomorrow); a run
+    records it when it starts, and a resume after the Hub moved on (or a plugin shipped new weights) goes on from its
+    checkpoint, says the base resolves to other weights now, and its card still names the commit it trained from."""
+    import shutil
+
+    from huggingface_hub import constants
+
+    from ..hub_cache import place_in_hf_cache, repo_files
+
+    root, f, _, first, _ = chain
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    old, new = "a" * 40, "b" * 40
+    place_in_hf_cache(tmp_path / "hub", "someone/base", repo_files(first), commit=old)
+    assert opzoo.load("hf-hub:someone/base").pretrained_cfg["weights_commit"] == old
+    run = ["finetune", "hf-hub:someone/base", "--data", str(f), "--out", str(tmp_path / "run"), "--steps", "4",
+           "--batch-size", "2", "--test-fraction", "0.25", "--set", "evaluation.plots=false", "checkpoint.every=2"]
+    assert main(run) == 0
+    recorded = json.loads((tmp_path / "run" / "base_weights.json").read_text())["weights"]
+    assert recorded == f"hf-hub:someone/base (a saved opzoo repo), commit {old}"
+    saved = json.loads((tmp_path / "run" / "model" / "config.json").read_text())["pretrained_cfg"]
+    assert "weights_commit" not in saved  # the base's file, not this model's
+    capsys.readouterr()
+    (tmp_path / "run" / "finished.json").unlink()  # as if stopped after its checkpoint at step 2
+    shutil.rmtree(tmp_path / "run" / "model")
+    for ckpt in sorted((tmp_path / "run" / "checkpoints").glob("step-*"))[1:]:
+        shutil.rmtree(ckpt)
+    place_in_hf_cache(tmp_path / "hub", "someone/base", repo_files(first), commit=new)  # "main" moved on
+    assert main(run) == 0
+    out = capsys.readouterr().out
+    assert "resuming from step 2" in out
+    assert (f"the base weights are now hf-hub:someone/base (a saved opzoo repo), commit {new}; this run started from "
+            f"{recorded}") in out
+    card = (tmp_path / "run" / "model" / "README.md").read_text()
+    assert f"commit {old}" in card and new not in card
