@@ -419,7 +419,7 @@ def fit_data(model: nn.Module, sources: list[TrajectoryDataset], resolution=None
     config, norm_lines, norm_record = normalization(model, contract, plans, changes, stats_from, progress, name)
     config = {**config, **subset_config}
     user = targets["periodic"] if "periodic" in targets else getattr(c, "periodic", None) if keep_boundary else None
-    boundary, boundary_words = boundary_plan(model, contract, plans, user, name, train)
+    boundary, boundary_words = boundary_plan(model, contract, plans, user, name, train, may_adapt)
     targets.update(boundary)
     adapted = model
     if changes or targets or config:
@@ -666,12 +666,13 @@ def stated_boundaries(plans) -> dict[str, tuple[bool | None, str]]:
 
 
 def boundary_plan(model: nn.Module, contract: DataContract, plans, user: bool | None = None,
-                  name: str | None = None, train: bool = False) -> tuple[dict[str, bool], str]:
+                  name: str | None = None, train: bool = False, adapt: bool = True) -> tuple[dict[str, bool], str]:
     """``(changes, line)``: the boundary ``model`` runs the files with, and the block's line saying it. A model with a
-    ``periodic`` flag follows what the files state (:func:`stated_boundaries`: periodic on every axis, or not) when
-    fine-tuning (``train``), and in every command where its contract says its weights were trained on both
-    (``boundary_follows_data="always"``: MPP, whose upstream gives each dataset's flag with the data); otherwise
-    evaluation keeps the flag the weights were trained with, said. The user's flag (``user``) is kept, a disagreement
+    ``periodic`` flag follows what the files state (:func:`stated_boundaries`: periodic on every axis, or not) in a run
+    that adapts it to its data (``train`` and ``adapt``: fine-tuning), and in evaluation where its contract says its
+    weights were trained on both (``boundary_follows_data="always"``: MPP, whose upstream gives each dataset's flag
+    with the data); otherwise it keeps its flag, said: evaluation runs the weights as they were trained, and a run that
+    does not adapt the model (pretraining) trains it with its own. The user's flag (``user``) is kept, a disagreement
     said; files that state different boundaries are refused where the flag would follow them (one model runs one
     boundary). Any other model assumes its contract's boundary, said beside the files'."""
     name = name or model_name(model)
@@ -686,9 +687,12 @@ def boundary_plan(model: nn.Module, contract: DataContract, plans, user: bool | 
         differ = kinds - {current}
         return {}, (f"boundary: periodic={current} as the model args set it" + (
             f", although the data states {words}" if differ else f" (the files state {words or 'none'})"))
-    if not (train or contract.boundary_follows_data == "always"):
-        differ = f"; {name}'s weights were trained with it, so evaluation keeps it (fine-tuning follows the files; " \
-                 f"--model-args periodic={str(not current).lower()} runs the other)" if kinds - {current} else ""
+    if not (adapt if train else contract.boundary_follows_data == "always"):
+        why = ("a run that does not adapt the model (model.adapt: false) trains it with its own flag; "
+               "model.args.periodic sets another" if train else
+               f"{name}'s weights were trained with it, so evaluation keeps it (fine-tuning follows the files; "
+               f"--model-args periodic={str(not current).lower()} runs the other)")
+        differ = f"; {why}" if kinds - {current} else ""
         return {}, (f"boundary: the files state {words or 'none'}; {name} runs with periodic={current}{differ} "
                     f"({contract.boundary})")
     if len(kinds) > 1:

@@ -186,6 +186,21 @@ def test_files_of_different_boundaries_are_refused_in_one_line(tmp_path, capsys)
     assert "state different boundaries" in err and "model.args.periodic" in err and "\n" not in err.strip()
 
 
+def test_a_run_that_does_not_adapt_the_model_trains_it_with_its_own_flag_on_files_of_any_boundary(tmp_path):
+    """Pretraining (model.adapt: false) on a mixture of periodic and walled files: the model keeps its flag, as
+    pdetransformer trains periodic on every dataset, and the block says so; only a fine-tune follows the files."""
+    from opzoo.evaluation.fit import fit_data, open_trajectories
+
+    a = _one_field_file(tmp_path / "a.h5", boundary="periodic")
+    b = _one_field_file(tmp_path / "b.h5", boundary="neumann")
+    model = opzoo.load("pdet-sc-s", **SEPARATE_ARGS, in_channels=1, out_channels=1)
+    fitted = fit_data(model, [open_trajectories(str(a)), open_trajectories(str(b))], train=True,
+                      adapt_channels=False)
+    assert fitted.model.config.periodic is True
+    line = next(line for line in fitted.lines if line.startswith("boundary: "))
+    assert "runs with periodic=True; a run that does not adapt the model (model.adapt: false) trains it" in line
+
+
 def test_channel_labels_for_the_adapted_channels_load_with_the_weights(reference, monkeypatch, tmp_path):
     """opzoo.load("pdet-sc-s", pretrained=True, in_channels=3, channel_types=[1, 2, 3]) was refused ("one field type
     per channel (2)"): the labels were checked before the channel count applied."""
