@@ -1,12 +1,11 @@
 """`opzoo compare`'s overhead over the same fine-tunes run by hand (issue 58: under 5 %).
 
 The same cells (dpot-micro from its weights and the fno-2d baseline from scratch, N = 2 and 4, on a generated
-diffusion-reaction file) are trained twice: once by hand, as `opzoo finetune MODEL --data FILE --steps S --batch-size
-B --set seed=K` runs each (its run config, `finetune_config`, with the cell's training trajectories, through
-`Trainer(cfg).fit()`: it evaluates its test split five times and at the end), and once by `compare()` (whose runs
-evaluate at step 0 and the end, and which adds scoring every cell on the test frames, persistence, the costs, the
-report and its pictures). Prints both wall-clock times and their ratio, alternating (by hand, then compare, then
-again), the medians of the repeats.
+diffusion-reaction file) are trained twice: once by hand, each cell's own run config (`cell_config`: what its
+`opzoo finetune` command asks for, validation selection included) through `Trainer(cfg).fit()`, and once by
+`compare()` (which adds checking the plan, scoring every cell on the test frames, persistence, the costs, the report
+and its pictures). Prints both wall-clock times and their ratio, alternating (by hand, then compare, then again), the
+medians of the repeats.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_compare_overhead.py [--steps 100] [--repeats 2]
 """
@@ -27,8 +26,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from opzoo.benchmark.compare import CompareOptions, compare, plan_cells
+    from opzoo.benchmark.compare_cells import cell_config
     from opzoo.data.generators import generate
-    from opzoo.training.finetune import finetune_config
     from opzoo.training.trainer import Trainer
 
     root = Path(tempfile.mkdtemp(prefix="opzoo-compare-bench-"))
@@ -38,13 +37,8 @@ def main() -> None:
     by_hand, by_compare = [], []
     for k in range(args.repeats):
         began = time.perf_counter()
-        for cell in plan_cells(["dpot-micro"], "fno-2d", options):
-            cfg = finetune_config(cell.model, [str(data)], str(root / f"hand{k}" / cell.key), steps=options.steps,
-                                  batch_size=options.batch_size, test_fraction=options.test_fraction,
-                                  pretrained=cell.start == "pretrained", overrides={"seed": cell.seed})
-            for d in cfg.data.datasets:
-                d.train_trajectories = cell.trajectories
-            Trainer(cfg, show_progress=False).fit()
+        for cell in plan_cells(["dpot-micro"], "fno-2d", options):  # each cell's own run config, trained as is
+            Trainer(cell_config(cell, [str(data)], root / f"hand{k}", options), show_progress=False).fit()
         by_hand.append(time.perf_counter() - began)
         began = time.perf_counter()
         compare(["dpot-micro"], [str(data)], root / f"compare{k}", options, say=lambda line: None)

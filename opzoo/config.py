@@ -26,7 +26,7 @@ POSITIVE_FIELDS = frozenset({
     "in_channels", "out_channels", "in_timesteps", "out_timesteps", "width", "depth", "patch_size", "img_size",
     "resolution", "modes", "modes1", "modes2", "modes3", "hidden_channels", "lifting_channels",
     "projection_channels", "init_features", "stages", "blocks_per_stage", "blocks_at_neck", "heads",
-    "out_layer_dim", "spatial_dims", "experts", "top_k",
+    "out_layer_dim", "spatial_dims", "experts", "top_k", "image_size", "embed_dim", "window_size",
 })
 POSITIVE_FLOATS = frozenset({"mlp_ratio"})  # ratios: > 0
 
@@ -61,6 +61,13 @@ class ModelConfig:
     def validate(self, source: str = "model_args") -> None:
         """Checks beyond fields and types, run by :meth:`from_dict` (e.g. that named components exist and take
         their ``*_args``); ConfigError naming the field. A backbone's config overrides it."""
+
+    def buffer_bytes(self) -> int:
+        """Bytes of the tensors the model computes when it is built, beside its parameters (attention masks, position
+        tables), where they grow with the config's sizes: the size check (:mod:`opzoo.model_io.size_check`) refuses
+        a config whose buffers would not fit before anything is built. Default 0; a backbone whose buffers grow with
+        a grid overrides it."""
+        return 0
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.init}
@@ -118,6 +125,11 @@ def _plain(value: Any) -> Any:
 
 
 def _type_name(tp: Any) -> str:
+    """A type as a message says it: ``int or null`` for ``Optional[int]`` (not "Optional")."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return " or ".join("null" if a is type(None) else _type_name(a) for a in typing.get_args(tp))
+    if typing.get_origin(tp) is not None:
+        return str(tp).replace("typing.", "")
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
 

@@ -32,7 +32,11 @@ class UnknownNameError(OpzooError, KeyError):
 
 
 class RegistryConflictError(OpzooError):
-    """Two plugins registered the same name."""
+    """Two plugins registered the same name; ``owners``: the one that has it and the one that asked for it."""
+
+    def __init__(self, message: str, owners: tuple[str, str] | None = None):
+        super().__init__(message)
+        self.owners = owners
 
 
 class ConfigError(OpzooError, ValueError):

@@ -30,20 +30,22 @@ def cmd_benchmark(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from ..benchmark.compare import CompareOptions, compare, report
+    from ..benchmark.compare import CompareOptions, compare, parse_functions, parse_trajectories, report
 
     if args.report:
-        report(args.report, say)
-        return 0
+        return report(args.report, say).exit_code
     if not args.models or not args.data or not args.out:
         raise ConfigError("name the models, --data FILE [FILE ...] and --out DIR (or --report DIR)")
     options = CompareOptions(
-        trajectories=tuple(int(n) for n in str(args.trajectories).split(",") if n.strip()), steps=args.steps,
-        seeds=args.seeds, baseline=args.baseline, scratch=args.scratch, batch_size=args.batch_size, lr=args.lr,
-        test_fraction=args.test_fraction, horizon=args.horizon, layout=args.layout, fields=fields_of(args),
+        trajectories=parse_trajectories(args.trajectories), steps=args.steps, seeds=args.seeds, baseline=args.baseline,
+        scratch=args.scratch, batch_size=args.batch_size, lr=args.lr, test_fraction=args.test_fraction,
+        validation_fraction=args.validation_fraction, baseline_steps=args.baseline_steps, patience=args.patience,
+        evaluations=args.evaluations, horizon=args.horizon, at_frame=args.at_frame,
+        functions=parse_functions(args.functions), layout=args.layout, fields=fields_of(args),
         field_map=args.field_map, training_set=args.training_set)
-    compare(args.models, args.data, args.out, options, say, getattr(args, "command_line", "") or "")
-    return 0
+    result = compare(args.models, args.data, args.out, options, say, getattr(args, "command_line", "") or "",
+                     jobs=args.jobs, new=args.new, plan_file=args.plan)
+    return 0 if result is None else result.exit_code
 
 
 def add_commands(subparsers) -> None:
@@ -77,15 +79,40 @@ def add_commands(subparsers) -> None:
     p.add_argument("--seeds", type=int, default=1)
     p.add_argument("--baseline", help="the model every other is measured against, trained from scratch (default: an "
                                       "FNO of the data's dimension, fno-1d/2d/3d)")
+    p.add_argument("--baseline-steps", type=int, help="the baseline's own budget, a cap: it stops early on "
+                                                      "validation (default: 5 x --steps)")
+    p.add_argument("--patience", type=int, default=5, help="validation evaluations without improvement before the "
+                                                           "baseline stops")
+    p.add_argument("--evaluations", type=int, default=10, help="validation evaluations in --steps steps (each a "
+                                                               "checkpoint; every cell keeps its best)")
     p.add_argument("--scratch", action=argparse.BooleanOptionalAction, default=True,
                    help="also train each model from random init (--no-scratch: from its weights only)")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--lr", type=float, help="max lr of every cell (default: each model's recommended fine-tuning lr)")
-    p.add_argument("--test-fraction", type=float, default=0.1, help="the last fraction of each file held out")
+    p.add_argument("--test-fraction", type=float, default=0.1, help="the last fraction of each file held out for "
+                                                                   "testing")
+    p.add_argument("--validation-fraction", type=float, default=0.1,
+                   help="the fraction before the test split held out for validation: the same for every cell, "
+                        "never trained on; it selects each cell's weights and stops the baseline")
     p.add_argument("--horizon", type=int, help="rollout steps scored (default: every remaining frame)")
+    p.add_argument("--at-frame", type=int, metavar="K", help="the predicted frame of Poseidon's error, the gains' "
+                                                            "(1: the first; default: the last)")
+    p.add_argument("--functions", metavar="F[+G],...", help="Poseidon's functions as field names: components of one "
+                   "function joined by '+', functions by ',' (e.g. u+v,p); default: vector components named _x/_y/_z "
+                   "form one, every other field its own")
     p.add_argument("--layout", help=LAYOUT_HELP)
     p.add_argument("--fields", help=FIELDS_HELP)
     add_fit_options(p)
-    p.add_argument("--report", metavar="DIR", help="re-render DIR's report from its finished cells (trains nothing)")
+    p.add_argument("--jobs", type=int, default=1, help="cells trained at once, each in a process of its own, the "
+                                                       "threads divided between them")
+    p.add_argument("--plan", metavar="FILE", help="write each cell's `opzoo finetune` command to FILE, one per line, "
+                                                  "for a scheduler (trains nothing; then --report OUT)")
+    p.add_argument("--new", action="store_true", help="move what --out holds aside (to OUT.replaced-<time>) and "
+                                                      "start again")
+    p.add_argument("--report", metavar="DIR", help="re-render DIR's report from its finished cells, scoring those "
+                                                   "trained by --plan's commands (trains nothing)")
     p.set_defaults(func=cmd_compare)
+    p.epilog = ("exit codes: 0 every cell finished; 1 the report is written but some cell was refused, failed or has "
+                "not run (its row says why); 2 refused before any cell (nothing written); 128+N stopped by signal N "
+                "(re-run the same command to resume)")
 

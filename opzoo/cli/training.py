@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..console import FIELDS_HELP, LAYOUT_HELP, add_fit_options, fields_of, parse_overrides, say
+from ..console import FIELDS_HELP, LAYOUT_HELP, add_fit_options, at_least, fields_of, parse_overrides, say
 
 
 def _is_main() -> bool:
@@ -110,31 +110,41 @@ def thread_advice() -> str | None:
 
 
 def cmd_finetune(args) -> int:
+    from ..training.trainer import Trainer
+
+    trainer = Trainer(finetune_run_config(args, say))
+    trainer.command = args.command_line
+    result = trainer.fit(new=args.new)
+    _report(result, finetune=True, from_scratch=not trainer.cfg.model.pretrained and not
+            trainer.cfg.model.reference.saved)
+    return 0
+
+
+def finetune_run_config(args, tell=lambda line: None):
+    """The run config ``opzoo finetune``'s arguments ask for (``tell`` says the weights, the lr and the data's axis
+    order as it goes): the one reading of those arguments, which ``opzoo compare``'s cell commands rely on."""
     from ..evaluation.fit import array_order_lines
     from ..model_io.pretrained import resolve_weights
     from ..model_io.reference import parse_model_reference
     from ..training.finetune import finetune_config, recommended_lr
-    from ..training.trainer import Trainer
 
     model = parse_model_reference(args.model)  # parsed once, here, and carried in the run config
     pretrained, weights = resolve_weights(model, args.pretrained)
-    say(f"weights: {weights}")
+    tell(f"weights: {weights}")
     advice = thread_advice()
     if advice:
-        say(advice)
+        tell(advice)
     for line in array_order_lines(args.data, args.layout):
-        say(line)
+        tell(line)
     lr, why = (args.lr, "--lr") if args.lr is not None else recommended_lr(model, pretrained)
-    say(f"lr: {lr:g} ({why})")
-    cfg = finetune_config(model, args.data, args.out, steps=args.steps, batch_size=args.batch_size, lr=lr,
-                          resolution=args.resolution, in_timesteps=args.in_timesteps, test_fraction=args.test_fraction,
-                          pretrained=pretrained, layout=args.layout, fields=fields_of(args),
-                          field_map=args.field_map, training_set=args.training_set,
-                          overrides=parse_overrides(args.set))
-    trainer = Trainer(cfg)
-    trainer.command = args.command_line
-    _report(trainer.fit(new=args.new), finetune=True, from_scratch=not pretrained)
-    return 0
+    tell(f"lr: {lr:g} ({why})")
+    return finetune_config(model, args.data, args.out, steps=args.steps, batch_size=args.batch_size, lr=lr,
+                           resolution=args.resolution, in_timesteps=args.in_timesteps,
+                           test_fraction=args.test_fraction, pretrained=pretrained, layout=args.layout,
+                           fields=fields_of(args), field_map=args.field_map, training_set=args.training_set,
+                           train_trajectories=args.train_trajectories, validation_fraction=args.validation_fraction,
+                           selection=args.select, early_stopping=args.early_stopping, eval_every=args.eval_every,
+                           seed=args.seed, overrides=parse_overrides(args.set))
 
 
 NEW_HELP = ("start a new run even if the directory holds one: its contents are first moved to "
@@ -169,6 +179,22 @@ def add_commands(subparsers) -> None:
     p.add_argument("--in-timesteps", type=int, help="input window T_in, adapting the model's time aggregation")
     p.add_argument("--test-fraction", type=float, default=0.1, help="the last fraction of each file's trajectories "
                                                                    "held out for testing")
+    p.add_argument("--train-trajectories", type=at_least(1), metavar="N",
+                   help="train on the first N trajectories of each file's training split only (in file order: a "
+                        "smaller N's are the first of a larger N's, as opzoo compare's cells); default: all of them")
+    p.add_argument("--validation-fraction", type=float, default=0.0, metavar="F",
+                   help="hold out this fraction of each file's trajectories, just before the test split, for "
+                        "validation: never trained on; the run keeps the weights of its best validation step "
+                        "(--select) and may stop early (--early-stopping); default: no validation split")
+    p.add_argument("--select", choices=("last", "validation"),
+                   help="which weights to keep: the last step's, or those with the lowest validation error (default: "
+                        "validation with --validation-fraction, else last)")
+    p.add_argument("--early-stopping", type=at_least(1), metavar="EVALS",
+                   help="stop after this many evaluations in a row without a lower validation error")
+    p.add_argument("--eval-every", type=at_least(1), metavar="STEPS",
+                   help="steps between evaluations (of the validation split, or of the test split without one); "
+                        "default: a fifth of --steps")
+    p.add_argument("--seed", type=int, default=0, help="the run's seed (batches, noise, initialization)")
     p.add_argument("--layout", help=LAYOUT_HELP)
     p.add_argument("--fields", help=FIELDS_HELP)
     add_fit_options(p)

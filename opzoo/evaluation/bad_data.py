@@ -74,12 +74,13 @@ def scan_trajectories(source: TrajectoryDataset, n: int | None = None, frames: i
     return out
 
 
-def check_test_sets(test: Sequence[tuple[str, TrajectoryDataset]], frames: Sequence[int], limit: int | None) -> None:
-    """Refuse NaN/Inf in the frames each test set's evaluation will read, before any training."""
+def check_test_sets(test: Sequence[tuple[str, TrajectoryDataset]], frames: Sequence[int], limit: int | None,
+                    what: str = "test") -> None:
+    """Refuse NaN/Inf in the frames each test (or ``what``) set's evaluation will read, before any training."""
     bad = [b for (name, src), t in zip(test, frames) for b in scan_trajectories(src, limit, t)]
     if bad:
         more = f" and {len(bad) - 1} more trajectory(ies)" if len(bad) > 1 else ""
-        raise NonFiniteDataError(f"non-finite test data: {bad[0].describe()}{more}; nothing was trained. Repair or "
+        raise NonFiniteDataError(f"non-finite {what} data: {bad[0].describe()}{more}; nothing was trained. Repair or "
                                  f"remove it (`opzoo data inspect {bad[0].path}` lists every such trajectory)")
 
 

@@ -34,6 +34,8 @@ from torch import Tensor
 
 from ..registry.metric import Metric
 
+MAX_PARTS = 2**16  # values a metric's parts() may keep per trajectory (a bootstrap keeps n of them per resample)
+_SAID: set[str] = set()  # the left-out metrics already said in this process
 NAMES = ("RMSE", "nRMSE", "cRMSE", "bRMSE", "fRMSE_low", "fRMSE_mid", "fRMSE_high", "max_error")
 I_LOW, I_HIGH = 4, 12  # metric_func's iLow, iHigh
 
@@ -139,11 +141,26 @@ class TrajectoryMetrics:
 
     metrics: Sequence[Metric] | None = None
     parts: dict[str, list[Tensor]] = field(default_factory=dict)
+    left_out: dict[str, str] = field(default_factory=dict)  # a plugin's metric that failed: why (said once)
 
     def __post_init__(self) -> None:
+        from ..registry.plugin_calls import is_plugins
+
         self.metrics = tuple(registered_metrics() if self.metrics is None else self.metrics)
+        self._guarded = {m.name for m in self.metrics if is_plugins("metric", m.name)}
         for m in self.metrics:
             self.parts.setdefault(m.name, [])
+
+    def _leave_out(self, m: Metric, why: str) -> None:
+        """Drop a plugin's metric that failed (the others go on), and say so once per process."""
+        import logging
+
+        self.metrics = tuple(x for x in self.metrics if x.name != m.name)
+        self.parts.pop(m.name, None)
+        self.left_out[m.name] = why
+        if why not in _SAID:
+            _SAID.add(why)
+            logging.getLogger("opzoo").warning(f"left out of the scores: {why}; the other metrics go on")
 
     def __len__(self) -> int:
         return len(next(iter(self.parts.values()), []))
@@ -168,14 +185,30 @@ class TrajectoryMetrics:
 
     def add(self, pred: Tensor, truth: Tensor, lengths: tuple[float, ...] | None = None) -> None:
         """Add a batch ``[B, *S, T, C]`` (float64 inside); ``lengths``: the domain's per spatial axis (default 1)."""
+        from ..registry.plugin_calls import PluginCallError, call_plugin, plugin_label
+
         p, u = pred.double(), truth.double()
         lengths = tuple(lengths) if lengths else (1.0,) * (p.ndim - 3)
         for m in self.metrics:
-            value = m.parts(p, u, lengths)
-            if not isinstance(value, Tensor) or value.ndim < 1 or value.shape[0] != p.shape[0]:
-                raise ValueError(f"metric {m.name!r}: parts() must return a tensor [B, ...] with one entry per "
-                                 f"trajectory (B = {p.shape[0]}), got "
-                                 f"{tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__}")
+            guarded = m.name in self._guarded
+            try:
+                value = call_plugin(m.parts, p, u, lengths, what=plugin_label("metric", m.name)) if guarded else \
+                    m.parts(p, u, lengths)
+                if not isinstance(value, Tensor) or value.ndim < 1 or value.shape[0] != p.shape[0]:
+                    raise ValueError(f"metric {m.name!r}: parts() must return a tensor [B, ...] with one entry per "
+                                     f"trajectory (B = {p.shape[0]}), got "
+                                     f"{tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__}")
+                if value[0].numel() > MAX_PARTS:
+                    raise ValueError(f"metric {m.name!r}: parts() returned {value[0].numel():,} values per trajectory, "
+                                     f"more than {MAX_PARTS:,} (its bootstrap would not fit in memory)")
+                if value.dtype.is_complex:
+                    raise ValueError(f"metric {m.name!r}: parts() returned {value.dtype}, not real numbers")
+            except (PluginCallError, ValueError, TypeError, RuntimeError) as e:
+                if not guarded:
+                    raise
+                why = str(e) if isinstance(e, PluginCallError) else f"{plugin_label('metric', m.name)}: {e}"
+                self._leave_out(m, why)
+                continue
             self.parts[m.name].extend(value.double().unbind(0))
 
     def values(self, idx: list[int] | None = None) -> dict[str, float]:
@@ -201,7 +234,21 @@ class TrajectoryMetrics:
                 pooled = torch.where(drawn.reshape(shape), x[None], torch.tensor(-math.inf, dtype=x.dtype)).amax(1)
             else:
                 pooled = (counts @ x.reshape(x.shape[0], -1) / total).reshape(n, *x.shape[1:])
-            out[m.name] = m.reduce(pooled)
+            if m.name not in self._guarded:
+                out[m.name] = m.reduce(pooled)
+                continue
+            from ..registry.plugin_calls import PluginCallError, call_plugin, plugin_label
+
+            try:
+                value = call_plugin(m.reduce, pooled, what=plugin_label("metric", m.name))
+                if not isinstance(value, Tensor) or value.shape != (n,):
+                    raise ValueError(f"reduce() must return a tensor [{n}], got "
+                                     f"{tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__}")
+            except (PluginCallError, ValueError, TypeError, RuntimeError) as e:
+                self._leave_out(m, str(e) if isinstance(e, PluginCallError) else
+                                f"{plugin_label('metric', m.name)}: {e}")
+                continue
+            out[m.name] = value
         return out
 
 

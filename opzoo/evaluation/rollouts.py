@@ -105,7 +105,7 @@ def metric_table(r: DatasetResult) -> list[str]:
     for k, v in r.metrics.items():
         row = f"  {k:<12}{cell(v, r.intervals.get(k)):<31} "
         if base is not None and base.metrics:
-            row += f"{cell(base.metrics[k], base.intervals.get(k)):<31} "
+            row += f"{cell(base.metrics.get(k, math.nan), base.intervals.get(k)):<31} "
         if k in r.paired:
             d, lo, hi = r.paired[k]
             row += "n/a" if math.isnan(d) else f"{d:+.4g} [{lo:+.3g}, {hi:+.3g}]" + (" *" if lo > 0 or hi < 0 else "")

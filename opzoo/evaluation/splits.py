@@ -42,21 +42,26 @@ def _part(indices: Sequence[int], n: int):
 
 
 def training_record(datasets: Sequence[Any], trains: Sequence[Any], tests: Sequence[Any],
-                    base: dict | None = None, base_id: str | None = None) -> list[dict[str, Any]]:
+                    base: dict | None = None, base_id: str | None = None,
+                    validations: Sequence[Any] | None = None) -> list[dict[str, Any]]:
     """``pretrained_cfg["training_data"]`` of a run: ``datasets`` its ``DatasetSpec``s, ``trains`` and ``tests`` the
-    matching ``TrajectoryDataset`` splits, ``base`` the ``pretrained_cfg`` of the model it started from (whose record
-    is carried forward, each entry marked with ``base_id`` as the model that trained on it)."""
+    matching ``TrajectoryDataset`` splits (``validations``: each file's validation split, or None), ``base`` the
+    ``pretrained_cfg`` of the model it started from (whose record is carried forward, each entry marked with
+    ``base_id`` as the model that trained on it). A validation split is recorded as ``validation``: never trained on,
+    but the run chose its weights by it."""
     out = []
-    for spec, train, test in zip(datasets, trains, tests):
+    validations = list(validations or [None] * len(datasets))
+    for spec, train, test, validation in zip(datasets, trains, tests, validations):
+        held = {} if validation is None else {"validation": _part(validation.indices, validation.source.n_samples)}
         if spec.test_path:
             out.append(_entry(spec.path, train.source, train=_part(train.indices, train.source.n_samples), test=None,
-                              train_hashes=trajectory_hashes(train), test_hashes=[]))
+                              train_hashes=trajectory_hashes(train), test_hashes=[], **held))
             out.append(_entry(spec.test_path, test.source, train=None, test=_part(test.indices, test.source.n_samples),
                               train_hashes=[], test_hashes=trajectory_hashes(test)))
         else:
             n = int(test.source.n_samples)
             out.append(_entry(spec.path, test.source, train=_part(train.indices, n), test=_part(test.indices, n),
-                              train_hashes=trajectory_hashes(train), test_hashes=trajectory_hashes(test)))
+                              train_hashes=trajectory_hashes(train), test_hashes=trajectory_hashes(test), **held))
     for entry in (base or {}).get("training_data") or []:
         out.append({**entry, "by": entry.get("by") or base_id})
     return out

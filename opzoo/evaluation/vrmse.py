@@ -16,7 +16,11 @@ import torch
 from torch import Tensor
 
 EPS = 1e-7  # The Well's default eps
-WINDOWS = ((6, 12), (13, 30))  # rollout windows as The Well reports them: python slices of the steps, 0 = first predicted
+# The Well's rollout windows as it publishes them ("6:12", "13:30": the predicted frames 6 to 12 and 13 to 30, counted
+# from 1) and as its code takes them: python slices [5:12] and [12:30] of the predicted frames (the log-spaced
+# intervals of the_well/benchmark/trainer/training.py split_up_losses over its 30-step rollouts, @ 215f55d). Before
+# 2026-12 opzoo read them as [6:12] and [13:30], one step late.
+WINDOWS = (("6:12", 5, 12), ("13:30", 12, 30))
 
 
 def vrmse(pred: Tensor, target: Tensor, eps: float = EPS) -> Tensor:
@@ -41,9 +45,9 @@ def vrmse_summary(per_step: Tensor, fields: Sequence[str]) -> dict[str, dict[str
     out = {}
     for name, curve in columns.items():
         entry = {"one_step": float(curve[0]), "all": float(curve.mean())}
-        for a, b in WINDOWS:
+        for label, a, b in WINDOWS:
             if curve.shape[0] >= b:
-                entry[f"{a}:{b}"] = float(curve[a:b].mean())
+                entry[label] = float(curve[a:b].mean())
         out[name] = entry
     return out
 

@@ -85,7 +85,8 @@ class PluginHost:
 
     def _fail(self, name: str, dist: str, version: str, error: str) -> None:
         self.failed.append(PluginInfo(name, dist, version, error))
-        warnings.warn(f"opzoo plugin {dist!r} ({name}) was not loaded: {error}", PluginLoadWarning, stacklevel=4)
+        warnings.warn(f"opzoo plugin {dist!r} {version} ({name}) was not loaded: {error}", PluginLoadWarning,
+                      stacklevel=4)
 
     def _fill(self, registry: Registry) -> None:
         """Run every plugin's component hooks, then every plugin's model hooks."""
@@ -99,8 +100,11 @@ class PluginHost:
                 with registry.owned_by(owner):
                     try:
                         impl.function(**{a: kwargs[a] for a in impl.argnames})
-                    except RegistryConflictError:
-                        raise
+                    except RegistryConflictError as e:
+                        if owner == CORE_NAME or not e.owners or e.owners[0] != CORE_NAME:
+                            raise  # two plugins want one name: the user chooses (uninstall one, OPZOO_PLUGINS)
+                        registry.forget(owner)  # a plugin taking the core's own name or suffix: it alone is left out
+                        self._drop(owner, str(e))
                     except (Exception, SystemExit) as e:
                         if owner == CORE_NAME:
                             raise

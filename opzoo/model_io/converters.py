@@ -54,8 +54,14 @@ def safe_torch_load(path: str | os.PathLike, allow: Iterable[type] = ()) -> Any:
         try:
             with zipfile.ZipFile(path) as archive:
                 bad = archive.testzip()
+                folders = sorted({name.split("/", 1)[0] if "/" in name else "" for name in archive.namelist()})
         except (zipfile.BadZipFile, OSError, EOFError) as e:
             raise CheckpointError(f"{path}: a damaged checkpoint archive ({e}); download or copy it again") from None
+        if len(folders) != 1 or not folders[0]:  # torch.save writes every record under one folder
+            shown = ", ".join(repr(f or "(no folder)") for f in folders[:4])
+            raise CheckpointError(f"{path}: a zip archive whose records lie in {len(folders)} top folders ({shown}), "
+                                  f"where torch.save writes one: records were added to or removed from the "
+                                  f"checkpoint; download or copy it again")
         if bad is not None:
             raise CheckpointError(f"{path}: the record {bad} does not match its checksum (CRC-32): the file is damaged; "
                                   f"download or copy it again")

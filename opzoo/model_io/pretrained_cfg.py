@@ -47,6 +47,11 @@ class PretrainedCfg:
     # the fit of the run's data to the model (evaluation.fit: fields, channels, grid, boundary, normalization), a line
     # per decision, as the run printed it
     data_fit: Optional[list[str]] = None
+    # which step's weights a run kept (opzoo.training.selection): {"rule", "step", "validation_l2", "steps_done",
+    # "steps", "early_stopped", "patience"}
+    selection: Optional[dict[str, Any]] = None
+    # the Hub commit these weights were read from (opzoo.model_io.pretrained records it when it loads them)
+    weights_commit: Optional[str] = None
 
 
 def _check_values(cfg: PretrainedCfg, where: str) -> None:

@@ -108,9 +108,17 @@ def check_size(cls: type, config: Any, where: str, allow_oversize: bool = False,
     if allow_oversize or os.environ.get(ENV_ALLOW):
         return
     sizes = ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(config).items()
-                      if k in ("width", "depth", "n_layers", "hidden_channels", "mlp_ratio", "img_size", "modes")
+                      if k in ("width", "depth", "n_layers", "hidden_channels", "mlp_ratio", "img_size", "modes",
+                               "image_size", "patch_size", "window_size")
                       and v is not None)
     along = None
+    buffers = config.buffer_bytes() if callable(getattr(config, "buffer_bytes", None)) else 0
+    if buffers > machine_memory():
+        raise ConfigError(
+            f"{where}: the tensors it computes when built ({sizes or 'its sizes'}: attention masks, position tables) "
+            f"take about {buffers / 2**30:.3g} GiB, more than this machine's {machine_memory() / 2**30:.0f} GiB; "
+            f"check these fields, or build it anyway with allow_oversize=True (model.allow_oversize: true in a run "
+            f"config, or {ENV_ALLOW}=1)")
     try:
         if params is None:
             params, along = estimated_parameters(cls, config)

@@ -236,22 +236,37 @@ class DataContract:
 FieldMapValue = Union[str, Mapping[str, str]]
 
 
+MAX_FIELD_MAP = 1024  # pairs in one --field-map or run config's field_map (a file with more fields is not a PDE's)
+
+
 def parse_field_map(text: "str | Mapping[str, str] | None", where: str = "--field-map") -> dict[str, str]:
     """``"u=velocity_x,v=velocity_y"`` (or a mapping) -> ``{"u": "velocity_x", "v": "velocity_y"}``: the file's name
-    on the left, the model's on the right. ValueError naming ``where`` for a malformed pair or a name given twice."""
+    on the left, the model's on the right. ValueError naming ``where`` for a malformed pair, a name given twice, or more
+    than :data:`MAX_FIELD_MAP` pairs (checked in time linear in the pairs)."""
     if not text:
         return {}
-    pairs = list(text.items()) if isinstance(text, Mapping) else [
-        tuple(p.split("=", 1)) if "=" in p else (p, None) for p in re.split(r"[,\s]+", str(text).strip()) if p]
+    if isinstance(text, Mapping):
+        if len(text) > MAX_FIELD_MAP:
+            raise ValueError(f"{where}: {len(text)} pairs, more than {MAX_FIELD_MAP}")
+        pairs = [(k, v, f"{k}={v}") for k, v in text.items()]
+    else:
+        text = str(text)
+        if len(text) > 64 * MAX_FIELD_MAP:
+            raise ValueError(f"{where}: {len(text)} characters, more than a map of {MAX_FIELD_MAP} pairs takes")
+        parts = [p for p in re.split(r"[,\s]+", text.strip()) if p]
+        if len(parts) > MAX_FIELD_MAP:
+            raise ValueError(f"{where}: {len(parts)} pairs, more than {MAX_FIELD_MAP}")
+        pairs = [(*p.split("=", 1), p) if "=" in p else (p, None, p) for p in parts]
     out: dict[str, str] = {}
-    for file_name, model_name in pairs:
+    targets: set[str] = set()
+    for file_name, model_name, given in pairs:
         if not file_name or not model_name or not re.fullmatch(_NAME, str(file_name)) \
                 or not re.fullmatch(_NAME, str(model_name)):
-            raise ValueError(f"{where}: {file_name}={model_name} is not FILE_FIELD=MODEL_FIELD (e.g. "
-                             f"u=velocity_x,v=velocity_y)")
-        if file_name in out or model_name in out.values():
+            raise ValueError(f"{where}: {given!s} is not FILE_FIELD=MODEL_FIELD (e.g. u=velocity_x,v=velocity_y)")
+        if file_name in out or model_name in targets:
             raise ValueError(f"{where}: {file_name if file_name in out else model_name} is mapped twice")
         out[str(file_name)] = str(model_name)
+        targets.add(str(model_name))
     return out
 
 

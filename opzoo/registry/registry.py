@@ -247,8 +247,9 @@ class Registry:
             raise TypeError(f"register_reader({cls.__name__}): suffixes must be a tuple of '.ext' strings")
         for suffix in suffixes:  # a file's name must not name two readers, nor take HDF5 files from detection
             if suffix.lower() in HDF5_SUFFIXES:
-                raise RegistryConflictError(f"reader {layout!r} claims {suffix} files, which are HDF5 and told apart "
-                                            f"by their content: leave suffixes empty and give it a detect(h5_file)")
+                raise RegistryConflictError(f"reader {layout!r} of {self._owner} claims {suffix} files, which are "
+                                            f"HDF5 and told apart by their content: leave suffixes empty and give it "
+                                            f"a detect(h5_file)", ("opzoo", self._owner))
             for other in self._components["reader"].values():
                 if suffix.lower() in (x.lower() for x in getattr(other.obj, "suffixes", ())):
                     self._conflict(f"reader {layout!r}: the suffix {suffix} (reader {other.name!r})", other.owner)
@@ -436,7 +437,7 @@ class Registry:
     def _conflict(self, what: str, first_owner: str) -> None:
         raise RegistryConflictError(
             f"{what} is registered by both {first_owner!r} and {self._owner!r}; "
-            f"uninstall one of them or restrict loading with OPZOO_PLUGINS"
+            f"uninstall one of them or restrict loading with OPZOO_PLUGINS", (first_owner, self._owner)
         )
 
 

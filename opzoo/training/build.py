@@ -6,7 +6,7 @@ mixture read the same open files.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from torch import nn
@@ -51,17 +51,20 @@ def _oversize(section) -> dict:
 
 @dataclass
 class OpenDataset:
-    """One dataset of a run, its files opened: the train and test trajectories."""
+    """One dataset of a run, its files opened: the train, test and (``validation_fraction``) validation
+    trajectories."""
 
     spec: DatasetSpec
     train: TrajectoryDataset
     test: TrajectoryDataset
+    validation: TrajectoryDataset | None = None
 
 
 def open_datasets(cfg: RunConfig) -> list[OpenDataset]:
-    """Every dataset of the run, each file opened once: a separate test file, or the last
-    ``test_fraction`` of the file held out (:func:`opzoo.data.split_trajectories`); ``train_trajectories``: the
-    first N of the training split (file order: nested across N)."""
+    """Every dataset of the run, each file opened once: a separate test file, or the last ``test_fraction`` of the
+    file held out (:func:`opzoo.data.split_trajectories`); ``validation_fraction``: the trajectories just before the
+    test split held out for validation (:func:`validation_split`); ``train_trajectories``: the first N of what is left
+    (file order: nested across N, and never a validation or test trajectory)."""
     opened = []
     for d in cfg.data.datasets:
         trajectories = open_trajectories(d.path, d.layout, d.fields)
@@ -72,13 +75,35 @@ def open_datasets(cfg: RunConfig) -> list[OpenDataset]:
                 train, test = split_trajectories(trajectories, d.test_fraction)
             except DataFormatError as e:
                 raise ConfigError(str(e)) from None
+        train, validation = validation_split(train, d.validation_fraction, len(trajectories), d.path)
         if d.train_trajectories is not None:
             if d.train_trajectories > len(train):
+                held = " beside its validation split" if validation is not None else ""
                 raise ConfigError(f"{d.path}: train_trajectories={d.train_trajectories}, but its training split holds "
-                                  f"{len(train)} trajectories; give at most {len(train)} (or a larger file)")
+                                  f"{len(train)} trajectories{held}; give at most {len(train)} (or a larger file)")
             train = train.subset(list(train.indices[:d.train_trajectories]))
-        opened.append(OpenDataset(d, train, test))
+        opened.append(OpenDataset(d, train, test, validation))
     return opened
+
+
+def validation_count(fraction: float, n_file: int) -> int:
+    """How many of a file's ``n_file`` trajectories ``validation_fraction`` holds out: ``round(fraction * n_file)``,
+    at least one (0 for a fraction of 0)."""
+    return max(1, int(round(fraction * n_file))) if fraction > 0 else 0
+
+
+def validation_split(train: TrajectoryDataset, fraction: float, n_file: int,
+                     path: str) -> tuple[TrajectoryDataset, TrajectoryDataset | None]:
+    """``(train, validation)``: the last :func:`validation_count` trajectories of the training split held out."""
+    n_val = validation_count(fraction, n_file)
+    if not n_val:
+        return train, None
+    if n_val >= len(train):
+        raise ConfigError(f"{path}: validation_fraction {fraction:g} holds out {n_val} trajectories, but the training "
+                          f"split has {len(train)}: none would be left to train on; give a smaller fraction (or a "
+                          f"larger file)")
+    cut = len(train) - n_val
+    return train.subset(list(train.indices[:cut])), train.subset(list(train.indices[cut:]))
 
 
 @dataclass
@@ -90,6 +115,7 @@ class RunData:
     grid: str = ""  # which grid the run uses and why (GridChoice.line)
     fit: list[str] | None = None  # the fit block (evaluation.fit.FittedData.lines)
     fields: list[str] | None = None  # the field each of the model's channels was trained on (<pad>: padding)
+    validation: list[tuple[str, TrajectoryDataset]] = field(default_factory=list)  # validation_fraction's splits
 
 
 def fit_run_data(model: nn.Module, cfg: RunConfig, opened: list[OpenDataset]):
@@ -137,6 +163,9 @@ def build_data(cfg: RunConfig, model: nn.Module, opened: list[OpenDataset] | Non
                               f"T_in + T_out = {mc.in_timesteps + mc.out_timesteps}")
     test_frames = [check_frames(te, mc.in_timesteps, mc.out_timesteps, cfg.data.horizon, "data.horizon")
                    for _, _, te in splits]
+    validation = [(o.spec.name, o.validation) for o in opened if o.validation is not None]
+    for _, va in validation:
+        check_frames(va, mc.in_timesteps, mc.out_timesteps, cfg.data.horizon, "data.horizon")
     where = "data.resolution" if cfg.data.resolution else f"{splits[0][1].path} (the run's resolution)"
     check_resolution(model, shape.resolution, where)
     check_batch_memory(cfg.training.batch_size, shape.resolution, mc.in_timesteps + mc.out_timesteps, channels,
@@ -147,7 +176,7 @@ def build_data(cfg: RunConfig, model: nn.Module, opened: list[OpenDataset] | Non
     mixture = MixtureDataset(parts, [d.weight for d, _, _ in splits], names=[d.name for d, _, _ in splits])
     return RunData(shape, mixture, [(d.name, te) for d, _, te in splits], test_frames,
                    grid.line([src for _, tr, te in splits for src in (tr, te)], training=True, mode=shape.resample),
-                   fitted.lines, fitted.record.get("fields"))
+                   fitted.lines, fitted.record.get("fields"), validation)
 
 
 def adaptation_targets(model: nn.Module, cfg: RunConfig) -> dict[str, Any]:

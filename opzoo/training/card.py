@@ -119,7 +119,19 @@ def _portable(base_weights: str, model_name: "str | ModelReference") -> str:
     if ref is not None and ref.kind == "dir":  # the base model's folder, as the weights line names it
         for local in (ref.given, str(ref.path)):
             text = text.replace(local, ref.path.name) if "/" in local else text
-    return re.sub(r"(?<![\w.])/[^\s,;()]+", lambda m: "/".join(Path(m.group(0)).parts[-3:]), text)
+    return markdown_text(re.sub(r"(?<![\w.])/[^\s,;()]+", lambda m: "/".join(Path(m.group(0)).parts[-3:]), text))
+
+
+def markdown_text(text: str, limit: int = 500) -> str:
+    """A record's text as inert Markdown in a card: one line, at most ``limit`` characters, HTML escaped and the
+    characters of links, images, code and tables (``[ ] ` |``) too (a record is data: an edited one must not put
+    links, images, markup or table cells into a card)."""
+    import html
+    import re
+
+    text = " ".join(str(text).split())
+    text = text if len(text) <= limit else text[:limit - 3] + "..."
+    return re.sub(r"([\\`\[\]|])", r"\\\1", html.escape(text, quote=False))
 
 
 def _fmt(x: float | None) -> str:
@@ -157,10 +169,23 @@ def portable_command(command: str | None) -> str | None:
     return shlex.join(out)
 
 
+def selection_lines(selection: dict | None) -> list[str]:
+    """The card's lines on which weights a run kept (``TrainResult.selection``), or none for the last step's."""
+    if not selection:
+        return []
+    lines = [f"- weights kept: step {selection['step']}, the lowest validation error (relative L2 over the rollout of "
+             f"the validation split: {_fmt(selection.get('validation_l2'))}) among {len(selection.get('history', []))} "
+             f"evaluations"]
+    if selection.get("early_stopped"):
+        lines.append(f"- stopped early at step {selection['steps_done']} of {selection['steps']}: "
+                     f"{selection.get('patience')} evaluations in a row without improvement")
+    return lines
+
+
 def run_card(*, model_name: "str | ModelReference", from_scratch: bool, base_weights: str, datasets: Sequence[tuple[str, object]],
              steps: int, lr: float, batch_size: int, seed: int, zero_shot: Sequence[DatasetResult] | None,
              final: Sequence[DatasetResult], command: str | None, resolution: Sequence[int], channels: int,
-             in_timesteps: int, fit: Sequence[str] = ()) -> str:
+             in_timesteps: int, fit: Sequence[str] = (), selection: dict | None = None) -> str:
     """The card template (``${parameters}``, ``${config}`` are filled by :func:`opzoo.model_io.model_card.render_card`).
 
     ``datasets``: ``(path, test TrajectoryDataset)`` per file; ``fit``: the fit block of the data to the model.
@@ -193,7 +218,8 @@ def run_card(*, model_name: "str | ModelReference", from_scratch: bool, base_wei
                  "The one fit of the data to the model (docs/data-contract.md), a line per decision, as the run said "
                  "it:", "", *[f"- {_portable_line(line)}" for line in fit], ""] if fit else []),
              "## Training", "",
-             f"- steps: {steps}", f"- max lr (one-cycle): {lr:g}", f"- batch size: {batch_size}", f"- seed: {seed}", "",
+             f"- steps: {steps}", *selection_lines(selection), f"- max lr (one-cycle): {lr:g}",
+             f"- batch size: {batch_size}", f"- seed: {seed}", "",
              "## Evaluation on the test split", "",
              "Relative L2 over space and time (\"l2 full\"), rolled out auto-regressively from the first "
              "T_in frames of each test trajectory, over the first 1 and 5 steps and the whole rollout, at the file's "

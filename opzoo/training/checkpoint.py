@@ -27,7 +27,7 @@ import shutil
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 import torch
@@ -171,8 +171,10 @@ def _like_param(value: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
 
 def write_checkpoint(directory: str | os.PathLike, step: int, *, model_state: Mapping[str, torch.Tensor],
                      optimizer_state: tuple[dict[str, torch.Tensor], list[dict[str, Any]]],
-                     state: dict[str, Any], extra: dict[str, torch.Tensor], keep_last: int) -> Path:
-    """Write checkpoint ``step`` atomically, then delete all but the newest ``keep_last``.
+                     state: dict[str, Any], extra: dict[str, torch.Tensor], keep_last: int,
+                     protect: Iterable[int] = ()) -> Path:
+    """Write checkpoint ``step`` atomically, then delete all but the newest ``keep_last`` and those of the steps in
+    ``protect`` (a run's best on validation).
 
     ``optimizer_state`` is :func:`optimizer_to_flat`'s result (gathered on every rank under FSDP).
     """
@@ -215,8 +217,10 @@ def write_checkpoint(directory: str | os.PathLike, step: int, *, model_state: Ma
         _remove(final)
     os.rename(tmp, final)
     _fsync_dir(root)
+    kept_steps = {checkpoint_name(s) for s in protect}
     for old in list_checkpoints(root)[:-keep_last]:
-        _remove(old)
+        if old.name not in kept_steps:
+            _remove(old)
     return final
 
 

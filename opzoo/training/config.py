@@ -39,6 +39,10 @@ class DatasetSpec:
     # train on the first N trajectories of the training split only (in file order, so a smaller N's are a subset of a
     # larger N's: opzoo compare's nested budgets); None: all of them
     train_trajectories: Optional[int] = None
+    # hold out this fraction of the file's trajectories for validation (model selection, early stopping): the ones just
+    # before the test split, never trained on whatever train_trajectories is (Poseidon's split: train, then
+    # validation, then test, scOT/problems/base.py BaseTimeDataset.post_init @ v1-paper); 0: no validation split
+    validation_fraction: float = 0.0
 
 
 @dataclasses.dataclass
@@ -121,6 +125,15 @@ class TrainingSection:
     num_workers: int = 0
     log_every: int = 10
     eval_every: Optional[int] = None  # evaluate on the test sets every N steps (and at the end)
+    # which weights the run exports: "last" (the last step's), or "validation": the checkpoint with the lowest
+    # validation error (mean relative L2 over the rollout of the validation split, evaluated at step 0 and every
+    # eval_every steps; every evaluation is then a checkpoint, and the best is kept), as Poseidon keeps its best on
+    # validation (load_best_model_at_end, scOT/train.py @ v1-paper); the test split is then evaluated at step 0 and at
+    # the end only, of the model exported
+    selection: Literal["last", "validation"] = "last"
+    # stop when this many evaluations in a row have not improved the validation error (with selection: validation;
+    # transformers' EarlyStoppingCallback, as Poseidon trains its baselines); None: train every step
+    early_stopping: Optional[int] = None
     deterministic: bool = True
     # models with routers (opzoo.contracts.routing): warn when one expert takes more than this share of a
     # router's assignments, summed over the last expert_load_window steps
@@ -201,6 +214,17 @@ def _check_values(cfg: RunConfig, base: Path | None, source: str) -> None:
     for key, value in (("training.eval_every", t.eval_every), ("checkpoint.every", cfg.checkpoint.every)):
         if value is not None and value < 1:
             fail(f"{key} must be >= 1 or null, got {value}")
+    if t.early_stopping is not None and t.early_stopping < 1:
+        fail(f"training.early_stopping must be >= 1 evaluations or null, got {t.early_stopping}")
+    if t.early_stopping is not None and t.selection != "validation":
+        fail("training.early_stopping stops on the validation error: set training.selection: validation too")
+    if t.selection == "validation":
+        if t.eval_every is None:
+            fail("training.selection: validation picks among evaluations: set training.eval_every")
+        without = [f"data.datasets[{i}]" for i, d in enumerate(cfg.data.datasets) if not d.validation_fraction]
+        if without:
+            fail(f"training.selection: validation needs a validation split in every dataset: set validation_fraction "
+                 f"in {', '.join(without)} (finetune: --validation-fraction)")
     if cfg.distributed.timeout_s <= 0:
         fail(f"distributed.timeout_s must be > 0, got {cfg.distributed.timeout_s}")
     if not 0.0 < t.expert_load_threshold <= 1.0:
@@ -269,6 +293,10 @@ def _check_values(cfg: RunConfig, base: Path | None, source: str) -> None:
             fail(f"{where}.train_trajectories must be >= 1, got {d.train_trajectories}")
         if d.test_path is None and not 0.0 < d.test_fraction < 1.0:
             fail(f"{where}.test_fraction must be in (0, 1) when there is no test_path, got {d.test_fraction}")
+        if not 0.0 <= d.validation_fraction < 1.0 or (d.test_path is None
+                                                      and d.validation_fraction + d.test_fraction >= 1.0):
+            fail(f"{where}.validation_fraction must be in [0, 1) and leave trajectories to train on beside "
+                 f"test_fraction {d.test_fraction:g}, got {d.validation_fraction:g}")
         run_dir = Path(os.path.expandvars(cfg.output_dir)).expanduser().resolve()
         for key in ("path", "test_path"):
             file = getattr(d, key)
@@ -364,13 +392,31 @@ def load_run_config(path: str | os.PathLike, overrides: Mapping[str, Any] | None
 
     Relative data paths resolve against the working directory first, then the config's folder.
     """
-    document = read_document(path)
-    for dotted, value in (overrides or {}).items():
-        node = document
-        *parents, leaf = dotted.split(".")
-        for key in parents:
-            node = node.setdefault(key, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"override {dotted}: {key!r} is not a section")
-        node[leaf] = value
+    document = apply_overrides(read_document(path), overrides)
     return parse_run_config(document, source=str(path), base=Path(path).resolve().parent)
+
+
+def apply_overrides(document: dict[str, Any], overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``document`` with each dotted key of ``overrides`` set (``training.steps``; a list entry by its index,
+    ``data.datasets.0.train_trajectories``); a key through a value that is neither a section nor a list, or an index
+    beyond its list, is a one-line ConfigError."""
+    for dotted, value in (overrides or {}).items():
+        node: Any = document
+        *parents, leaf = dotted.split(".")
+        for depth, key in enumerate([*parents, leaf]):
+            where = ".".join([*parents, leaf][:depth + 1])
+            if isinstance(node, list):
+                if not key.isdigit() or int(key) >= len(node):
+                    raise ConfigError(f"override {dotted}: {where[:-len(key) - 1]} is a list of {len(node)}; index it "
+                                      f"with 0 to {len(node) - 1}, got {key!r}")
+                key = int(key)
+            elif not isinstance(node, dict):
+                raise ConfigError(f"override {dotted}: {where[:-len(str(key)) - 1]!r} is a value, not a section")
+            if depth == len(parents):
+                node[key] = value
+            else:
+                if isinstance(node, dict):
+                    node = node.setdefault(key, {})
+                else:
+                    node = node[key]
+    return document

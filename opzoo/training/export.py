@@ -25,9 +25,9 @@ def run_results(final: Sequence[DatasetResult]) -> list[Result]:
 
 
 def export_model(model: nn.Module, ema: EMA | None, cfg: RunConfig, data: RunData, out: Path, card: str,
-                 results: Sequence[Result] = ()) -> Path:
+                 results: Sequence[Result] = (), selection: dict | None = None) -> Path:
     """Save ``model`` (with ``ema``'s weights swapped in) to ``out`` with its data facts in ``pretrained_cfg`` and
-    ``results`` in its card's ``model-index``."""
+    ``results`` in its card's ``model-index``; ``selection``: which step's weights these are (validation)."""
     from ..evaluation.splits import training_record
     from ..model_io.saving import save_pretrained
     shape = data.frame_shape
@@ -35,15 +35,20 @@ def export_model(model: nn.Module, ema: EMA | None, cfg: RunConfig, data: RunDat
     from ..data import TrajectoryDataset
 
     trains = [TrajectoryDataset(part.source, indices=[int(i) for i in part.samples]) for part in data.train.datasets]
+    validations = dict(data.validation)
     record = training_record(cfg.data.datasets, trains,
                              [te for _, te in data.test], base=base if cfg.model.pretrained or base.get("training_data")
-                             else None, base_id=cfg.model.reference.lineage_id)
+                             else None, base_id=cfg.model.reference.lineage_id,
+                             validations=[validations.get(d.name) for d in cfg.data.datasets])
     base.pop(WEIGHTS_COMMIT, None)  # the base's file, not this model's: the card names it with the base
     with ema_weights(model, ema) as model:
         started = cfg.model.pretrained or cfg.model.reference.saved
         model.pretrained_cfg = {**base, "resolution": list(shape.resolution),
                                 "channels": shape.channels, "in_timesteps": shape.in_timesteps,
-                                "datasets": data.train.names, "trained_steps": cfg.training.steps,
+                                "datasets": data.train.names,
+                                "trained_steps": selection["steps_done"] if selection else cfg.training.steps,
+                                **({"selection": {k: v for k, v in selection.items() if k != "history"}}
+                                   if selection else {}),
                                 "training_data": record, "data_fit": list(data.fit or []),
                                 **({"fields": list(data.fields)} if data.fields else {}),
                                 **({"base_model": cfg.model.reference.lineage_id} if started else {})}
@@ -78,7 +83,7 @@ def base_weights(cfg: RunConfig, model: nn.Module) -> str:
 
 
 def run_model_card(cfg: RunConfig, data: RunData, from_scratch: bool, zero_shot: Sequence[DatasetResult] | None,
-                   final: Sequence[DatasetResult], command: str | None, base: str) -> str:
+                   final: Sequence[DatasetResult], command: str | None, base: str, selection: dict | None = None) -> str:
     """The run's model card: base model (``base``: :func:`base_weights`, as the run recorded it when it started), data
     and splits, steps and lr, test errors, command."""
     from .card import run_card
@@ -89,4 +94,4 @@ def run_model_card(cfg: RunConfig, data: RunData, from_scratch: bool, zero_shot:
     return run_card(model_name=name, from_scratch=from_scratch, base_weights=base, datasets=datasets,
                     steps=cfg.training.steps, lr=cfg.optimizer.lr, batch_size=cfg.training.batch_size, seed=cfg.seed,
                     zero_shot=zero_shot, final=final or [], command=command, resolution=shape.resolution,
-                    channels=shape.channels, in_timesteps=shape.in_timesteps, fit=data.fit or ())
+                    channels=shape.channels, in_timesteps=shape.in_timesteps, fit=data.fit or (), selection=selection)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from torch import nn
 
 from .build import OpenDataset, open_datasets
-from .config import RunConfig, parse_run_config
+from .config import RunConfig, apply_overrides, parse_run_config
 
 if TYPE_CHECKING:
     from ..model_io.reference import ModelReference
@@ -63,14 +63,21 @@ def finetune_config(model: "str | ModelReference", data: Sequence[str], output_d
                     lr: float | None = None, resolution: Sequence[int] | None = None, in_timesteps: int | None = None,
                     test_fraction: float = 0.1, pretrained: bool = True, layout: str | None = None,
                     fields: Sequence[str] | None = None, field_map: "str | dict[str, str] | None" = None,
-                    training_set: str | None = None, overrides: dict[str, Any] | None = None) -> RunConfig:
+                    training_set: str | None = None, train_trajectories: int | None = None,
+                    validation_fraction: float = 0.0, selection: str | None = None, early_stopping: int | None = None,
+                    eval_every: int | None = None, seed: int = 0,
+                    overrides: dict[str, Any] | None = None) -> RunConfig:
     """A validated run config that fine-tunes ``model`` (preset, hf-hub:..., or a saved repo dir) on ``data``.
 
     Defaults follow the pretraining recipe with the model's recommended max lr (``lr=None``: see
     :func:`recommended_lr`) and no checkpoints in between; the test split is evaluated before
     training (zero-shot), ``EVALS_PER_RUN`` times during it and at the end. ``resolution`` and
     ``in_timesteps`` other than the model's adapt its layers (see the module doc); ``field_map`` and ``training_set``
-    say how the files' fields are read as the model's (docs/data-contract.md).
+    say how the files' fields are read as the model's (docs/data-contract.md). ``train_trajectories``: train on the
+    first N of each file's training split; ``validation_fraction``: hold out that fraction before the test split for
+    validation, which then selects the weights kept (``selection``, default ``"validation"`` with a validation split,
+    else ``"last"``) and, with ``early_stopping`` (evaluations without improvement), stops the run; ``eval_every``:
+    steps between evaluations (default: ``EVALS_PER_RUN`` in a run).
     """
     from ..errors import ConfigError
     from ..registry.contract import parse_field_map
@@ -88,23 +95,22 @@ def finetune_config(model: "str | ModelReference", data: Sequence[str], output_d
         "output_dir": output_dir,
         "model": {"name": reference.given, "pretrained": pretrained, "adapt": True,
                   "args": {} if in_timesteps is None else {"in_timesteps": int(in_timesteps)}},
+        "seed": seed,
         "data": {"datasets": [{"path": p, "test_fraction": test_fraction, **({"layout": layout} if layout else {}),
+                               **({"train_trajectories": train_trajectories} if train_trajectories else {}),
+                               **({"validation_fraction": validation_fraction} if validation_fraction else {}),
                                **({"fields": list(fields)} if fields else {}),
                                **({"field_map": field_map} if field_map else {}),
                                **({"training_set": training_set} if training_set else {})}
                               for p in data],
                  "resolution": list(resolution) if resolution else None},
         "optimizer": {"lr": lr},
-        "training": {"steps": steps, "batch_size": batch_size, "eval_every": -(-steps // EVALS_PER_RUN)},
+        "training": {"steps": steps, "batch_size": batch_size, "eval_every": eval_every or -(-steps // EVALS_PER_RUN),
+                     "selection": selection or ("validation" if validation_fraction else "last"),
+                     **({"early_stopping": early_stopping} if early_stopping else {})},
         "checkpoint": {"every": None},
     }
-    for dotted, value in (overrides or {}).items():
-        node = document
-        *parents, leaf = dotted.split(".")
-        for key in parents:
-            node = node.setdefault(key, {})
-        node[leaf] = value
-    return parse_run_config(document, source="finetune arguments", reference=reference)
+    return parse_run_config(apply_overrides(document, overrides), source="finetune arguments", reference=reference)
 
 
 def adapt_to_data(model: nn.Module, cfg: RunConfig, opened: list[OpenDataset] | None = None) -> nn.Module:

@@ -321,13 +321,26 @@ def read_started_config(run_dir: Path) -> dict[str, Any] | None:
 
 
 def is_finished(run_dir: Path, steps: int) -> bool:
-    """``finished.json`` says all ``steps`` are done and the final checkpoint is still there."""
+    """``finished.json`` says the run of ``steps`` steps is done (every step, or ``steps_done`` of them when it stopped
+    early on validation) and its final checkpoint is still there."""
     try:
         marker = read_json(run_dir / FINISHED_NAME, "a run's finished marker", follow_links=False)
     except ConfigError:
         return False
-    return isinstance(marker, dict) and marker.get("step") == steps and \
-        (run_dir / "checkpoints" / checkpoint_name(steps)).is_dir()
+    if not isinstance(marker, dict) or marker.get("step") != steps:
+        return False
+    done = marker.get("steps_done", steps)
+    return isinstance(done, int) and 0 <= done <= steps and (run_dir / "checkpoints" / checkpoint_name(done)).is_dir()
+
+
+def finished_steps(run_dir: Path, steps: int) -> int:
+    """The steps a finished run did: all ``steps``, or fewer when it stopped early on validation."""
+    try:
+        marker = read_json(run_dir / FINISHED_NAME, "a run's finished marker", follow_links=False)
+    except ConfigError:
+        return steps
+    done = marker.get("steps_done", steps) if isinstance(marker, dict) else steps
+    return done if isinstance(done, int) else steps
 
 
 def plan_run(run_dir: str | os.PathLike, config: Mapping[str, Any], defaults: Mapping[str, Any],
@@ -420,6 +433,7 @@ def record_or_check_data(run_dir: Path, plan: RunPlan, sources) -> None:
 
 
 BASE_NAME = "base_weights.json"
+BASE_LIMIT = 64 * 2**10  # bytes: the record holds one line naming the weights
 
 
 def record_or_check_base(run_dir: Path, plan: RunPlan, base: str, say: Callable[[str], None] = print) -> str:
@@ -429,11 +443,19 @@ def record_or_check_base(run_dir: Path, plan: RunPlan, base: str, say: Callable[
     checkpoint, which trained from the recorded ones, and its card names those. A run started before the record was
     kept records ``base`` now."""
     path = Path(run_dir) / BASE_NAME
+    if (path.exists() or path.is_symlink()) and not (path.is_file() and not path.is_symlink()):
+        kind = "a symbolic link" if path.is_symlink() else "a directory" if path.is_dir() else "not a regular file"
+        raise RunDirError(f"{path}: {kind} where the run records the weights it started from; opzoo writes a file "
+                          f"there: remove it, or pass --new to start the run again")
     if plan.action == "resume" and path.is_file():
-        doc = read_json(path, "a run's base weights record", follow_links=False, error=RunDirError)
-        if not isinstance(doc, dict) or not isinstance(doc.get("weights"), str):
-            raise RunDirError(f"{path}: not the record of the weights this run started from that it wrote: it is "
-                              f"damaged. Restore it, or pass --new to start the run again")
+        doc = read_json(path, "a run's base weights record", limit=BASE_LIMIT, follow_links=False, error=RunDirError)
+        weights = doc.get("weights") if isinstance(doc, dict) else None
+        damaged = not isinstance(weights, str) or set(doc) != {"weights"} or len(weights) > 4096 or \
+            any(ord(c) < 32 for c in weights)
+        if damaged or weights.split(" ", 1)[0] != base.split(" ", 1)[0]:
+            raise RunDirError(f"{path}: not the record of the weights this run started from that it wrote ("
+                              + ("it is damaged" if damaged else f"it names other weights than this run's model, "
+                                 f"{base.split(' ', 1)[0]}") + "). Restore it, or pass --new to start the run again")
         if doc["weights"] != base:
             say(f"  the base weights are now {base}; this run started from {doc['weights']}: it goes on from its "
                 f"checkpoint, trained from those, and its card names them")

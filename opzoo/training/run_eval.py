@@ -53,6 +53,16 @@ class RunEvaluation:
             self.zero_shot = results
         return results
 
+    def validation_error(self, model: nn.Module) -> tuple[float, dict[str, float]]:
+        """``model``'s error on the validation splits: the mean over them of the relative L2 over the rollout (the
+        error :mod:`opzoo.training.selection` selects on), and each split's."""
+        each = {}
+        for name, source in self.data.validation:
+            r = evaluate_dataset(model, name, source, self.data.frame_shape, self.cfg.data.horizon, device=self.device,
+                                 max_trajectories=self.cfg.data.max_test_trajectories, autocast=self.autocast)
+            each[name] = r.l2_full
+        return sum(each.values()) / len(each), each
+
     def plot(self, step: int, results: list[DatasetResult], firsts: dict) -> None:
         from ..evaluation.plots import plot_error_curves, plot_expert_load, plot_rollout_panels, rollout_title
 

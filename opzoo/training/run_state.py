@@ -32,8 +32,9 @@ class RunState:
     strategy: str  # distributed.strategy
     keep_last: int | None = None
 
-    def save(self, step: int) -> Path | None:
-        """Checkpoint ``step`` (collective: every rank gathers; rank 0 writes). Returns its path on rank 0."""
+    def save(self, step: int, protect: set[int] | frozenset[int] = frozenset()) -> Path | None:
+        """Checkpoint ``step`` (collective: every rank gathers; rank 0 writes), keeping those of ``protect`` from
+        pruning. Returns its path on rank 0."""
         opt_state = ckpt.optimizer_to_flat(self.optimizer)
         weights = full_state_dict(self.wrapped, self.env, self.strategy)
         path = None
@@ -49,7 +50,8 @@ class RunState:
             state = {"hooks": hook_plain, "world_size": self.env.world_size,
                      "config": rundir.with_resolved_paths(self.config)}
             path = ckpt.write_checkpoint(self.ckpt_dir, step, model_state=weights, optimizer_state=opt_state,
-                                         state=state, extra=extra, keep_last=self.keep_last)
+                                         state=state, extra=extra, keep_last=self.keep_last,
+                                         protect=protect)
         barrier(self.env)
         return path
 

@@ -27,6 +27,7 @@ from ..errors import ConfigError
 from ..evaluation.bad_data import check_test_sets
 from ..evaluation.l2 import relative_l2_loss
 from ..evaluation.rollouts import DatasetResult
+from ..evaluation.shape_check import check_frames
 from ..evaluation.splits import drop_seen_from_tests
 from . import run_dir as rundir
 from .batches import RunBatches
@@ -45,6 +46,7 @@ from .optim import build_optimizer, build_param_groups, set_learning_rates
 from .run_eval import RunEvaluation
 from .run_state import RunState
 from .schedule import schedule_factor
+from .selection import KIND, METRIC, Selection
 from .stop import RunStopped, StopSignals
 
 
@@ -57,6 +59,7 @@ class TrainResult:
     resumed_from: int | None = None
     model_dir: Path | None = None
     already_finished: bool = False  # the directory held this run, finished: nothing was done
+    selection: dict | None = None  # training.selection: validation: which step's weights were kept, and why
     divergence: str | None = None  # set when a loss went over DIVERGENCE_FACTOR x the first loss
 
 
@@ -89,6 +92,11 @@ class Trainer:
             for line in fitted.lines:
                 log.info("  %s", line)
         check_test_sets(self.data.test, self.data.test_frames, cfg.data.max_test_trajectories)
+        if self.data.validation:
+            mc = self.model.config
+            check_test_sets(self.data.validation, [check_frames(va, mc.in_timesteps, mc.out_timesteps, cfg.data.horizon,
+                                                                "data.horizon") for _, va in self.data.validation],
+                            cfg.data.max_test_trajectories, what="validation")
         self.hooks = build_hooks(cfg.optimizer.hooks)
         for hook in self.hooks:
             hook.on_model_built(self.model)
@@ -112,6 +120,9 @@ class Trainer:
         # called every step after the config's hooks (not checkpointed: they keep no state worth resuming)
         self.builtin_hooks = router_monitor(self.model, t.expert_load_threshold, t.expert_load_window, t.log_every)
         self.command: str | None = None  # the command line that started the run, for the model card
+        self.selecting = t.selection == "validation"
+        self.selection: Selection | None = None  # set by the loop
+        self._steps_done = t.steps  # fewer when the run stops early on validation
 
     @property
     def from_scratch(self) -> bool:
@@ -155,10 +166,11 @@ class Trainer:
     def export(self, out: Path, model: nn.Module | None = None) -> Path:
         """Save the trained model (EMA weights when on) as an opzoo repo with its data facts and card."""
         final = self.evaluation.last or []
+        selection = self.selection.summary(self._steps_done, self.cfg.training.steps) if self.selection else None
         card = run_model_card(self.cfg, self.data, self.from_scratch, self.evaluation.zero_shot, final, self.command,
-                              self.base_weights)
+                              self.base_weights, selection)
         return export_model(model or unwrap(self.wrapped), self.ema, self.cfg, self.data, out, card,
-                            run_results(final))
+                            run_results(final), selection)
 
     def _export_finished(self, result: TrainResult) -> None:
         copy = unsharded_copy(self.wrapped, self.model, self.env) if self.fsdp else None  # collective
@@ -179,7 +191,9 @@ class Trainer:
                 self.run_dir, self.cfg.to_dict(), rundir.flatten_config(RunConfig().to_dict()), is_main=self.env.is_main,
                 new=new, allow_resume=self.cfg.checkpoint.resume, sync=lambda: barrier(self.env), say=self._say)
             if plan.action == "finished":
-                self._say(f"{self.run_dir} holds this run, finished: {t.steps} of {t.steps} steps done, model in "
+                done = rundir.finished_steps(self.run_dir, t.steps)
+                early = f" (stopped early on validation at step {done})" if done < t.steps else ""
+                self._say(f"{self.run_dir} holds this run, finished: {done} of {t.steps} steps done{early}, model in "
                           f"{self.run_dir / 'model'}. Nothing to do (pass --new to start it again from step 0)")
                 return TrainResult(self.run_dir, t.steps, already_finished=True, model_dir=self.run_dir / "model")
             self.home = rundir.RunHome(self.run_dir)
@@ -201,7 +215,9 @@ class Trainer:
             self.home.check("marking the run finished")
             if self.env.is_main:
                 rundir.mark_finished(self.run_dir, t.steps, result.model_dir,
-                                     {"divergence": result.divergence} if result.divergence else {})
+                                     {**({"divergence": result.divergence} if result.divergence else {}),
+                                      **({"steps_done": result.steps, "selection": result.selection}
+                                         if result.selection else {})})
             return result
         finally:
             if lock is not None:
@@ -223,12 +239,19 @@ class Trainer:
     def _loop(self, start: int, result: TrainResult, logger: RunLogger, stop: StopSignals) -> None:
         t, ckpt_every = self.cfg.training, self.cfg.checkpoint.every
         watch = DivergenceWatch.resumed(self.run_dir / "log.jsonl", start)
+        selection = self.selection = Selection.resumed(self.run_dir / "log.jsonl", t.early_stopping) \
+            if self.selecting else None
         if t.eval_every and start == 0:
             self._evaluate_and_log(0, result, logger)
+        if selection is not None and start % t.eval_every == 0 and not selection.has(start):
+            if start == 0:  # the starting weights may be the best: a checkpoint to return to
+                self._save(0)
+            self._validate(start, logger)  # a resume that stopped between its checkpoint and its evaluation
         bar = tqdm(total=t.steps, initial=start, desc="train", unit="step", dynamic_ncols=True,
                    disable=None if (self.env.is_main and self.show_progress is not False) else True)
         t0, step, last_saved = time.perf_counter(), start, start
-        for i, batch in enumerate(self.batches.from_step(start, t.steps), start):
+        batches = self.batches.from_step(start, t.steps) if not (selection and selection.should_stop()) else []
+        for i, batch in enumerate(batches, start):
             if stop.requested(self.env, self.device):
                 self._stop(i, last_saved, stop, logger)
             step = i + 1
@@ -244,23 +267,56 @@ class Trainer:
             if step % t.log_every == 0 and bar.disable and self.env.is_main and self.show_progress is not False:
                 print(progress_line(step, t.steps, start, record["loss"], record["lr"], time.perf_counter() - t0),
                       flush=True)
-            if ckpt_every and step % ckpt_every == 0 and step < t.steps:
+            evaluating = t.eval_every and step % t.eval_every == 0 and step < t.steps
+            if (ckpt_every and step % ckpt_every == 0 and step < t.steps) or (evaluating and selection is not None):
                 self._save(step)
                 last_saved = step
-            if t.eval_every and step % t.eval_every == 0 and step < t.steps:
+            if evaluating and selection is not None:  # the test split waits for the model the run keeps
+                self._validate(step, logger)
+                if selection.should_stop():
+                    break
+            elif evaluating:
                 self.home.check(f"evaluating step {step}")
                 self._evaluate_and_log(step, result, logger)
         bar.close()
-        if step > start:
-            self._save(t.steps)
-        self.home.check(f"evaluating step {t.steps}")
-        self._evaluate_and_log(t.steps, result, logger)
+        done = step
+        if done > last_saved:
+            self._save(done)
+        if selection is not None:
+            if not selection.has(done):
+                self._validate(done, logger)
+            self._keep_best(selection, done)
+            result.selection = selection.summary(done, t.steps)
+        result.steps = self._steps_done = done
+        self.home.check(f"evaluating step {done}")
+        self._evaluate_and_log(done, result, logger)
         self.home.check("exporting the model")
         self._export_finished(result)
 
+    def _validate(self, step: int, logger: RunLogger) -> None:
+        """The validation error at ``step`` (EMA weights when on; every rank computes it, so that all decide alike),
+        logged and added to the selection."""
+        self.home.check(f"validating step {step}")
+        with ema_weights(unwrap(self.wrapped), self.ema) as model:
+            error, each = self.evaluation.validation_error(model)
+        best = self.selection.add(step, error)
+        logger.log({"kind": KIND, "step": step, METRIC: error, **{f"l2_full/{k}": v for k, v in each.items()},
+                    "best": best}, flush=True)
+
+    def _keep_best(self, selection: Selection, done: int) -> None:
+        """Bring the best checkpoint's weights (and EMA) back, when it is not the last step's."""
+        best = selection.best_step
+        if best is None or best == done:
+            return
+        from .checkpoint import checkpoint_name, read_checkpoint
+
+        path = self.run_dir / "checkpoints" / checkpoint_name(best)
+        self.state.restore(path, read_checkpoint(path))
+        self._say(f"selected on validation: step {best} (validation l2 {selection.best_error:.4g}) of {done} done")
+
     def _save(self, step: int) -> None:
         self.home.check(f"writing the checkpoint of step {step}")
-        self.state.save(step)
+        self.state.save(step, self.selection.protected() if self.selection is not None else frozenset())
 
     def _step(self, i: int, batch: Mapping[str, Tensor], logger: RunLogger) -> dict:
         """One update on ``batch`` (iteration ``i``); returns its log record (``loss``, ``lr``, ...)."""

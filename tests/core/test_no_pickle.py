@@ -60,3 +60,22 @@ def test_safe_torch_load_allows_listed_classes_only(tmp_path):
     assert loaded["args"].a == 1 and torch.equal(loaded["model"]["w"], torch.ones(2))
     with pytest.raises(opzoo.CheckpointError, match="no such checkpoint file"):
         opzoo.safe_torch_load(tmp_path / "missing.pth")
+
+
+def test_a_checkpoint_zip_with_a_record_added_is_refused_in_opzoos_words(tmp_path):
+    """Issue 72: a zip checkpoint with one extra record relayed "[enforce fail at inline_container.cc:340]"."""
+    import zipfile
+
+    import torch
+
+    from opzoo.errors import CheckpointError
+    from opzoo.model_io.converters import safe_torch_load
+
+    path = tmp_path / "ckpt.pt"
+    torch.save({"w": torch.ones(2)}, path)
+    assert safe_torch_load(path)["w"].tolist() == [1.0, 1.0]
+    with zipfile.ZipFile(path, "a") as archive:
+        archive.writestr("extra/record", b"planted")
+    with pytest.raises(CheckpointError, match=r"records lie in 2 top folders \('ckpt', 'extra'\)") as e:
+        safe_torch_load(path)
+    assert "enforce" not in str(e.value)

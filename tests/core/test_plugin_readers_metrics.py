@@ -138,3 +138,162 @@ def test_the_old_per_metric_fields_still_read_behind_a_warning():
         assert m.nrmse is m.parts["nRMSE"]
     with pytest.raises(AttributeError, match="scaled by the grid"):
         m.conserved
+
+
+@pytest.fixture
+def broken_metrics(monkeypatch):
+    """Plugins' metrics that fail each its own way, registered in the live registry (removed after)."""
+    import time
+
+    import opzoo.data.readers as readers
+    import opzoo.evaluation.pdebench_metrics as pdebench_metrics
+
+    registry = opzoo.get_registry()
+    monkeypatch.setenv("OPZOO_PLUGIN_DEADLINE", "0.5")
+    monkeypatch.setattr(pdebench_metrics, "_SAID", set())  # each test hears what is left out (said once a process)
+    monkeypatch.setattr(readers, "_SAID", set())
+
+    def hang(p, u, lengths):
+        time.sleep(30)
+
+    broken = {"raises": lambda p, u, lengths: 1 / 0, "a_string": lambda p, u, lengths: "x",
+              "wrong_shape": lambda p, u, lengths: torch.zeros(p.shape[0] + 1),
+              "huge": lambda p, u, lengths: torch.zeros(p.shape[0], 10**6, dtype=torch.float32), "hangs": hang}
+    with registry.owned_by("broken-plugin"):
+        for name, parts in broken.items():
+            registry.register_metric(opzoo.Metric(name, parts))
+        registry.register_metric(opzoo.Metric("bad_reduce", lambda p, u, lengths: (p - u).abs().flatten(1),
+                                              reduce=lambda pooled: "x"))
+        registry.register_metric(opzoo.Metric("fine", lambda p, u, lengths: (p - u).abs().flatten(1).mean(1)))
+    yield list(broken) + ["bad_reduce"]
+    registry.forget("broken-plugin")
+
+
+def test_a_plugins_metric_that_fails_is_left_out_and_the_others_go_on(broken_metrics, caplog):
+    import logging
+
+    p, u = torch.rand(3, 8, 8, 2, 1), torch.rand(3, 8, 8, 2, 1)
+    metrics = TrajectoryMetrics()
+    with caplog.at_level(logging.WARNING, logger="opzoo"):
+        metrics.add(p, u)
+        values = metrics.values()
+        intervals = bootstrap(metrics, n=20)
+    assert set(NAMES) | {"fine"} == set(values) == set(intervals)
+    assert set(metrics.left_out) == set(broken_metrics)
+    assert "raised ZeroDivisionError" in metrics.left_out["raises"]
+    assert "no answer within 0.5 s (OPZOO_PLUGIN_DEADLINE" in metrics.left_out["hangs"]
+    assert "1,000,000 values per trajectory" in metrics.left_out["huge"]
+    assert all("of broken-plugin" in why for why in metrics.left_out.values())
+    said = [r.getMessage() for r in caplog.records if "left out of the scores" in r.getMessage()]
+    assert len(said) == len(broken_metrics)
+    assert values["fine"] == pytest.approx(float((p - u).abs().mean()), rel=1e-6)
+
+
+def _lab_reader(name: str, **overrides):
+    """An HDF5 reader of files holding a 'lab' dataset [N, X, T, C], with one of its hooks broken by ``overrides``."""
+    import numpy as np
+
+    from opzoo.data import SourceInfo
+
+    def detect(cls, f):
+        return "lab" in f
+
+    def validate(self, f):
+        n, x, t, c = f["lab"].shape
+        return SourceInfo(self.layout, n, (x,), t, [f"c{i}" for i in range(c)])
+
+    def read(self, f, sample, t0, t1):
+        return np.asarray(f["lab"][sample, :, t0:t1, :])
+
+    body = {"layout": name, "expects": "'lab' [N, X, T, C]", "detect": classmethod(detect), "_validate": validate,
+            "_read": read}
+    body.update(overrides)
+    return type(f"Lab_{name}", (TrajectorySource,), body)
+
+
+def test_a_plugins_reader_that_fails_is_refused_by_name_and_the_others_still_read(tmp_path, monkeypatch, caplog):
+    import logging
+    import time
+
+    import h5py
+    import numpy as np
+
+    from opzoo.data import SourceInfo
+    from opzoo.data.errors import DataFormatError
+    from opzoo.data.readers import open_source
+
+    import opzoo.data.readers as readers
+
+    monkeypatch.setenv("OPZOO_PLUGIN_DEADLINE", "0.5")
+    monkeypatch.setattr(readers, "_SAID", set())
+    canonical = tmp_path / "canonical.h5"
+    with h5py.File(canonical, "w") as f:
+        f["data"] = np.ones((2, 4, 3, 1), dtype=np.float32)
+    lab = tmp_path / "x.h5"
+    with h5py.File(lab, "w") as f:
+        f["lab"] = np.ones((2, 4, 3, 1), dtype=np.float32)
+
+    def hang(cls, f):
+        time.sleep(30)
+
+    registry = opzoo.get_registry()
+    with registry.owned_by("broken-readers"):
+        registry.register_reader(_lab_reader("raises_detect", detect=classmethod(lambda cls, f: 1 / 0)))
+        registry.register_reader(_lab_reader("hangs_detect", detect=classmethod(hang)))
+        registry.register_reader(_lab_reader("string_read", _read=lambda self, f, i, a, b: "frames"))
+        registry.register_reader(_lab_reader("raising_read", _read=lambda self, f, i, a, b: [][1]))
+        registry.register_reader(_lab_reader("huge", _validate=lambda self, f: SourceInfo(self.layout, 10**12, (4,),
+                                                                                          3, ["u"])))
+    try:
+        assert open_source(canonical).read(0).shape == (4, 3, 1)  # the core's reader
+        with caplog.at_level(logging.WARNING, logger="opzoo"):
+            assert open_source(lab).layout == "string_read"  # detection goes past the two broken detects
+        said = " ".join(r.getMessage() for r in caplog.records)
+        assert "reader 'raises_detect' of broken-readers: raised ZeroDivisionError" in said
+        assert "reader 'hangs_detect' of broken-readers: no answer within 0.5 s" in said
+        for layout, words in (("string_read", "returned str, not an array of numbers"),
+                              ("raising_read", "reader 'raising_read' of broken-readers: raised IndexError"),
+                              ("huge", "declares 1000000000000 trajectories; a file holds 1 to 100,000,000")):
+            with pytest.raises(DataFormatError, match=words) as e:
+                open_source(lab, layout=layout).read(0)
+            assert "\n" not in str(e.value)
+    finally:
+        registry.forget("broken-readers")
+
+
+def test_eval_serves_the_built_in_metrics_and_readers_beside_a_broken_plugin(tmp_path, broken_metrics, monkeypatch,
+                                                                            capsys):
+    """The conformance of the host: a plugin's metric that fails, and a plugin's reader whose detect fails, are left
+    out of `opzoo eval` with a line naming their package; the command serves the core's readers and metrics."""
+    import json
+
+    import h5py
+    import numpy as np
+
+    from opzoo.cli import main
+
+    registry = opzoo.get_registry()
+    with registry.owned_by("broken-readers"):
+        registry.register_reader(_lab_reader("raises_detect2", detect=classmethod(lambda cls, f: 1 / 0)))
+    try:
+        rng = np.random.default_rng(0)
+        with h5py.File(tmp_path / "data.h5", "w") as f:
+            f["data"] = rng.normal(size=(3, 8, 8, 4, 1)).astype(np.float32)
+            f.attrs["fields"] = ["u"]
+        lab = tmp_path / "lab.h5"
+        with h5py.File(lab, "w") as f:
+            f["lab"] = np.ones((2, 4, 3, 1), dtype=np.float32)
+        opzoo.create_model("simple", in_channels=1, out_channels=1, in_timesteps=2, width=8).save_pretrained(
+            tmp_path / "model")
+        code = main(["eval", str(tmp_path / "model"), "--data", str(tmp_path / "data.h5"), "--split", "all",
+                     "--out", str(tmp_path / "eval")])
+        out = capsys.readouterr()
+        assert code == 0, out.err
+        scored = json.loads((tmp_path / "eval" / "eval.json").read_text())["datasets"]["data"]["pdebench_metrics"]
+        assert set(NAMES) | {"fine"} == set(scored)
+        assert "left out of the scores: metric 'raises' of broken-plugin: raised ZeroDivisionError" in out.out
+        assert main(["data", "inspect", str(lab)]) == 2  # no reader left claims it: said, naming the package
+        said = capsys.readouterr()
+        assert "reader 'raises_detect2' of broken-readers: raised ZeroDivisionError" in said.out + said.err
+    finally:
+        registry.forget("broken-readers")

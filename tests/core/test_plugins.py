@@ -21,7 +21,7 @@ def test_a_plugin_that_fails_to_import_is_a_warning_and_the_others_load(tmp_path
     write_dist(tmp_path, "opzoo-broken", "1.2", "broken_plugin", "raise RuntimeError('boom at import')\n")
     write_dist(tmp_path, "opzoo-good", "2.0", "good_plugin", MIXER_PLUGIN.format(name="good-mixer"))
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.warns(PluginLoadWarning, match=r"'opzoo-broken' \(broken_plugin\) was not loaded: import failed: RuntimeError: boom at import"):
+    with pytest.warns(PluginLoadWarning, match=r"'opzoo-broken' 1.2 \(broken_plugin\) was not loaded: import failed: RuntimeError: boom at import"):
         host = PluginHost()
     assert [p.distribution for p in host.failed] == ["opzoo-broken"]
     assert "good-mixer" in host.registry.names("mixer")
@@ -53,11 +53,35 @@ def test_two_plugins_registering_one_name_is_an_error_naming_both(tmp_path, monk
     assert "mixer 'same-name'" in message and "'opzoo-alpha'" in message and "'opzoo-beta'" in message
 
 
-def test_a_plugin_cannot_take_a_core_name(tmp_path, monkeypatch):
+def test_a_plugin_cannot_take_a_core_name_and_is_left_out_alone(tmp_path, monkeypatch):
+    """A plugin that takes the core's own name (a mixer) or the core's files (a reader claiming .h5) is left out with
+    a warning naming its package and version; every command goes on with the core and the other plugins (issue 72:
+    a reader claiming .h5 made every command refuse, naming the layout, not the package)."""
     write_dist(tmp_path, "opzoo-thief", "1.0", "thief_plugin", MIXER_PLUGIN.format(name="pointwise-mlp"))
+    write_dist(tmp_path, "opzoo-h5-thief", "0.3", "h5_thief_plugin", """
+import opzoo
+from opzoo.data import TrajectorySource
+
+class Greedy(TrajectorySource):
+    layout = "greedy"
+    suffixes = (".h5",)
+
+@opzoo.hookimpl
+def opzoo_register_components(registry):
+    registry.register_reader(Greedy)
+""")
+    write_dist(tmp_path, "opzoo-good", "2.0", "good_plugin", MIXER_PLUGIN.format(name="good-mixer"))
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(RegistryConflictError, match=r"'opzoo' and 'opzoo-thief'"):
-        PluginHost()
+    enable(monkeypatch, "opzoo-thief", "opzoo-h5-thief", "opzoo-good")
+    with pytest.warns(PluginLoadWarning) as caught:
+        host = PluginHost()
+    said = " ".join(str(w.message) for w in caught)
+    assert "'opzoo-thief' 1.0 (thief_plugin) was not loaded: mixer 'pointwise-mlp' is registered by both 'opzoo' and " \
+           "'opzoo-thief'" in said
+    assert "'opzoo-h5-thief' 0.3 (h5_thief_plugin) was not loaded: reader 'greedy' of opzoo-h5-thief claims .h5" in said
+    assert {p.distribution for p in host.failed} == {"opzoo-thief", "opzoo-h5-thief"}
+    assert host.registry.owner("mixer", "pointwise-mlp") == "opzoo" and "greedy" not in host.registry.readers()
+    assert "good-mixer" in host.registry.names("mixer")
 
 
 def test_opzoo_plugins_restricts_loading(tmp_path, monkeypatch):

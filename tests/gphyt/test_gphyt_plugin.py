@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import pathlib
 import pickle
+import re
 from pathlib import Path
 
 import pytest
@@ -128,6 +129,27 @@ def test_converter_refuses_what_it_does_not_implement_and_what_disagrees(tmp_pat
             convert_gphyt(resaved(tmp_path, f"{change.__name__}.pth", change), num_heads=2)
     with pytest.raises(opzoo.CheckpointError, match="pass num_heads=N"):  # width 24 is no size of the table
         convert_gphyt(DATA / "gphyt-small.pth")
+
+
+@pytest.mark.parametrize("where, value, words", [
+    (("transformer", "patch_size"), 16, "model.transformer.patch_size is 16, not a list of whole numbers"),
+    (("transformer", "dropout"), "abc", "model.transformer.dropout is 'abc', not a number in"),
+    (("transformer", "input_channels"), -5, "model.transformer.input_channels is -5"),
+    (("transformer", "model_size"), ["GPT_S"], "model_size ['GPT_S'] is not one of"),
+    (("tokenizer",), [1], "model.tokenizer is a list, not a section"),
+    (("img_size",), [4, "x", 128], "model.img_size[1] is 'x'"),
+    (("img_size",), 7, "model.img_size is 7, not [time, height, width]")])
+def test_a_recorded_config_that_lies_is_refused_in_opzoos_words(tmp_path, where, value, words):
+    """Issue 72: each of these ended in Python's TypeError or ValueError."""
+    def lie(p):
+        node = p["config"]["model"]
+        for key in where[:-1]:
+            node = node[key]
+        node[where[-1]] = value
+
+    with pytest.raises(opzoo.CheckpointError, match=re.escape(words)) as e:
+        convert_gphyt(resaved(tmp_path, "lie.pth", lie), num_heads=2)
+    assert "\n" not in str(e.value)
 
 
 class Planted:

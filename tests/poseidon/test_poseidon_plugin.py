@@ -131,13 +131,32 @@ def test_list_pretrained_shows_the_weights_license(capsys):
     ({"pretrained_window_sizes": [8, 0, 0, 0]}, "pretrained_window_sizes [8, 0, 0, 0] are not zero"),
     ({"depths": [2, 2, 2]}, "depths, num_heads and skip_connections need one entry per level"),
     ({"depths": "2222"}, "depths must be a list of integers"),
+    # issue 72: each of these ended in Python's or torch's own text
+    ({"num_heads": [0, 2, 2, 4]}, "num_heads: whole numbers >= 1, got [0, 2, 2, 4]"),
+    ({"patch_size": 0}, "patch_size: a whole number >= 1, got 0"),
+    ({"image_size": 0}, "image_size: a whole number >= 1, got 0"),
+    ({"image_size": 1_000_000}, "the tensors it computes when built .* take about"),
 ])
-def test_converter_refuses_what_it_does_not_implement(tmp_path, change, message):
+def test_converter_refuses_what_it_does_not_implement(tmp_path, change, message, capsys):
+    import re
+
     ckpt = upstream_dir(tmp_path / "ckpt", **change)
-    with pytest.raises(opzoo.CheckpointError, match=r"config.json: .*" + message.replace("[", r"\[").replace("]", r"\]")):
-        convert_poseidon(ckpt)
+    pattern = message if "tensors" in message else re.escape(message)
+    if "tensors" not in message:  # the record itself is refused; a huge grid is refused where it would be built
+        with pytest.raises(opzoo.CheckpointError, match=r"config.json[:.] ?.*" + pattern):
+            convert_poseidon(ckpt)
     code = main(["convert", "poseidon", str(ckpt), str(tmp_path / "out")])
+    err = capsys.readouterr().err
     assert code == 2 and not (tmp_path / "out").exists()
+    assert re.search(pattern, err) and len(err.strip().splitlines()) == 1 and "Error:" not in err, err
+
+
+def test_a_fifo_at_config_json_is_named_for_what_it_is(tmp_path):
+    ckpt = upstream_dir(tmp_path / "ckpt")
+    (ckpt / "config.json").unlink()
+    os.mkfifo(ckpt / "config.json")
+    with pytest.raises(opzoo.CheckpointError, match="a FIFO, not a regular file"):
+        convert_poseidon(ckpt)
 
 
 class Payload:

@@ -11,6 +11,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+import torch
 
 import opzoo
 from opzoo.cli import main
@@ -208,3 +209,21 @@ def test_a_run_names_the_hub_commit_it_started_from_even_after_the_hub_moved(cha
             f"{recorded}") in out
     card = (tmp_path / "run" / "model" / "README.md").read_text()
     assert f"commit {old}" in card and new not in card
+
+
+def test_a_model_loaded_from_the_hub_saves_and_loads_again_with_its_commit(tmp_path, monkeypatch):
+    """opzoo's own record of where the weights came from (``weights_commit``) round-trips through save_pretrained
+    (issue 72: the save was refused, "unknown field(s) 'weights_commit' for PretrainedCfg")."""
+    from huggingface_hub import constants
+
+    from ..hub_cache import place_in_hf_cache, repo_files
+
+    opzoo.load("fno-2d", width=8, modes=2).save_pretrained(tmp_path / "base")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    place_in_hf_cache(tmp_path / "hub", "someone/base", repo_files(tmp_path / "base"), commit="c" * 40)
+    model = opzoo.load("hf-hub:someone/base")
+    model.save_pretrained(tmp_path / "again")
+    again = opzoo.load(str(tmp_path / "again"))
+    assert again.pretrained_cfg["weights_commit"] == "c" * 40
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))

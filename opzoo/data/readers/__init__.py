@@ -79,12 +79,38 @@ def detect_layout(path: str | os.PathLike) -> str:
             return name
     with open_h5(path) as f:
         for name, cls in readers.items():
-            if not cls.suffixes and cls.detect(f):
-                doubt = cls.doubt(f, path)
-                if doubt:
-                    raise UnknownLayoutError(describe_ambiguous(path, f, name, doubt, readers))
-                return name
+            if cls.suffixes:
+                continue
+            found = _asked(cls.detect, name, f)
+            if found is None or not found:
+                continue
+            doubt = _asked(cls.doubt, name, f, path)
+            if doubt:
+                raise UnknownLayoutError(describe_ambiguous(path, f, name, doubt, readers))
+            return name
         raise UnknownLayoutError(describe_unknown(path, f, readers))
+
+
+def _asked(hook, layout: str, *args):
+    """A reader's ``detect``/``doubt`` answer; a plugin's is asked under its deadline, and one that raises or does not
+    answer is left out of detection (None), said once, naming its package: one broken reader does not stop the
+    others from reading their files."""
+    from opzoo.registry.plugin_calls import PluginCallError, call_plugin, is_plugins, plugin_label
+
+    if not is_plugins("reader", layout):
+        return hook(*args)
+    try:
+        return call_plugin(hook, *args, what=plugin_label("reader", layout))
+    except PluginCallError as e:
+        import logging
+
+        if str(e) not in _SAID:
+            _SAID.add(str(e))
+            logging.getLogger("opzoo").warning(f"left out of layout detection: {e}")
+        return None
+
+
+_SAID: set[str] = set()
 
 
 def directory_refusal(path: str | os.PathLike) -> str:

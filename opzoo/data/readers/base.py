@@ -55,6 +55,29 @@ class SourceInfo:
         return (self.n_samples, *self.spatial_shape, self.n_steps, len(self.fields))
 
 
+MAX_SAMPLES = 10**8  # trajectories in one file (a PDE dataset holds at most millions)
+
+
+def checked_info(info: Any, source: "TrajectorySource") -> SourceInfo:
+    """A reader's :class:`SourceInfo`, its counts checked (positive whole numbers, at most :data:`MAX_SAMPLES`
+    trajectories): a reader that declares 10^12 samples is refused here, in one line, as the core's readers refuse a
+    file that declares more than it holds."""
+    where = f"{source.path}: the {source.layout} reader"
+    if not isinstance(info, SourceInfo):
+        raise DataFormatError(f"{where} described the file with a {type(info).__name__}, not an opzoo SourceInfo")
+
+    def whole(v: Any) -> bool:
+        return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1
+
+    if not whole(info.n_samples) or info.n_samples > MAX_SAMPLES:
+        raise DataFormatError(f"{where} declares {info.n_samples!r} trajectories; a file holds 1 to {MAX_SAMPLES:,}")
+    if not whole(info.n_steps) or not isinstance(info.spatial_shape, (tuple, list)) or \
+            not all(whole(n) for n in info.spatial_shape) or not info.fields:
+        raise DataFormatError(f"{where} declares frames {info.n_steps!r}, grid {info.spatial_shape!r} and fields "
+                              f"{info.fields!r}: not a trajectory shape")
+    return info
+
+
 def open_h5(path: str | os.PathLike, audit: bool = True) -> h5py.File:
     """Open an HDF5 file read-only, turning h5py's errors for bad files into DataFormatError; with
     ``audit`` (:func:`opzoo.data.readers.h5_audit.audit_file`) a file that reaches outside itself or
@@ -102,11 +125,23 @@ class TrajectorySource(abc.ABC):
         self._file: h5py.File | None = None
         self._pid: int | None = None
         self._stamp = _stat_stamp(self.path)  # size and mtime when opened: a change under a run is refused
-        self.info: SourceInfo = self._validate(self._h5())
+        self.info: SourceInfo = checked_info(self._guarded(self._validate, "opening", self._h5), self)
         self._all_fields = list(self.info.fields)  # the file's own channels, in the file's order
         self._file_spatial = tuple(self.info.spatial_shape)  # the file's own grid
         self._plan: list | None = None  # set by map_fields: each channel read, an Expression of the file's or a fill
         self._transpose = False
+
+    def _guarded(self, hook, doing: str, h5, *args):
+        """``hook(h5(), *args)``; for a plugin's reader under its deadline, its failure one line naming its package
+        (:mod:`opzoo.registry.plugin_calls`): a reader's bug must not take a command down with a traceback."""
+        from opzoo.registry.plugin_calls import PluginCallError, call_plugin, is_plugins, plugin_label
+
+        if not is_plugins("reader", self.layout):
+            return hook(h5(), *args)
+        try:
+            return call_plugin(hook, h5(), *args, what=plugin_label("reader", self.layout))
+        except PluginCallError as e:
+            raise DataFormatError(f"{self.path}: {doing} failed: {e}") from None
 
     # -- subclass hooks -------------------------------------------------------------------------
     @classmethod
@@ -268,7 +303,7 @@ class TrajectorySource(abc.ABC):
                                   f"{now}); nothing more is read from it. Restore the file, or start again with the "
                                   f"new one")
         try:
-            window = self._read(self._h5(), sample, t_start, t_stop)
+            window = self._guarded(self._read, f"reading sample {sample}", self._h5, sample, t_start, t_stop)
             if self._plan is not None:
                 window = self._mapped(window)
         except OSError as exc:
@@ -276,7 +311,11 @@ class TrajectorySource(abc.ABC):
                 f"{self.path}: key '{self._key_of(sample)}': reading sample {sample} "
                 f"frames {t_start}:{t_stop} failed ({exc}); the file is truncated or corrupt"
             ) from exc
-        window = np.asarray(window, dtype=np.float32)
+        try:
+            window = np.asarray(window, dtype=np.float32)
+        except (TypeError, ValueError) as exc:
+            raise DataFormatError(f"{self.path}: the {self.layout} reader returned {type(window).__name__}, not an "
+                                  f"array of numbers, for sample {sample} ({' '.join(str(exc).split())[:120]})") from None
         # the plan's channels and grid, or (a content hash reads without it) the file's own
         mapped = self._plan is not None
         channels = len(self._plan) if mapped else len(self._all_fields)

@@ -130,6 +130,9 @@ def recorded_args(config: Mapping[str, Any], where: str) -> dict[str, Any]:
     if not isinstance(model, Mapping) or not isinstance(model.get("transformer"), Mapping):
         raise opzoo.CheckpointError(f"{where}: the recorded config has no model.transformer section")
     tr, tok = model["transformer"], model.get("tokenizer", {}) or {}
+    if not isinstance(tok, Mapping):
+        raise opzoo.CheckpointError(f"{where}: the recorded config's model.tokenizer is a {type(tok).__name__}, not a "
+                                    f"section: the file's record is damaged")
     if model.get("architecture", "gphyt") != "gphyt":
         raise opzoo.CheckpointError(f"{where}: the recorded architecture is {model.get('architecture')!r}, not gphyt")
     refused = {k: v for k, v in (("pos_enc_mode", tr.get("pos_enc_mode")), ("att_mode", tr.get("att_mode", "full")),
@@ -143,15 +146,41 @@ def recorded_args(config: Mapping[str, Any], where: str) -> dict[str, Any]:
                                     + ", ".join(f"{k}={v!r}" for k, v in refused.items())
                                     + " (it implements absolute positions, full attention, linear tokenizers, no "
                                     "overlap: the published runs' settings)")
-    if "model_size" in tr and tr["model_size"] not in SIZES:
+    if "model_size" in tr and (not isinstance(tr["model_size"], str) or tr["model_size"] not in SIZES):
         raise opzoo.CheckpointError(f"{where}: model_size {tr['model_size']!r} is not one of {', '.join(SIZES)}")
     integrator = tr.get("integrator", "Euler")
+
+    def lie(key: str, value: Any, wanted: str) -> opzoo.CheckpointError:
+        return opzoo.CheckpointError(f"{where}: the recorded config's {key} is {value!r}, not {wanted}: the file's "
+                                     f"record is damaged; convert it with the sizes given (opzoo convert gphyt FILE OUT "
+                                     f"--option num_heads=N) or fix the record")
+
+    def whole(key: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise lie(key, value, "a whole number >= 1")
+        return value
+
+    if tr.get("input_channels") is not None:
+        whole("model.transformer.input_channels", tr["input_channels"])
+    patch = tr.get("patch_size", ())
+    if not isinstance(patch, (list, tuple)) or not all(isinstance(p, int) and not isinstance(p, bool) and p >= 1
+                                                        for p in patch):
+        raise lie("model.transformer.patch_size", patch, "a list of whole numbers >= 1")
+    dropout = tr.get("dropout", 0.0)
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+        raise lie("model.transformer.dropout", dropout, "a number in [0, 1)")
+    if not isinstance(tr.get("use_derivatives", False), bool) or not isinstance(integrator, (str, type(None))):
+        raise lie("model.transformer.use_derivatives/integrator", (tr.get("use_derivatives"), integrator),
+                  "a boolean and a name")
     args = {**SIZES.get(tr.get("model_size"), {}), "in_channels": tr.get("input_channels"),
-            "use_derivatives": bool(tr.get("use_derivatives", False)), "integrator": integrator or "none",
-            "patch_size": tuple(tr.get("patch_size", ())), "dropout": float(tr.get("dropout", 0.0))}
+            "use_derivatives": tr.get("use_derivatives", False), "integrator": integrator or "none",
+            "patch_size": tuple(patch), "dropout": float(dropout)}
     img = model.get("img_size")
     if img is not None:
-        args["in_timesteps"], args["img_size"] = int(img[0]), (int(img[1]), int(img[2]))
+        if not isinstance(img, (list, tuple)) or len(img) != 3:
+            raise lie("model.img_size", img, "[time, height, width]")
+        args["in_timesteps"], args["img_size"] = whole("model.img_size[0]", img[0]), \
+            (whole("model.img_size[1]", img[1]), whole("model.img_size[2]", img[2]))
     return {k: v for k, v in args.items() if v is not None and v != ()}
 
 

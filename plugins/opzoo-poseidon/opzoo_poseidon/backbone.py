@@ -51,10 +51,35 @@ class PoseidonConfig(opzoo.ModelConfig):
 
     per_channel_fields = ("field_mean", "field_std")
 
+    def buffer_bytes(self) -> int:
+        """The shifted windows' attention masks and the grids they are cut from, computed when the model is built
+        (float32; :func:`opzoo_poseidon.network.shift_mask`): they grow with the square of the patch grid."""
+        try:
+            size, window, total = self.image_size // self.patch_size, self.window_size, 0
+        except (TypeError, ZeroDivisionError):
+            return 0  # validate says what is wrong
+        for level, depth in enumerate(self.depths):
+            n = size // 2**level
+            w = min(window, n)
+            if n > w and isinstance(depth, int):
+                total += (depth // 2) * 4 * (n * n * w * w + n * n)
+        return total
+
     def validate(self, source: str = "model_args") -> None:
         if self.in_timesteps != 1 or self.spatial_dims != 2:
             raise opzoo.ConfigError(f"{source}: Poseidon maps one 2-D frame to later ones: in_timesteps = 1 and "
                                     f"spatial_dims = 2, got {self.in_timesteps} and {self.spatial_dims}")
+        for key in ("in_channels", "out_channels", "image_size", "patch_size", "embed_dim", "window_size"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise opzoo.ConfigError(f"{source}.{key}: a whole number >= 1, got {value!r}")
+        for key, low in (("depths", 1), ("num_heads", 1), ("skip_connections", 0)):
+            values = getattr(self, key)
+            if not all(isinstance(v, int) and not isinstance(v, bool) and v >= low for v in values):
+                raise opzoo.ConfigError(f"{source}.{key}: whole numbers >= {low}, got {list(values)}")
+        if not self.mlp_ratio > 0 or not self.layer_norm_eps > 0:
+            raise opzoo.ConfigError(f"{source}: mlp_ratio and layer_norm_eps must be > 0, got {self.mlp_ratio} and "
+                                    f"{self.layer_norm_eps}")
         levels = len(self.depths)
         if not (len(self.num_heads) == len(self.skip_connections) == levels >= 1):
             raise opzoo.ConfigError(f"{source}: depths, num_heads and skip_connections need one entry per level, got "

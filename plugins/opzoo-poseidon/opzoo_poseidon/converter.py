@@ -40,7 +40,7 @@ def weights_file(directory: Path) -> Path:
 
 def read_config(path: Path) -> dict[str, Any]:
     """The ``config.json`` beside the weights, as a dict (one-line errors naming the file)."""
-    if not path.is_file():
+    if not (path.exists() or path.is_symlink()):
         raise opzoo.CheckpointError(f"{path}: missing; a Poseidon checkpoint is read with the config.json beside it")
     config = opzoo.read_json(path, "a ScOTConfig config.json", error=opzoo.CheckpointError)
     if not isinstance(config, dict):
