@@ -1,0 +1,142 @@
+"""The fit itself (:func:`fit_data`): each decision made by its own module, in order: the number of spatial
+dimensions, fields (:mod:`.fields`), channels (:mod:`.channels`), normalization (:mod:`.normalization`), boundary
+(:mod:`.boundary`), one rebuild of the model with every change, then the grid (:mod:`.grid`); each a line of the
+block."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from torch import nn
+
+from ...data import FrameShape, TrajectoryDataset
+from ...errors import ConfigError
+from ...registry.contract import DataContract, Expression
+from .boundary import boundary_plan
+from .channels import plan_channels
+from .contract import contract_of, model_name
+from .fields import FieldPlan, apply_plan, field_map_of, fitted_names, per_file_lines, plan_fields
+from .grid import GridChoice, choose_grid, frame_shape
+from .normalization import normalization
+
+
+@dataclass
+class FittedData:
+    """Data files fitted to a model (:func:`fit_data`)."""
+
+    model: nn.Module  # adapted where the fit says (channels, statistics), else the model given
+    frame_shape: FrameShape  # the frames the model runs on: its grid, channels, steps, pad value and resampling
+    grid: "GridChoice"  # the grid and why
+    sources: list[TrajectoryDataset]  # the files as the model reads them (fields mapped)
+    lines: list[str] = field(default_factory=list)  # the fit block: one line per decision
+    record: dict[str, Any] = field(default_factory=dict)  # the decisions as data, recorded in runs and cards
+
+    @property
+    def fields(self) -> list[str]:  # the block's field lines (before 0.2: the lines about filled fields)
+        return [line for line in self.lines if line.lstrip().startswith("fields")]
+
+
+def fit_data(model: nn.Module, sources: list[TrajectoryDataset], resolution=None, flag: str = "--resolution",
+             grid_from: list[TrajectoryDataset] | None = None, channels: int | None = None,
+             adapt_channels: bool = True, *, field_map: "str | Mapping[str, str] | None" = None,
+             training_set: str | None = None, train: bool = False, targets: Mapping[str, Any] | None = None,
+             stats_from: list[TrajectoryDataset] | None = None, seed: int = 0,
+             progress: bool | None = None, name: str | None = None, keep_boundary: bool = False) -> FittedData:
+    """Fit ``sources`` to ``model`` (see :mod:`opzoo.evaluation.fit`) and return the fitted model, frames and block.
+
+    ``grid_from``: the files that choose the grid (default all; a run: its training splits); ``resolution`` names one
+    (``flag`` says where from). ``channels``: the frames' channel count (default the model's). ``adapt_channels``: a
+    model that takes any channel count is brought to the files' own. ``train``: a training run, which may adapt the
+    model's channel-shaped tensors to other fields; ``targets``: the run's other shape changes for
+    :func:`opzoo.model_io.adapt.adapt_model` (``in_timesteps``, ``img_size``, ``periodic``, labels per channel), made
+    in the same rebuild. ``stats_from``: the trajectories a normalization's statistics come from (default: each file's
+    training part by training's rule). ``name``: how the block names the model (default its preset's).
+    ``keep_boundary``: the user set the model's ``periodic`` flag (``model.args.periodic``, ``--model-args``): it is
+    kept where the data state another boundary (said); otherwise the flag follows the data (:func:`boundary_plan`). A
+    file that does not fit is a ConfigError naming the flag that fits it."""
+    from ...model_io.adapt import adapt_model
+
+    contract = contract_of(model)
+    name = name or model_name(model)
+    check_dimensions(model, contract, sources, name)
+    targets = dict(targets or {})
+    may_adapt = train and adapt_channels
+    forced = targets.pop("in_channels", None)
+    plans = field_plans(model, contract, sources, field_map, training_set, may_adapt, name, forced)
+    lines = [line for _, p in plans for line in per_file_lines(p.lines, p, plans)]
+    changes, subset_config, channel_lines = plan_channels(model, contract, plans, name, forced, adapt_channels,
+                                                          may_adapt)
+    lines += channel_lines
+    config, norm_lines, norm_record = normalization(model, contract, plans, changes, stats_from, progress, name)
+    config = {**config, **subset_config}
+    c = model.config
+    user = targets["periodic"] if "periodic" in targets else getattr(c, "periodic", None) if keep_boundary else None
+    boundary, boundary_words = boundary_plan(model, contract, plans, user, name, train, may_adapt)
+    targets.update(boundary)
+    adapted = model
+    if changes or targets or config:
+        adapted = adapt_model(model, seed=seed, config=config, **changes, **targets)
+        if adapted is not model:
+            adapted.eval() if not model.training else adapted.train()
+    names = fitted_names(model, plans, adapted)
+    if adapted is not model:  # the adapted model says what it reads (the one given is left as it was)
+        modes = {p.mode for _, p in plans}
+        named = {"fields": names} if names and ("in_channels" in changes or modes & {"adapt", "subset"}) else {}
+        adapted.pretrained_cfg = {**adapted.pretrained_cfg, **named,
+                                  **({"normalization": norm_record} if norm_record else {})}
+    grid = choose_grid(adapted, grid_from or sources, resolution, flag)
+    shape = frame_shape(adapted, grid.resolution, channels, contract)
+    lines.append(grid.line(sources, training=train, mode=shape.resample, source=contract.resample_source))
+    lines.append(boundary_words)
+    lines += norm_lines
+    record = {"model": name, "contract": contract.name, "files": [s.path for s in dict.fromkeys(
+        s for s, _ in plans)], "fields": names, "training_sets": sorted(
+        {p.training_set.name for _, p in plans if p.training_set}), "grid": list(grid.resolution),
+        "resample": shape.resample, "pad_value": shape.pad_value, "lines": lines}
+    if norm_record:
+        record["normalization"] = norm_record
+    return FittedData(adapted, shape, grid, sources, lines, record)
+
+
+def check_dimensions(model: nn.Module, contract: DataContract, sources: list[TrajectoryDataset], name: str) -> None:
+    """A file of another number of spatial dimensions than the model's is refused, naming both shapes."""
+    dims = getattr(model.config, "spatial_dims", None)
+    for src in sources:
+        if dims is not None and len(src.spatial) != dims and dims in (1, 2, 3):
+            c = model.config
+            shape = ", ".join([f"N={src.shape[0]}", *(f"{a}={n}" for a, n in zip("XYZ", src.spatial)),
+                               f"T={src.n_steps}", f"C={src.channels}"])
+            raise ConfigError(f"{src.path}: {len(src.spatial)}-D data shaped [{shape}], but {name} is a {dims}-D "
+                              f"model that takes [N, {', '.join('XYZ'[:dims])}, T, C] with T_in={c.in_timesteps}, "
+                              f"C={c.in_channels}; no adaptation changes the number of spatial dimensions: check the "
+                              f"file's axis order (--layout array:<axes>) or use a {len(src.spatial)}-D model")
+        if dims is None and len(src.spatial) not in contract.spatial_dims:
+            takes = " or ".join(f"{d}-D" for d in contract.spatial_dims)
+            raise ConfigError(f"{src.path}: {len(src.spatial)}-D data, but {name} takes {takes} data; no adaptation "
+                              f"changes the number of spatial dimensions: check the file's axis order (--layout "
+                              f"array:<axes>) or use a {len(src.spatial)}-D model")
+
+
+def field_plans(model: nn.Module, contract: DataContract, sources: list[TrajectoryDataset], field_map, training_set,
+                may_adapt: bool, name: str, forced: int | None) -> list[tuple[TrajectoryDataset, FieldPlan]]:
+    """Each file's field plan (:func:`.fields.plan_fields`), applied to it (once per open file); ``field_map`` and
+    ``training_set``: one for every file, or a list of one per source."""
+    fmaps = [field_map_of(m) for m in (field_map if isinstance(field_map, (list, tuple)) else
+                                        [field_map] * len(sources))]
+    sets = list(training_set) if isinstance(training_set, (list, tuple)) else [training_set] * len(sources)
+    plans, seen = [], set()
+    for src, fmap, tset in zip(sources, fmaps, sets):
+        if id(src.source) in seen:
+            continue
+        plan = plan_fields(model, contract, src, fmap, tset, may_adapt, name)
+        if forced is not None and plan.mode == "named" and forced != len(plan.steps):
+            plan = FieldPlan("adapt", [(f, Expression(f, a=f)) for f in src.source.own_fields], lines=[
+                f"fields: the file's own ({', '.join(src.source.own_fields)}): model.args.in_channels={forced}"])
+        seen.add(id(src.source))
+        apply_plan(src, plan)
+        plans.append((src, plan))
+    return plans
+
+
+__all__ = ["FittedData", "check_dimensions", "field_plans", "fit_data"]
