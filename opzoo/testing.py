@@ -149,6 +149,53 @@ class FamilyConformance:
             y = loaded.double()(x.double())
         assert y.dtype == torch.float64 and bool(torch.isfinite(y).all())
 
+    def test_a_new_channel_starts_as_the_adaptation_records_and_a_kept_one_keeps_its_weights(self):
+        """Adapted to one channel more, the first of them new and the pretrained ones behind it (as a fit by field
+        name asks): every tensor the adaptation says starts a new channel at zero holds zeros there, and every slice
+        its layout keeps holds the pretrained slice it names (the fit block is written from the same record:
+        :func:`opzoo.evaluation.fit.compose.adaptation_lines`)."""
+        import torch
+
+        from .contracts.io_layout import channel_correspondence
+        from .model_io.adapt import adapt_model
+
+        model = self.tiny_model()
+        c = model.config
+        if c.in_channels != c.out_channels or getattr(c, "subset", None):
+            pytest.skip("the model maps C -> C' channels: it is not adapted to other channels")
+        mapping = [None, *range(c.in_channels)]
+        from .evaluation.fit import contract_of
+
+        keys = contract_of(model).normalization.config or ()
+        config = {k: [value] * (c.in_channels + 1) for k, value in zip(keys, (0.0, 1.0))
+                  if getattr(c, k, None) is not None}  # the statistics (mean, std) a fit gives the new channels
+        try:
+            adapted = adapt_model(model, in_channels=c.in_channels + 1, out_channels=c.in_channels + 1,
+                                  channel_map=mapping, config=config)
+        except OpzooError as e:
+            pytest.skip(f"{self.family} does not adapt to more channels: {e}")
+        if adapted is model:
+            return  # a model that takes any channel count: nothing of it is channel-shaped
+        with channel_correspondence(mapping):
+            layout = type(model).io_layout(c, adapted.config) or {}
+        old, new = model.state_dict(), adapted.state_dict()
+        fills = getattr(adapted, "adaptation_fills", {})
+        for name, rule in layout.items():
+            if rule == "resize":
+                continue
+            for m in rule:
+                for i, j in enumerate(m.index):
+                    piece = new[name].select(m.dim, i)
+                    if j is None and m.fill == "zero" and len(rule) == 1:
+                        assert fills.get(name) == "zero" and not torch.count_nonzero(piece), \
+                            f"{name}: slice {i} of dim {m.dim} is said to start at zero, but holds other values"
+                    elif j is not None and len(rule) == 1:
+                        assert torch.equal(piece, old[name].select(m.dim, j)), \
+                            f"{name}: slice {i} of dim {m.dim} should keep pretrained slice {j}"
+        for name in set(new) - set(layout):
+            assert new[name].shape == old[name].shape and torch.equal(new[name], old[name]), \
+                f"{name}: not in the layout, yet changed by the adaptation"
+
     def test_the_converter_reads_the_upstream_file_back_exactly(self, tmp_path):
         import torch
 

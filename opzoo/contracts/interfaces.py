@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
+from .channels import PAD
 from .hub_io import hub_io
 from .routing import weighted_aux_loss
 
@@ -287,10 +288,16 @@ class Backbone(nn.Module, metaclass=abc.ABCMeta):
         field the file lacks read as a fill value) lets a backbone treat them as it was trained to
         (:meth:`mask_padded_channels`), and such channels are refilled in every frame fed back with what the input
         window holds there (their fill value), as every training window held it (docs/data-contract.md, the one
-        rollout rule); ``inputs`` are passed to every forward (a backbone's keyword inputs, e.g. per-sample labels).
+        rollout rule); without one, the channels the model's record names ``<pad>`` (``pretrained_cfg["fields"]``,
+        as a fine-tune on fewer fields saves it) are those; ``inputs`` are passed to every forward (a backbone's
+        keyword inputs, e.g. per-sample labels).
         """
         if steps < 1:
             raise ValueError(f"rollout needs steps >= 1, got {steps}")
+        if channel_mask is None:  # the channels its record names padding (a fine-tune's <pad>) are padding here too
+            fields = (getattr(self, "pretrained_cfg", None) or {}).get("fields") or []
+            if PAD in fields and len(fields) == x.shape[-1]:
+                channel_mask = torch.tensor([f != PAD for f in fields], device=x.device)
         window, preds, made = x, [], 0
         masked = channel_mask is not None and not bool(channel_mask.all())
         while made < steps:

@@ -86,10 +86,11 @@ def legend(ax, **kwargs) -> None:
         ax.legend(**kwargs)
 
 
-def rollout_title(model: str, source, position: int, channel: int) -> str:
-    """A rollout plot's title: model, dataset file, channel name and the trajectory's index *in the file*
-    (``source``: the TrajectoryDataset subset the trajectory was read from, ``position`` its place there)."""
-    names = source.channel_names
+def rollout_title(model: str, source, position: int, channel: int, names=None) -> str:
+    """A rollout plot's title: model, dataset file, channel name (``names``: the channels shown, default the source's)
+    and the trajectory's index *in the file* (``source``: the TrajectoryDataset subset the trajectory was read from,
+    ``position`` its place there)."""
+    names = source.channel_names if names is None else names
     cname = names[channel] if 0 <= channel < len(names) else f"padded channel {channel}"
     return (f"{model} on {Path(source.path).name}\nchannel {channel} ({cname}), "
             f"trajectory {source.indices[position]} of the file")

@@ -17,11 +17,21 @@ if TYPE_CHECKING:
 
 
 def _check_channel(channel: int, sources) -> None:
-    """``--channel`` names a channel of every file (checked before any work: a bad one used to fail after scoring)."""
+    """``--channel`` names a field of every file, in the file's own order (checked before any work: a bad one used to
+    fail after scoring)."""
     for src in sources:
-        if not 0 <= channel < src.channels:
-            raise OpzooError(f"--channel {channel}: {src.path} has {src.channels} channel(s) "
-                             f"({', '.join(f'{i} {n}' for i, n in enumerate(src.channel_names))})")
+        names = [f for f, _ in src.source.file_channels()[0]]
+        if not 0 <= channel < len(names):
+            raise OpzooError(f"--channel {channel}: {src.path} has {len(names)} field(s) the model predicts "
+                             f"({', '.join(f'{i} {n}' for i, n in enumerate(names))})")
+
+
+def in_file_frame(src, *frames):
+    """``frames`` (``[*S, t, C]`` as the model reads ``src``) in the file's own orientation and field order, and the
+    file's fields they hold (:meth:`opzoo.data.TrajectorySource.to_file_frame`): what a user's plot and saved
+    prediction show, whatever the fit did on the way in (a transposed grid, fields read under other names)."""
+    out = [src.source.to_file_frame(f) for f in frames]
+    return [f for f, _, _ in out], out[0][1], out[0][2]
 
 
 def _plot_path(plot: str, data: str, index: int) -> Path:
@@ -101,8 +111,9 @@ def evaluate_files(model: "nn.Module", model_name: str, data: Sequence[str], out
         for fname, v in r.vrmse.items():
             say(f"{name}: VRMSE {fname}: " + ", ".join(f"{k} {x:.4g}" for k, x in v.items()))
         shown = next(i for i in range(len(src)) if i not in {b.position for b in skipped})  # its position in src
+        (truth, pred), names, _ = in_file_frame(src, truth, pred)
         plot_rollout_panels(truth, pred, plot_steps, out / f"{name}-panels.png", channel=channel,
-                            title=rollout_title(model_name, src, shown, channel))
+                            title=rollout_title(model_name, src, shown, channel, names))
         say(f"{name}: l2 full {r.l2_full:.4g} (persistence {r.persistence.l2_full:.4g}) over {r.n_trajectories} "
               f"trajectories ({which}{'' if max_trajectories is None else f', first {r.n_trajectories}'}), "
               f"horizon {r.horizon}")
@@ -232,21 +243,46 @@ def rollout_trajectory(model: "nn.Module", model_name: str, data: str, *, index:
             from .plots import rollout_title
 
             plot = _plot_path(plot, data, index)
-            plot_rollout_panels(truth, p, plot_steps, plot, channel=channel,
-                                title=rollout_title(model_name, src, index, channel))
+            (truth_f, p_f), names, _ = in_file_frame(src, truth, p)
+            plot_rollout_panels(truth_f, p_f, plot_steps, plot, channel=channel,
+                                title=rollout_title(model_name, src, index, channel, names))
             say(f"  plot: {plot}")
     if save:
-        from safetensors.torch import save_file
-
-        grid, ran = "x".join(map(str, src.spatial)), "x".join(map(str, frame_shape.resolution))
-        metadata = {"file": str(Path(data).name), "trajectory": str(index), "grid": grid,
-                    "model_grid": ran, "model": str(model_name), "channels": ",".join(src.channel_names),
-                    "padded_channels": str(int((~mask).sum())), "seen_in_training": who or "no",
-                    "axes": "[" + ", ".join([*"XYZ"[:len(src.spatial)], "T", "C"]) + "]"}
-        save_file({"prediction": pred.contiguous(), "mask": mask}, save, metadata=metadata)
-        say(f"  prediction [*S, steps, C] at the file's grid {grid}"
-              + ("" if grid == ran else f" (the model ran at {ran})") + f" saved to {save}")
+        save_prediction(save, pred, src, data, index, model_name, frame_shape, who, say)
     return 0
+
+
+def save_prediction(save: str, pred, src, data: str, index: int, model_name: str, frame_shape, who, say) -> None:
+    """``rollout --save``: the prediction in the file's own orientation, grid and field order (safetensors, with its
+    provenance as metadata); the model's channels that are no field of the file are named, not saved."""
+    from safetensors.torch import save_file
+
+    from ..files import atomic_writer
+    from ..registry.contract import PAD
+
+    if not str(save).lower().endswith(".safetensors"):
+        raise OpzooError(f"--save {save}: the prediction is written as safetensors; name the file .safetensors")
+    (pred_f,), names, left = in_file_frame(src, pred)
+    spatial = src.source.file_spatial
+    grid, ran = "x".join(map(str, spatial)), "x".join(map(str, frame_shape.resolution))
+    left = [n for n in left if n != PAD]
+    metadata = {"file": str(Path(data).name), "trajectory": str(index), "grid": grid,
+                "model_grid": ran, "model": str(model_name), "channels": ",".join(names),
+                "model_channels_not_saved": ",".join(left), "seen_in_training": who or "no",
+                "read_transposed": "yes" if src.source.transposed else "no",
+                "axes": "[" + ", ".join([*"XYZ"[:len(spatial)], "T", "C"]) + "]"}
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir=str(Path(save).parent or ".")) as tmp:  # safetensors writes by path
+        staged = Path(tmp) / "prediction.safetensors"
+        save_file({"prediction": pred_f.contiguous()}, str(staged), metadata=metadata)
+        with atomic_writer(save, binary=True) as f:
+            f.write(staged.read_bytes())
+    ran_on = (f" (the model ran on it transposed, at {ran})" if src.source.transposed else
+              "" if grid == ran else f" (the model ran at {ran})")
+    say(f"  prediction [*S, steps, C] in the file's orientation and field order ({', '.join(names)}) at its grid "
+        f"{grid}{ran_on} saved to {save}"
+        + (f"; not saved, no field of the file: {', '.join(left)}" if left else ""))
 
 
 __all__ = ["evaluate_files", "evaluate_every_window", "rollout_trajectory", "model_identity"]

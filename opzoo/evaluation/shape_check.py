@@ -38,16 +38,16 @@ def check_frames(source: TrajectoryDataset, t_in: int, t_out: int, horizon: int 
     return source.n_steps
 
 
-def check_resolution(model: nn.Module, resolution: Sequence[int], where: str) -> None:
+def check_resolution(model: nn.Module, resolution: Sequence[int], where: str, flag: str = "data.resolution") -> None:
     """Raise ConfigError when ``model`` cannot run on frames at ``resolution`` (``where`` names the
-    data: a file or ``data.resolution``). Patch sizes are checked by name; everything else by a
-    forward pass on the meta device."""
+    data: a file or ``data.resolution``; ``flag``: the option that sets the grid, named in the advice). Patch sizes
+    are checked by name; everything else by a forward pass on the meta device."""
     cfg = model.config
     name = getattr(model, "preset_name", None) or type(model).__name__
     patch = getattr(cfg, "patch_size", None)
     if isinstance(patch, int) and any(r % patch for r in resolution):
         raise ConfigError(f"{where}: resolution {list(resolution)} is not divisible by {name}'s patch_size {patch}; "
-                          f"set data.resolution to a multiple of {patch}")
+                          f"set {flag} to a multiple of {patch}")
     try:
         with torch.device("meta"):
             shadow = type(model)(cfg)
@@ -61,8 +61,10 @@ def check_resolution(model: nn.Module, resolution: Sequence[int], where: str) ->
         if "meta" in str(e):  # a data-dependent op (.item(), nonzero) that meta tensors cannot run
             return
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        runs = model.grid_for(resolution)[0] if hasattr(model, "grid_for") else None
+        advice = (f"{flag} {' '.join(map(str, runs))} runs it" if runs is not None and tuple(runs) != tuple(resolution)
+                  else f"give {flag} a grid it takes, or change the model's config")
         raise ConfigError(f"{where}: {name} cannot run on data at resolution {list(resolution)} "
-                          f"(T_in={cfg.in_timesteps}, C={cfg.in_channels}): {first}. Change the model's config "
-                          f"(e.g. modes, patch_size) or data.resolution") from None
+                          f"(T_in={cfg.in_timesteps}, C={cfg.in_channels}): {first}. {advice}") from None
     except Exception:  # meta tensors cannot run everything (data-dependent routing, some dtypes): no verdict
         return

@@ -60,4 +60,9 @@ def vrmse_fields(model, src) -> dict[str, int] | None:
     if len(set(names)) != len(names):
         return None  # unnamed or ambiguous channels: evaluate_dataset numbers them
     present = getattr(src, "present", [True] * len(names))
-    return {n: names.index(n) for n in wanted if n in names and present[names.index(n)]}
+    channels = {names.index(n) for n in wanted if n in names and present[names.index(n)]}
+    # named as the file names the field each channel holds, in the file's order (a map may read them under the
+    # model's names, transposed: velocity_x as velocity_y), then any other by the model's name
+    held = src.source.file_channels()[0] if hasattr(src, "source") else [(n, j) for j, n in enumerate(names)]
+    by_file = [(f, j) for f, j in held if j in channels]
+    return dict(by_file + [(names[j], j) for j in sorted(channels - {j for _, j in by_file})])

@@ -68,13 +68,17 @@ def _remap(old: Tensor, fresh: Tensor, maps: Sequence[DimMap], name: str) -> Ten
 
 
 def adapt_model(model: nn.Module, *, seed: int = 0, config: Mapping[str, Any] | None = None,
-                **changes: Any) -> nn.Module:
+                channel_map: Sequence[int | None] | None = None, **changes: Any) -> nn.Module:
     """``model`` rebuilt with new ``in_channels``/``out_channels``/``in_timesteps``/``img_size`` (see module doc).
 
     ``config``: other config fields to set that change no tensor (a data contract's normalization statistics, e.g.
     ``{"field_mean": [...], "field_std": [...]}``); they apply after the labels per channel are reset.
+    ``channel_map``: new data channel ``i`` keeps the weights of old channel ``channel_map[i]`` (None: a new channel)
+    instead of the one at its position (a model that names its fields, adapted to others: each kept field keeps its
+    own weights), where the backbone's layout maps channels with :mod:`opzoo.contracts.io_layout`'s helpers.
     Returns ``model`` itself when nothing changes. The weights are copied by the rule above; every
-    tensor is checked before the new model is returned, so a failure leaves ``model`` untouched.
+    tensor is checked before the new model is returned, so a failure leaves ``model`` untouched. The adapted model's
+    ``adaptation_fills`` says, per tensor that gained slices, how they start (``"zero"`` or ``"init"``).
     """
     old_cfg = model.config
     config = dict(config or {})
@@ -98,14 +102,21 @@ def adapt_model(model: nn.Module, *, seed: int = 0, config: Mapping[str, Any] | 
         relabelled = {k: None for k in labels if getattr(old_cfg, k) is not None}
     relabelled |= {k: v for k, v in given_labels.items() if v != getattr(old_cfg, k)}
     relabelled |= {k: v for k, v in config.items() if _as_cmp(v) != _as_cmp(relabelled.get(k, getattr(old_cfg, k)))}
-    if not changes and not relabelled:
+    moved = channel_map is not None and list(channel_map) != list(range(len(channel_map)))
+    if not changes and not relabelled and not moved:
         return model
     cls = type(model)
     backbone = get_registry().backbone_name(cls)
     new_cfg = old_cfg.replace(source=f"adapting {backbone} for fine-tuning", **changes, **relabelled)
     shaped = {k: v for k, v in changes.items() if k in SHAPE_FIELDS}
     # a config field that is not a shape may still size a tensor (MPP's state slots): its backbone's layout says how
-    layout = cls.io_layout(old_cfg, new_cfg) if shaped else (cls.io_layout(old_cfg, new_cfg) or {})
+    from ..contracts.io_layout import channel_correspondence
+
+    with channel_correspondence(channel_map):
+        layout = cls.io_layout(old_cfg, new_cfg) if shaped else (cls.io_layout(old_cfg, new_cfg) or {})
+    # whether the backbone's layout maps channels by the correspondence (its channel-shaped tensors through
+    # opzoo.contracts.io_layout's helpers), or keeps them by position whatever the names
+    by_name = moved and layout != (cls.io_layout(old_cfg, new_cfg) if shaped else (cls.io_layout(old_cfg, new_cfg) or {}))
     if layout is None:
         raise ConfigError(
             f"cannot adapt backbone {backbone!r} to {changes}: {cls.__name__} has no io_layout (opzoo.Backbone.io_layout "
@@ -138,6 +149,13 @@ def adapt_model(model: nn.Module, *, seed: int = 0, config: Mapping[str, Any] | 
             raise ConfigError(f"adapting {backbone}: {name} changes shape {list(old.shape)} -> {list(fresh.shape)} "
                               f"and the layout has no rule for it")
     new.load_state_dict(state, strict=True)
+    new.adaptation_fills = {name: ("zero" if any(m.fill == "zero" and None in m.index for m in rule) else "init")
+                            for name, rule in layout.items() if rule != "resize" and name in fresh_state
+                            and any(None in m.index for m in rule)}
+    new.adaptation_by = "name" if by_name else "position"
+    # whether any slice of a reshaped tensor was copied (False: every channel-shaped tensor started afresh)
+    new.adaptation_keeps = any(j is not None for rule in layout.values() if rule != "resize" for m in rule
+                               for j in m.index) or not any(rule != "resize" for rule in layout.values())
     new.preset_name = getattr(model, "preset_name", None)
     new.pretrained_cfg = _adapted_pretrained_cfg(getattr(model, "pretrained_cfg", {}), changes, _shape_text(old_cfg))
     new.adaptation = reshaped

@@ -47,6 +47,9 @@ def safe_torch_load(path: str | os.PathLike, allow: Iterable[type] = ()) -> Any:
     with open(path, "rb") as f:
         head = f.read(2)
     zipped = zipfile.is_zipfile(path)
+    if not zipped and head == b"PK":  # a zip's first record, but no central directory at its end
+        raise CheckpointError(f"{path}: a zip archive cut short ({path.stat().st_size:,} bytes, its end is missing): the "
+                              f"download or copy was interrupted; download or copy it again")
     if not zipped and head[:1] != b"\x80":  # neither torch's zip format nor a pickle (protocol 2+ starts 0x80)
         raise CheckpointError(f"{path}: not a PyTorch checkpoint (neither a zip archive nor a pickle: it starts "
                               f"with {head!r}); is it the weights file?")

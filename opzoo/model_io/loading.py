@@ -103,9 +103,10 @@ def load(name: "str | os.PathLike | ModelReference", pretrained: bool = False, *
       ``PretrainedSource``: ``repo_id``, ``revision``, ``filename``, ``directory``, ``converter``,
       ``converter_options``; ``file`` is timm's name for a local weights file, ``checkpoint_path``) and of its
       ``pretrained_cfg`` (``resolution``, ``datasets``, ...) for this load; the load checks still run.
-    - ``checkpoint_path=FILE``: the preset's weights from a local file instead of its published ones: a
-      ``.safetensors`` file in opzoo's names (e.g. from ``save_pretrained``), or a file in the preset's published
-      format (converted by its converter, after its load checks). Returned in eval mode, as a pretrained load.
+    - ``checkpoint_path=FILE``: the preset's weights from a local file instead of its published ones (with
+      ``pretrained=True`` or without: the published ones are never fetched): a ``.safetensors`` file in opzoo's
+      names (e.g. from ``save_pretrained``), or a file in the preset's published format (converted by its converter,
+      after its load checks), adapted to the shape fields given as a pretrained load is. Returned in eval mode.
     """
     overlay = overrides.pop("pretrained_cfg_overlay", None)
     checkpoint_path = overrides.pop("checkpoint_path", None)
@@ -129,26 +130,24 @@ def load(name: "str | os.PathLike | ModelReference", pretrained: bool = False, *
                 raise ConfigError(f"{preset.name}: pretrained_cfg_overlay['file'] and checkpoint_path= both name a "
                                   "weights file; give one")
             checkpoint_path = file
-    if checkpoint_path is not None:
-        if pretrained:
-            raise ConfigError(f"{preset.name}: checkpoint_path= loads the weights from {checkpoint_path}; drop "
-                              "pretrained=True (it would load the published weights first, for nothing)")
-        shape = {k: overrides.pop(k) for k in SHAPE_FIELDS if k in overrides}
-        model = build_preset(preset, overrides)
-        load_checkpoint_file(model, preset, Path(checkpoint_path))
-        return adapt_loaded(model, preset.name, shape).eval()
-    if not pretrained:
+    if checkpoint_path is None and not pretrained:
         return build_preset(preset, overrides)
     shape = {k: overrides.pop(k) for k in SHAPE_FIELDS if k in overrides}
     if "in_channels" in shape:  # labels per channel name the adapted channels: applied with them
         labels = getattr(get_registry().get("backbone", preset.backbone).config_class, "per_channel_fields", ())
         shape |= {k: overrides.pop(k) for k in labels if k in overrides}
+    if checkpoint_path is not None:  # the weights come from the file, pretrained=True or not: the published never load
+        model = build_preset(preset, overrides)
+        load_checkpoint_file(model, preset, Path(checkpoint_path))
+        return adapt_loaded(model, preset.name, shape).eval()
     fetch_before_building(preset)
     model = build_preset(preset, overrides)
     try:
         load_preset_weights(model, preset)
     except WeightsError as e:
-        if not overrides:
+        from .weights import TensorMismatchError
+
+        if not overrides or not isinstance(e, TensorMismatchError):  # overrides can only make tensors not fit
             raise
         raise WeightsError(f"the overrides {sorted(overrides)} change tensors the published weights of {preset.name} fix. "
                            f"With pretrained=True only {', '.join(SHAPE_FIELDS)} adapt the weights at load time; "
@@ -170,11 +169,24 @@ def adapt_loaded(model: "nn.Module", name: str, shape: Mapping[str, Any]) -> "nn
     if "in_channels" in shape and "out_channels" not in shape and c.in_channels == c.out_channels:
         shape["out_channels"] = shape["in_channels"]
     try:
-        return adapt_model(model, **shape)
+        adapted = adapt_model(model, **shape)
     except ConfigError as e:
         raise ConfigError(f"{name}: the published weights cannot be adapted to {shape}: {e}. What adapts at load "
                           f"time: {', '.join(SHAPE_FIELDS)} (with io_layout); other fields must match the weights, "
                           f"or load with pretrained=False") from None
+    contract = get_registry().contract(get_registry().backbone_name(type(model)), getattr(model, "preset_name", None))
+    statistics = contract.normalization.config or () if contract is not None else ()
+    dropped = [k for k in statistics if getattr(c, k, None) is not None and getattr(adapted.config, k, None) is None
+               and k not in shape]
+    if dropped:  # the statistics of the pretrained channels name no channel of the adapted model
+        import warnings
+
+        warnings.warn(f"{name} adapted to {adapted.config.in_channels} channel(s): its {', '.join(dropped)} were "
+                      f"those of its {c.in_channels} pretrained fields and are dropped, so it now takes the fields as "
+                      f"given, not normalized. Pass your data's own ({', '.join(f'{k}=[...]' for k in dropped)}, one "
+                      f"per channel) to load(), or fine-tune with opzoo finetune, which computes them from the "
+                      f"training split", UserWarning, stacklevel=3)
+    return adapted
 
 
 def saved_pretrained_cfg(name: "str | ModelReference") -> dict:

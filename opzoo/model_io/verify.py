@@ -69,7 +69,9 @@ def verify_preset(name: str, local_files_only: bool = False, file: str | None = 
 
         path = Path(file)
         if not path.is_file():
-            raise ConfigError(f"--file {file}: no such file")
+            kind = ("a directory: name the weights file in it" if path.is_dir() else
+                    "not a regular file (a FIFO or a device)" if path.exists() else "no such file")
+            raise ConfigError(f"--file {file}: {kind}")
         preset, _ = overlaid(preset, {"directory": str(path.parent.resolve()), "filename": path.name})
     src = preset.pretrained
     repo = src.location

@@ -17,6 +17,11 @@ from ..files import check_regular
 SHOWN = 8  # tensors named per kind in a mismatch message
 
 
+
+class TensorMismatchError(WeightsError):
+    """Tensors missing, extra or mis-shaped for the model (a config that does not fit the file), as opposed to a file
+    whose tensors fit but hold what opzoo refuses (non-finite values, another kind of number)."""
+
 def check_state_dict(model: torch.nn.Module, shapes: Mapping[str, tuple[int, ...]], source: str) -> None:
     """Raise WeightsError listing every missing, unexpected and mis-shaped tensor (one line)."""
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
@@ -35,7 +40,7 @@ def check_state_dict(model: torch.nn.Module, shapes: Mapping[str, tuple[int, ...
         parts += [f"mis-shaped tensor {k}: file {list(shapes[k])}, model {list(expected[k])}" for k in misshaped[:SHOWN]]
         if len(misshaped) > SHOWN:
             parts.append(f"and {len(misshaped) - SHOWN} more mis-shaped tensors")
-        raise WeightsError(f"{source} does not match {type(model).__name__}: {'; '.join(parts)}")
+        raise TensorMismatchError(f"{source} does not match {type(model).__name__}: {'; '.join(parts)}")
 
 
 def load_state_dict_strict(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor], source: str) -> None:

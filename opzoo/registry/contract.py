@@ -22,7 +22,7 @@ import dataclasses
 import re
 from typing import Any, Literal, Mapping, Optional, Union
 
-PAD = "<pad>"  # a channel with no field: padding, filled with the model's pad value (it names such channels in a record)
+from ..contracts.channels import PAD  # a channel with no field: padding, filled with the model's pad value
 
 OtherFields = Literal["adapt", "pad", "any", "subset", "refuse"]
 NormalizationKind = Literal["per-sample", "constants", "training-split", "none"]

@@ -15,7 +15,7 @@ from ..data import FrameShape, MixtureDataset, TrajectoryDataset, WindowDataset,
 from ..data.errors import DataFormatError
 from ..errors import ConfigError
 from ..evaluation.fit import fit_data, open_trajectories
-from ..evaluation.shape_check import check_frames, check_resolution
+from ..evaluation.shape_check import check_frames
 from ..model_io.adapt import BOUNDARY_FIELDS, SHAPE_FIELDS
 from ..model_io.loading import load
 from ..model_io.size_check import check_batch_memory
@@ -166,8 +166,6 @@ def build_data(cfg: RunConfig, model: nn.Module, opened: list[OpenDataset] | Non
     validation = [(o.spec.name, o.validation) for o in opened if o.validation is not None]
     for _, va in validation:
         check_frames(va, mc.in_timesteps, mc.out_timesteps, cfg.data.horizon, "data.horizon")
-    where = "data.resolution" if cfg.data.resolution else f"{splits[0][1].path} (the run's resolution)"
-    check_resolution(model, shape.resolution, where)
     check_batch_memory(cfg.training.batch_size, shape.resolution, mc.in_timesteps + mc.out_timesteps, channels,
                        f"training.batch_size {cfg.training.batch_size}", cfg.model.allow_oversize)
     parts = [WindowDataset(tr, mc.in_timesteps, mc.out_timesteps, resolution=shape.resolution,

@@ -42,6 +42,8 @@ class StopSignals:
         self._deadline_started = threading.Lock()
         self._received: int | None = None  # the first signal, as the wakeup fd or the handler saw it
         self._wakeup: tuple | None = None  # (read end, write end) of the wakeup fd's socket pair
+        self._watcher: threading.Thread | None = None
+        self._deadline_thread: threading.Thread | None = None
 
     def _handle(self, signum, frame) -> None:
         if self.signum is not None:
@@ -53,7 +55,8 @@ class StopSignals:
         if self.deadline is None or not self._deadline_started.acquire(blocking=False):
             return
         self._received = signum
-        threading.Thread(target=self._watch, name="opzoo-stop-deadline", daemon=True).start()
+        self._deadline_thread = threading.Thread(target=self._watch, name="opzoo-stop-deadline", daemon=True)
+        self._deadline_thread.start()
 
     def _watch_wakeup_fd(self, read_end) -> None:
         """Start the deadline on the first SIGTERM/SIGINT byte the interpreter writes to its wakeup fd."""
@@ -119,8 +122,9 @@ class StopSignals:
             read_end.close(), write_end.close()
             return
         self._wakeup = (read_end, write_end)
-        threading.Thread(target=self._watch_wakeup_fd, args=(read_end,), name="opzoo-stop-signals",
-                         daemon=True).start()
+        self._watcher = threading.Thread(target=self._watch_wakeup_fd, args=(read_end,), name="opzoo-stop-signals",
+                                         daemon=True)
+        self._watcher.start()
 
     def __exit__(self, *exc) -> None:
         self._done.set()
@@ -129,6 +133,12 @@ class StopSignals:
             read_end, write_end = self._wakeup
             write_end.close()  # the watcher's recv returns b"": it ends
             self._wakeup = None
+        # wait for both threads to be gone: a thread still ending when the interpreter finalizes drops its target (a
+        # bound method, holding the run's state and its tensors) without the GIL it can no longer take, and the
+        # process aborts ("terminate called without an active exception", exit 134) after the run finished
+        for thread in (self._watcher, self._deadline_thread):
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(timeout=5.0)
         for s, handler in self._previous.items():
             signal.signal(s, handler)
         self._previous.clear()

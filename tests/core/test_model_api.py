@@ -85,11 +85,12 @@ def test_checkpoint_path_and_pretrained_cfg_overlay_with_timms_meaning(tmp_path)
     assert same(overlaid, trained) and overlaid.pretrained_cfg["datasets"] == ["mine"]
     assert opzoo.get_registry().preset("simple-op").pretrained is None  # the registry is untouched
     assert same(opzoo.load("simple-op", pretrained_cfg_overlay={"file": str(weights)}), trained)
+    # pretrained=True with checkpoint_path: the file's weights, as timm loads them (issue 74: it was refused)
+    assert same(opzoo.load("simple-op", checkpoint_path=weights, pretrained=True), trained)
     for kwargs, match in [
         (dict(pretrained_cfg_overlay={"nope": 1}), "unknown field.*'nope'"),
         (dict(pretrained_cfg_overlay={"revision": "v1"}), "publishes no weights"),
         (dict(pretrained_cfg_overlay={"file": str(weights)}, checkpoint_path=weights), "give one"),
-        (dict(checkpoint_path=weights, pretrained=True), "drop pretrained=True"),
         (dict(checkpoint_path=tmp_path / "repo" / "config.json"), "not a .safetensors file"),
     ]:
         with pytest.raises(opzoo.ConfigError, match=match):

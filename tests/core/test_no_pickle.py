@@ -79,3 +79,17 @@ def test_a_checkpoint_zip_with_a_record_added_is_refused_in_opzoos_words(tmp_pat
     with pytest.raises(CheckpointError, match=r"records lie in 2 top folders \('ckpt', 'extra'\)") as e:
         safe_torch_load(path)
     assert "enforce" not in str(e.value)
+
+
+def test_a_truncated_checkpoint_zip_is_said_to_be_cut_short(tmp_path):
+    """Issue 74 item 17: it was "neither a zip archive nor a pickle: it starts with b'PK'"."""
+    import torch
+
+    from opzoo.errors import CheckpointError
+    from opzoo.model_io.converters import safe_torch_load
+
+    path = tmp_path / "ckpt.pt"
+    torch.save({"w": torch.ones(1000)}, path)
+    path.write_bytes(path.read_bytes()[:2000])
+    with pytest.raises(CheckpointError, match="a zip archive cut short .* download or copy it again"):
+        safe_torch_load(path)

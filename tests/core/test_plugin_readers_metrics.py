@@ -218,11 +218,10 @@ def test_a_plugins_reader_that_fails_is_refused_by_name_and_the_others_still_rea
     import h5py
     import numpy as np
 
+    import opzoo.data.readers as readers
     from opzoo.data import SourceInfo
     from opzoo.data.errors import DataFormatError
     from opzoo.data.readers import open_source
-
-    import opzoo.data.readers as readers
 
     monkeypatch.setenv("OPZOO_PLUGIN_DEADLINE", "0.5")
     monkeypatch.setattr(readers, "_SAID", set())

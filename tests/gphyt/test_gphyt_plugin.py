@@ -89,6 +89,20 @@ def test_load_from_the_hub_cache_converts_checks_and_matches_opzoo_convert(monke
         opzoo.load("gphyt-s", pretrained=True)
 
 
+def test_a_non_finite_file_is_refused_for_what_it_is_whatever_the_overrides(monkeypatch, tmp_path):
+    """Issue 74 item 19: with normalization="none" (the override opzoo's own message recommends) a NaN checkpoint was
+    refused as "the overrides ['normalization'] change tensors the published weights fix", the cause under Details."""
+    payload = torch.load(upstream_file(tmp_path / "gphyt-S.pth"), weights_only=True)
+    first = next(iter(payload["model_state_dict"]))
+    payload["model_state_dict"][first] = torch.full_like(payload["model_state_dict"][first], float("nan"))
+    (tmp_path / "nan").mkdir()
+    torch.save(payload, tmp_path / "nan" / "gphyt-S.pth")
+    use_cache(monkeypatch, tmp_path / "hub", tmp_path / "nan" / "gphyt-S.pth")
+    with pytest.raises(opzoo.OpzooError) as e:
+        opzoo.load("gphyt-s", pretrained=True, normalization="none", **NARROW)
+    assert "non-finite" in str(e.value) and "overrides" not in str(e.value)
+
+
 def test_verify_runs_the_config_check_on_the_cached_file(monkeypatch, tmp_path, capsys):
     use_cache(monkeypatch, tmp_path / "hub", upstream_file(tmp_path / "gphyt-S.pth"))
     assert main(["verify", "gphyt-s", "--json"]) == 1

@@ -70,6 +70,24 @@ def test_a_stand_in_ti_file_converts_and_the_model_holds_exactly_its_tensors(ti_
                                                           for k in want)
 
 
+def test_checkpoint_path_takes_pretrained_true_and_the_fields_of_fewer_channels(ti_file, tmp_path):
+    """Issue 74 items 11 and 12: load(pretrained=True, checkpoint_path=F), the call the MPP issue specified, was refused
+    ("it would load the published weights first"), and fields= with fewer channels failed on the checkpoint_path branch
+    ("2 names for 4 channels") where the converted folder loaded."""
+    model, path = ti_file
+    plain = opzoo.load("mpp-avit-ti", checkpoint_path=path)
+    both = opzoo.load("mpp-avit-ti", pretrained=True, checkpoint_path=path)
+    assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(), both.state_dict().values()))
+    from opzoo.cli import main
+
+    assert main(["convert", "mpp", str(path), str(tmp_path / "out")]) == 0
+    shaped = dict(in_channels=2, out_channels=2, fields=["compNS.pressure", "compNS.density"])
+    by_file = opzoo.load("mpp-avit-ti", checkpoint_path=path, **shaped)
+    by_folder = opzoo.load(str(tmp_path / "out"), **shaped)
+    assert list(by_file.config.fields) == ["compNS.pressure", "compNS.density"] == list(by_folder.config.fields)
+    assert all(torch.equal(a, b) for a, b in zip(by_file.state_dict().values(), by_folder.state_dict().values()))
+
+
 def test_a_file_of_another_size_is_refused_in_one_line_naming_its_preset(ti_file):
     _, path = ti_file
     with pytest.raises(opzoo.OpzooError) as e:

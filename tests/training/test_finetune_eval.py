@@ -179,7 +179,8 @@ def test_eval_and_rollout_commands_write_results_and_plots(tmp_path, pretrained_
     assert "--index 99 out of range; the file has 24 trajectories" in capsys.readouterr().err
     from safetensors.torch import load_file
 
-    assert load_file(str(tmp_path / "pred.safetensors"))["prediction"].shape == (16, 16, 6, 2)
+    # the file's one field (the model's second channel is padding: not a field of the file, not saved)
+    assert load_file(str(tmp_path / "pred.safetensors"))["prediction"].shape == (16, 16, 6, 1)
 
 
 def test_finetune_preset_with_pretrained_weights_from_the_hub_cache(tmp_path, pretrained_dir, monkeypatch):

@@ -50,7 +50,7 @@ def test_eval_scores_at_the_files_grid_and_says_so(tmp_path, capsys):
 
     save = tmp_path / "pred.safetensors"
     assert main(["rollout", "dpot-micro", "--data", str(path), "--index", "2", "--steps", "3", "--save", str(save)]) == 0
-    assert "at the file's grid 48x48 (the model ran at 32x32)" in capsys.readouterr().out
+    assert "at its grid 48x48 (the model ran at 32x32)" in capsys.readouterr().out
     with safe_open(str(save), "pt") as f:
         assert f.get_tensor("prediction").shape == (48, 48, 3, 2)
         meta = f.metadata()

@@ -139,7 +139,9 @@ def open_source(path: str | os.PathLike, layout: str | None = None, **options) -
     fields = options.pop("fields", None)
     if layout.partition(":")[0] == ArraySource.layout:
         return ArraySource(path, order=layout, fields=fields, **options)
-    if fields:
+    if fields and layout.partition(":")[0] == CanonicalSource.layout:
+        options["fields"] = fields  # a canonical file that names no channel: --fields names them
+    elif fields:
         raise DataFormatError(f"{os.fspath(path)}: --fields names the channels of a plain array (.npy/.npz/.pt); a "
                               f"{layout} file names its own")
     name, _, order = layout.partition(":")

@@ -285,6 +285,52 @@ class TrajectorySource(abc.ABC):
             out[..., j] = step if isinstance(step, float) else evaluate(step, window, have)
         return out
 
+    @property
+    def file_spatial(self) -> tuple[int, ...]:
+        """The file's own grid, whatever a map reads (a transposed one's is the other way round)."""
+        return tuple(self._file_spatial)
+
+    @property
+    def transposed(self) -> bool:
+        return self._transpose
+
+    def file_channels(self) -> tuple[list[tuple[str, int]], list[str]]:
+        """``([(file field, channel it is read into)], left)`` in the file's field order: the file's fields a read
+        channel holds (read as the field itself, or as an invertible expression of it: ``-a``, ``a + 2.5``, ``a / 3``),
+        and the channels that hold no field of the file (an expression of two fields, a fill value), by name."""
+        if self._plan is None:
+            return [(f, j) for j, f in enumerate(self._all_fields)], []
+        found: dict[str, int] = {}
+        left: list[str] = []
+        for j, (name, step) in enumerate(zip(self.info.fields, self._plan)):
+            if isinstance(step, float) or step.constant or step.b is not None or step.a in found or \
+                    (step.op in ("*", "/") and not step.number):
+                left.append(name)
+            else:
+                found[step.a] = j
+        return [(f, found[f]) for f in self._all_fields if f in found], left
+
+    def to_file_frame(self, frames):
+        """Frames as this source reads them (``[..., *S, t, C]``, a tensor: the map's channels and orientation) back
+        in the file's own orientation and field order (:meth:`file_channels`): ``(frames [..., *S_file, t, C'],
+        names, left)``. Without a map: the file's own channels as they are."""
+        import torch
+
+        channels, left = self.file_channels()
+        if self._plan is None:
+            return frames[..., :len(channels)], [f for f, _ in channels], []
+        if self._transpose:
+            frames = frames.transpose(-4, -3)  # [..., H, W, t, C]: the grid's two axes back
+        out = []
+        for _, j in channels:
+            value, step = frames[..., j], self._plan[j]
+            inverse = {"+": lambda v: v - step.number, "-": lambda v: v + step.number,
+                       "*": lambda v: v / step.number, "/": lambda v: v * step.number}.get(step.op, lambda v: v)
+            value = inverse(value)
+            out.append(-value if step.negate else value)
+        names = [f for f, _ in channels]
+        return (torch.stack(out, dim=-1) if out else frames[..., :0]), names, left
+
     def read(self, sample: int, t_start: int = 0, t_stop: int | None = None) -> np.ndarray:
         """Frames ``t_start:t_stop`` of trajectory ``sample`` as float32 ``[*S, t, C]``.
 

@@ -27,8 +27,9 @@ class CanonicalSource(TrajectorySource):
                f"order: its attribute 'axes', or 'canonical:NTCXY'")
     takes_order = True
 
-    def __init__(self, path, check_finite: bool = True, order: str = ""):
+    def __init__(self, path, check_finite: bool = True, order: str = "", fields=None):
         self.order_spec = order
+        self.given_fields = None if fields is None else [str(f) for f in fields]  # --fields, where the file names none
         super().__init__(path, check_finite=check_finite)
 
     @classmethod
@@ -70,6 +71,13 @@ class CanonicalSource(TrajectorySource):
                                  f"attribute {key!r} ({decode_str_list(value)}) disagree; keep one")
             attrs.setdefault(key, value)
         fields = decode_str_list(attrs["fields"]) if "fields" in attrs else [f"c{i}" for i in range(channels)]
+        if len(fields) == 1 and channels > 1 and len(fields[0].split(",")) == channels:
+            fields = [f.strip() for f in fields[0].split(",")]  # "u,v": one string, as --fields takes them
+        if self.given_fields is not None:
+            if "fields" in attrs:
+                raise self._fail(f"--fields {','.join(self.given_fields)}: the file names its channels itself "
+                                 f"({', '.join(fields)}); read them under other names with --field-map FILE=MODEL")
+            fields = list(self.given_fields)
         if len(fields) != channels:
             raise self._fail(
                 f"key '{DATA_KEY}' has C = {channels} channels (shape {list(ds.shape)}) but attribute "

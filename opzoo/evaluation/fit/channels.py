@@ -62,8 +62,7 @@ def plan_channels(model: nn.Module, contract: DataContract, plans, name: str, fo
                                      if contract.other_fields in ("adapt", "pad") else
                                      f"{name} cannot take more channels ({contract.other_fields_source})"))
             changes.update(in_channels=wanted, out_channels=wanted)
-            lines.append(f"channels: {c.in_channels} -> {wanted}: the input and output layers adapted (what matches "
-                         f"copied, new channels initialized)")
+            lines.append(f"channels: {c.in_channels} -> {wanted}: the input and output layers adapted")
         elif wanted < c.in_channels:
             if contract.pad_value is None and contract.other_fields == "adapt" and may_adapt:
                 changes.update(in_channels=wanted, out_channels=wanted)

@@ -13,9 +13,10 @@ from torch import nn
 from ...data import FrameShape, TrajectoryDataset
 from ...errors import ConfigError
 from ...registry.contract import DataContract, Expression
+from ..shape_check import check_resolution
 from .boundary import boundary_plan
 from .channels import plan_channels
-from .contract import contract_of, model_name
+from .contract import contract_of, model_fields, model_name
 from .fields import FieldPlan, apply_plan, field_map_of, fitted_names, per_file_lines, plan_fields
 from .grid import GridChoice, choose_grid, frame_shape
 from .normalization import normalization
@@ -74,11 +75,13 @@ def fit_data(model: nn.Module, sources: list[TrajectoryDataset], resolution=None
     user = targets["periodic"] if "periodic" in targets else getattr(c, "periodic", None) if keep_boundary else None
     boundary, boundary_words = boundary_plan(model, contract, plans, user, name, train, may_adapt)
     targets.update(boundary)
+    channel_map = field_correspondence(model, contract, plans)
     adapted = model
-    if changes or targets or config:
-        adapted = adapt_model(model, seed=seed, config=config, **changes, **targets)
+    if changes or targets or config or channel_map is not None:
+        adapted = adapt_model(model, seed=seed, config=config, channel_map=channel_map, **changes, **targets)
         if adapted is not model:
             adapted.eval() if not model.training else adapted.train()
+            lines += adaptation_lines(model, adapted, plans, channel_map, name)
     names = fitted_names(model, plans, adapted)
     if adapted is not model:  # the adapted model says what it reads (the one given is left as it was)
         modes = {p.mode for _, p in plans}
@@ -86,6 +89,8 @@ def fit_data(model: nn.Module, sources: list[TrajectoryDataset], resolution=None
         adapted.pretrained_cfg = {**adapted.pretrained_cfg, **named,
                                   **({"normalization": norm_record} if norm_record else {})}
     grid = choose_grid(adapted, grid_from or sources, resolution, flag)
+    where = flag if resolution else f"{sources[0].path} ({'the run' if train else 'the model'}'s resolution)"
+    check_resolution(adapted, grid.resolution, where, flag)  # every command refuses a grid the model cannot run alike
     shape = frame_shape(adapted, grid.resolution, channels, contract)
     lines.append(grid.line(sources, training=train, mode=shape.resample, source=contract.resample_source))
     lines.append(boundary_words)
@@ -97,6 +102,55 @@ def fit_data(model: nn.Module, sources: list[TrajectoryDataset], resolution=None
     if norm_record:
         record["normalization"] = norm_record
     return FittedData(adapted, shape, grid, sources, lines, record)
+
+
+def field_correspondence(model: nn.Module, contract: DataContract, plans) -> list[int | None] | None:
+    """For a model that names its fields, adapted to a file's own (``adapt``): the pretrained channel each new one
+    keeps, by field name (None: a field it did not have); None otherwise (channels by position)."""
+    old = model_fields(model, contract)
+    adapting = [p for _, p in plans if p.mode == "adapt"]
+    if old is None or not adapting:
+        return None
+    mapping = [old.index(n) if n in old else None for n in adapting[0].names]
+    return None if mapping == list(range(len(old))) else mapping
+
+
+def adaptation_lines(model: nn.Module, adapted: nn.Module, plans, channel_map, name: str) -> list[str]:
+    """What the adaptation did to the channel-shaped tensors, as the adapted model records it
+    (:func:`opzoo.model_io.adapt.adapt_model`: ``adaptation_by``, ``adaptation_fills``): which weights each of the
+    files' fields is read through (its own, by name; another field's, by position), and how the weights of a new
+    channel start, tensor by tensor."""
+    fills = getattr(adapted, "adaptation_fills", {}) or {}
+    if (adapted.config.in_channels == model.config.in_channels and channel_map is None) or \
+            any(p.mode == "subset" for _, p in plans):  # state slots: the channels' line says which slot is whose
+        return []
+    names = fitted_names(model, plans, adapted) or [f"channel {i}" for i in range(adapted.config.in_channels)]
+    old = model_fields(model) or [f"channel {i}" for i in range(model.config.in_channels)]
+    by_name = getattr(adapted, "adaptation_by", "position") == "name"
+    keeps = getattr(adapted, "adaptation_keeps", True)
+    source = [None if not keeps else channel_map[i] if by_name else (i if i < len(old) else None)
+              for i in range(len(names))]
+    parts = []
+    own = [n for n, j in zip(names, source) if j is not None and old[j] == n]
+    through = [f"{n} through {old[j]}'s" for n, j in zip(names, source) if j is not None and old[j] != n]
+    new = [n for n, j in zip(names, source) if j is None]
+    if own:
+        parts.append(f"{', '.join(own)} keep{'s' if len(own) == 1 else ''} {'its' if len(own) == 1 else 'their'} own "
+                     f"weights ({'by field name' if by_name else 'by position'})")
+    if through:
+        parts.append(f"read by position: {', '.join(through)} weights ({name}'s layout keeps the weights of a channel "
+                     f"by its position, whatever it is named)")
+    zero = sorted(t for t, f in fills.items() if f == "zero")
+    init = sorted(t for t, f in fills.items() if f == "init")
+    if new:
+        starts = ([f"in {', '.join(zero)} their slices start at zero (the pretrained function is unchanged on the "
+                   f"other channels)"] if zero else []) + ([f"in {', '.join(init)} freshly initialized"] if init else [])
+        parts.append(f"{', '.join(new)} {'is' if len(new) == 1 else 'are'} new to {name}: "
+                     + ("; ".join(starts) if starts else f"no tensor of {name} changes shape"))
+    dropped = [n for j, n in enumerate(old) if j not in source and not n.startswith("channel ")]
+    if dropped:
+        parts.append(f"{', '.join(dropped)} of {name}'s pretraining {'is' if len(dropped) == 1 else 'are'} dropped")
+    return [f"channels: {'; '.join(parts)}"] if parts else []
 
 
 def check_dimensions(model: nn.Module, contract: DataContract, sources: list[TrajectoryDataset], name: str) -> None:

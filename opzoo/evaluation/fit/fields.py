@@ -78,7 +78,14 @@ def plan_fields(model: nn.Module, contract: DataContract, src: TrajectoryDataset
                                             f"0-{len(have) - 1} of {name}" if len(have) > 1 else
                                             f"fields: by position: the file's {have[0]} as channel 0 of {name}"])
     renamed = {f: field_map.get(f, f) for f in have}  # file name -> the name the model reads it by
-    by_model = {m: f for f, m in renamed.items()}
+    by_model: dict[str, str] = {}
+    for f, m in renamed.items():
+        if m in by_model:  # --field-map velocity_x=density on a file with its own density
+            mapped, own = (f, by_model[m]) if f in field_map else (by_model[m], f)
+            raise ConfigError(f"{path}: --field-map {mapped}={m} reads {mapped} as {name}'s {m}, but the file has its "
+                              f"own {own}, which would then be read as {m} too: map that one elsewhere as well "
+                              f"({own}=OTHER), or read {mapped} as another of {name}'s fields")
+        by_model[m] = f
     ts, how = recognised_training_set(contract, src, training_set)
     steps, lines, taken, filled, lacking = [], [], set(), [], []
     for m in fields:

@@ -13,15 +13,13 @@ from .contract import contract_of, pad_value_of
 
 
 def model_resolution(model: nn.Module) -> tuple[int, ...] | None:
-    """The resolution a model was pretrained at (``pretrained_cfg['resolution']``), if it says."""
-    res = getattr(model, "pretrained_cfg", {}).get("resolution")
+    """The grid a model is built for (its config's ``img_size``: the grid of its position table), else the one it
+    was pretrained at (``pretrained_cfg['resolution']``), if it says."""
+    img = getattr(model.config, "img_size", None)
+    dims = getattr(model.config, "spatial_dims", 2)
+    res = [img] * dims if isinstance(img, int) else list(img) if isinstance(img, (list, tuple)) else None
     if res is None:
-        img = getattr(model.config, "img_size", None)
-        dims = getattr(model.config, "spatial_dims", 2)
-        if isinstance(img, int):
-            res = [img] * dims
-        elif isinstance(img, (list, tuple)):
-            res = list(img)
+        res = getattr(model, "pretrained_cfg", {}).get("resolution")
     return tuple(int(r) for r in res) if res else None
 
 
@@ -36,15 +34,17 @@ class GridChoice:
     def line(self, sources: list[TrajectoryDataset], training: bool = False, mode: str = "bilinear",
              source: str = "") -> str:
         """What a command says before it reads data (``mode``: how it is resampled, ``source``: whose way that is)."""
-        grids = sorted({tuple(s.spatial) for s in sources})
         text = "x".join(map(str, self.resolution))
+        turned = sorted({"x".join(map(str, s.source.file_spatial)) for s in sources if s.source.transposed})
+        said = (f"; the file's own {', '.join(turned)} grid is read transposed, as the model's upstream read it, and "
+                f"saved predictions and plots are turned back" if turned else "")
         if not self.resampled:
-            return f"grid: {text}, the data's own ({self.why})"
-        files = ", ".join("x".join(map(str, g)) for g in grids)
+            return f"grid: {text}, the data's own ({self.why}){said}"
+        files = ", ".join(sorted({"x".join(map(str, s.source.file_spatial)) for s in sources}))
         how = f"{mode}{', ' + source if source else ''}"
         trains = "training frames are resampled to it; " if training else ""
         return (f"grid: the model runs at {text} ({self.why}); {trains}inputs are resampled to it ({how}) and "
-                f"predictions back: scores are computed at the file's own grid ({files})")
+                f"predictions back: scores are computed at the file's own grid ({files}){said}")
 
 
 def choose_grid(model: nn.Module, sources: list[TrajectoryDataset], resolution=None, flag: str = "--resolution") \

@@ -262,10 +262,26 @@ class Morph(opzoo.Backbone):
         return {"stem": r"^net\.(?:embed|positions)\.", "blocks": r"^net\.blocks\.(\d+)\."}
 
     def grid_for(self, data_grid) -> tuple[tuple[int, ...], str]:
-        """The data's own grid, or on each axis the nearest larger multiple of the patch: MORPH's position table is
-        resampled to any number of patches, so nothing ties its weights to one grid."""
-        p = self.config.patch_size
+        """The data's own grid, or on each axis the nearest larger multiple of the patch, within the patches its
+        position table holds (``max_patches``, MORPH's limit); a grid of more patches is scaled down, its aspect kept,
+        to the largest that fits (the data is resampled to it, and predictions back)."""
+        p, limit = self.config.patch_size, self.config.max_patches
         grid = tuple(n if n == 1 or n % p == 0 else -(-n // p) * p for n in (int(n) for n in data_grid))
+
+        def patches(g) -> int:
+            out = 1
+            for n in g:
+                out *= 1 if n == 1 else n // p
+            return out
+
+        if patches(grid) > limit:
+            scale = (limit / patches(grid)) ** (1 / sum(n > 1 for n in grid))
+            counts = [1 if n == 1 else max(1, int(n // p * scale)) for n in grid]
+            while patches([c * p if n > 1 else 1 for c, n in zip(counts, grid)]) > limit:
+                counts[max(range(len(counts)), key=lambda i: counts[i])] -= 1
+            grid = tuple(c * p if n > 1 else 1 for c, n in zip(counts, grid))
+            return grid, (f"a grid of about the data's aspect within the {limit} patches of {self._name()}'s "
+                          f"position table (MORPH's limit); --resolution sets another")
         if grid == tuple(int(n) for n in data_grid):
             return grid, f"{self._name()} runs at any grid whose axes are 1 or multiples of its patch {p}"
         return grid, f"the nearest grid {self._name()} runs at: every axis longer than 1 a multiple of its patch {p}"
