@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
+import warnings
 from pathlib import Path
 from typing import Sequence
 
-from .errors import OpzooError
+from .errors import OpzooError, OpzooNotice
 
 
 def parse_overrides(pairs: Sequence[str] | None) -> dict:
@@ -71,7 +73,6 @@ def run_command(args: argparse.Namespace, prog: str = "opzoo") -> int:
     Ctrl-C exit 130 with ``args.interrupt_advice(args)`` when the command has one. What opzoo logs at INFO (how a model
     was adapted to the data, ...) is shown on stdout by the main rank."""
     import logging
-    import os
 
     is_main = os.environ.get("RANK", "0") == "0"
     where = getattr(args, "command_path", None) or f"{prog} {args.command}"
@@ -82,6 +83,8 @@ def run_command(args: argparse.Namespace, prog: str = "opzoo") -> int:
     if is_main:
         shown.addHandler(handler)
         shown.setLevel(logging.INFO)
+    said = warnings.showwarning
+    warnings.showwarning = _said_warning  # a user's terminal gets the words, not a source line
     try:
         return int(args.func(args) or 0)
     except OpzooError as e:
@@ -99,8 +102,24 @@ def run_command(args: argparse.Namespace, prog: str = "opzoo") -> int:
         print(f"{where}: error: {line}", file=sys.stderr)
         return 2
     finally:
+        warnings.showwarning = said
         shown.removeHandler(handler)
         shown.setLevel(level)
+
+
+def _said_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning during a command, on stderr as one line: ``note:`` for a license notice, ``warning:`` for others'
+    of opzoo and its plugins, with the category for any other library's."""
+    if os.environ.get("RANK", "0") != "0":
+        return
+    text = " ".join(str(message).split())
+    if issubclass(category, OpzooNotice):
+        head = "note"
+    elif issubclass(category, UserWarning) and "opzoo" in str(filename):
+        head = "warning"
+    else:
+        head = f"warning ({category.__name__}, {os.path.basename(str(filename))}:{lineno})"
+    print(f"{head}: {text}", file=file or sys.stderr)
 
 
 def folded(e: BaseException) -> str:
@@ -173,6 +192,24 @@ def add_fit_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--training-set", metavar="NAME", help=TRAINING_SET_HELP)
 
 
+def add_run_data_options(parser: argparse.ArgumentParser) -> None:
+    """The options of ``opzoo finetune`` that decide what its run does with the files (windows, splits, the model's
+    input window, ``--set``): shared by ``opzoo fit --finetune``, whose block is the run's."""
+    parser.add_argument("--batch-size", type=int, default=8, help="trajectory windows per step")
+    parser.add_argument("--in-timesteps", type=int, help="input window T_in, adapting the model's time aggregation")
+    parser.add_argument("--train-trajectories", type=at_least(1), metavar="N",
+                        help="train on the first N trajectories of each file's training split only (in file order: a "
+                             "smaller N's are the first of a larger N's, as opzoo compare's cells); default: all of "
+                             "them")
+    parser.add_argument("--validation-fraction", type=float, default=0.0, metavar="F",
+                        help="hold out this fraction of each file's trajectories, just before the test split, for "
+                             "validation: never trained on; the run keeps the weights of its best validation step "
+                             "(--select) and may stop early (--early-stopping); default: no validation split")
+    parser.add_argument("--seed", type=int, default=0, help="the run's seed (batches, noise, initialization)")
+    parser.add_argument("--set", nargs="*", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override run config values, e.g. model.args.normalization=stats")
+
+
 def fields_of(args: argparse.Namespace) -> list[str] | None:
     """``--fields a,b``: the channels' names of a plain array."""
     value = getattr(args, "fields", None)
@@ -181,7 +218,6 @@ def fields_of(args: argparse.Namespace) -> list[str] | None:
 
 def say(line: str) -> None:
     """A header line of a command, printed by the main rank of a distributed run only."""
-    import os
 
     if os.environ.get("RANK", "0") == "0":
         print(line, flush=True)

@@ -10,6 +10,11 @@ class OpzooError(Exception):
     """Base class of opzoo's own errors."""
 
 
+class OpzooNotice(UserWarning):
+    """A fact the user should know at the moment it applies (a license that restricts weights being loaded): a
+    warning for the library's caller, a ``note:`` line on the command line."""
+
+
 class UnknownNameError(OpzooError, KeyError):
     """A model, component or converter name that is not registered."""
 

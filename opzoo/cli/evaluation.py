@@ -6,7 +6,16 @@ import argparse
 from pathlib import Path
 from typing import Sequence
 
-from ..console import FIELDS_HELP, LAYOUT_HELP, add_fit_options, at_least, fields_of, output_file, say
+from ..console import (
+    FIELDS_HELP,
+    LAYOUT_HELP,
+    add_fit_options,
+    add_run_data_options,
+    at_least,
+    fields_of,
+    output_file,
+    say,
+)
 from ..errors import OpzooError
 
 
@@ -25,11 +34,12 @@ def _load_model(name: str, pretrained: bool | None, model_args: Sequence[str] | 
     from ..model_io.pretrained import resolve_weights
 
     pretrained, weights = resolve_weights(name, pretrained)
-    say(f"weights: {weights}")
     overrides = parse_overrides(model_args)
+    model = load(name, pretrained=pretrained, **overrides).eval()
+    say(f"weights: {weights}")  # once they have loaded: weights refused are never first announced
     if overrides:
         say("model args: " + ", ".join(f"{k}={v!r}" for k, v in overrides.items()))
-    return load(name, pretrained=pretrained, **overrides).eval()
+    return model
 
 
 EVAL_FILES = ("eval.json", "eval.csv", "eval_per_step.csv", "eval_windows.json", "error-vs-step.png",
@@ -106,10 +116,28 @@ def cmd_fit(args) -> int:
     """``opzoo fit``: how a model reads the files (the fit block), without running the model."""
     from ..evaluation.fit import fit_files_block
 
+    if args.finetune:
+        return fit_finetune(args)
     model = _load_model(args.model, args.pretrained, args.model_args)
     fit_files_block(model, args.data, args.resolution, args.layout, fields_of(args), say=say,
                     field_map=args.field_map, training_set=args.training_set, test_fraction=args.test_fraction,
                     name=args.model, keep_boundary=_sets_boundary(args.model_args))
+    return 0
+
+
+def fit_finetune(args) -> int:
+    """``opzoo fit --finetune``: the lines and the fit block ``opzoo finetune`` prints for the same arguments, from
+    the run's own preparation (:func:`opzoo.training.build.prepare_run_data`), without training or writing."""
+    from ..training.build import prepare_run_data
+    from .training import finetune_run
+
+    run = argparse.Namespace(**vars(args))
+    run.test_fraction = 0.1 if args.test_fraction is None else args.test_fraction
+    run.set = [*args.set, *(f"model.args.{pair}" for pair in args.model_args or [])]
+    run.out, run.steps, run.lr, run.select, run.early_stopping, run.eval_every = "fit-preview", 500, None, None, None, \
+        None
+    cfg, model = finetune_run(run)
+    prepare_run_data(cfg, model, say)
     return 0
 
 
@@ -213,5 +241,10 @@ def add_commands(subparsers) -> None:
                                                        "file (default 0.1 held out)")
     add_fit_options(p)
     p.add_argument("--model-args", nargs="*", metavar="KEY=VALUE", help=MODEL_ARGS_HELP)
+    p.add_argument("--finetune", action="store_true",
+                   help="the fit `opzoo finetune` makes with these arguments (it may adapt the model's channels to "
+                        "the file's fields, and takes statistics from the training split): the lines and block it "
+                        "prints, without training; the options below are finetune's")
+    add_run_data_options(p)
     p.set_defaults(func=cmd_fit)
 

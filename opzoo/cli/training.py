@@ -6,7 +6,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..console import FIELDS_HELP, LAYOUT_HELP, add_fit_options, at_least, fields_of, parse_overrides, say
+from ..console import (
+    FIELDS_HELP,
+    LAYOUT_HELP,
+    add_fit_options,
+    add_run_data_options,
+    at_least,
+    fields_of,
+    parse_overrides,
+    say,
+)
 
 
 def _is_main() -> bool:
@@ -112,12 +121,29 @@ def thread_advice() -> str | None:
 def cmd_finetune(args) -> int:
     from ..training.trainer import Trainer
 
-    trainer = Trainer(finetune_run_config(args, say))
+    cfg, model = finetune_run(args)
+    trainer = Trainer(cfg, model)
     trainer.command = args.command_line
     result = trainer.fit(new=args.new)
     _report(result, finetune=True, from_scratch=not trainer.cfg.model.pretrained and not
             trainer.cfg.model.reference.saved)
     return 0
+
+
+def finetune_run(args):
+    """``(run config, model)`` of ``opzoo finetune``'s arguments, its header lines (the weights, the lr, the data's
+    axis order) said once the model has loaded: weights refused are never first announced as the run's."""
+    from ..training.build import build_run_model
+
+    told: list[str] = []
+    cfg = finetune_run_config(args, told.append)
+    import torch
+
+    torch.manual_seed(cfg.seed)  # as the trainer seeds before it builds a model: one initialization for a seed
+    model = build_run_model(cfg.model)
+    for line in told:
+        say(line)
+    return cfg, model
 
 
 def finetune_run_config(args, tell=lambda line: None):
@@ -171,21 +197,12 @@ def add_commands(subparsers) -> None:
                                                                ".npy/.npz/.pt arrays with --layout array:<axes>")
     p.add_argument("--out", required=True, help="run directory")
     p.add_argument("--steps", type=int, default=500, help="optimizer steps")
-    p.add_argument("--batch-size", type=int, default=8, help="trajectory windows per step")
     p.add_argument("--lr", type=float, help="max learning rate of the one-cycle schedule (default: the model's "
                                             "recommended finetune_lr in its pretrained_cfg; 1e-3 from random init)")
     p.add_argument("--resolution", type=int, nargs="+",
                    help="train at this resolution, adapting the model's positional embedding (default: the model's)")
-    p.add_argument("--in-timesteps", type=int, help="input window T_in, adapting the model's time aggregation")
     p.add_argument("--test-fraction", type=float, default=0.1, help="the last fraction of each file's trajectories "
                                                                    "held out for testing")
-    p.add_argument("--train-trajectories", type=at_least(1), metavar="N",
-                   help="train on the first N trajectories of each file's training split only (in file order: a "
-                        "smaller N's are the first of a larger N's, as opzoo compare's cells); default: all of them")
-    p.add_argument("--validation-fraction", type=float, default=0.0, metavar="F",
-                   help="hold out this fraction of each file's trajectories, just before the test split, for "
-                        "validation: never trained on; the run keeps the weights of its best validation step "
-                        "(--select) and may stop early (--early-stopping); default: no validation split")
     p.add_argument("--select", choices=("last", "validation"),
                    help="which weights to keep: the last step's, or those with the lowest validation error (default: "
                         "validation with --validation-fraction, else last)")
@@ -194,14 +211,13 @@ def add_commands(subparsers) -> None:
     p.add_argument("--eval-every", type=at_least(1), metavar="STEPS",
                    help="steps between evaluations (of the validation split, or of the test split without one); "
                         "default: a fifth of --steps")
-    p.add_argument("--seed", type=int, default=0, help="the run's seed (batches, noise, initialization)")
     p.add_argument("--layout", help=LAYOUT_HELP)
     p.add_argument("--fields", help=FIELDS_HELP)
     add_fit_options(p)
+    add_run_data_options(p)
     p.add_argument("--pretrained", action=argparse.BooleanOptionalAction, default=None,
                    help="start from the preset's published weights; --no-pretrained: random init "
                         "(default: published weights when the preset has some)")
-    p.add_argument("--set", nargs="*", default=[], metavar="SECTION.KEY=VALUE")
     p.add_argument("--new", action="store_true", help=NEW_HELP)
     p.set_defaults(func=cmd_finetune, interrupt_advice=_resume_advice)
 

@@ -266,6 +266,12 @@ class Backbone(nn.Module, metaclass=abc.ABCMeta):
         can take, and says why."""
         return None, ""
 
+    def check_window(self, x: Tensor) -> None:
+        """Refuse, with a :class:`opzoo.ConfigError` that says what to do, input windows ``x [B, *S, T_in, C]`` that
+        this model's forward would refuse for their values (MORPH's RevIN: a field uniform over the window); the
+        default takes any. The fit calls it on each file's first windows, so that ``opzoo fit`` refuses, in the same
+        words, what ``eval`` or ``finetune`` would refuse once running."""
+
     @property
     def in_timesteps(self) -> int:
         return self.config.in_timesteps

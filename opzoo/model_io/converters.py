@@ -30,11 +30,14 @@ class ConvertedCheckpoint:
     card: str | None = None  # a model card template (opzoo.model_io.model_card) for the repo; default: the preset's
 
 
-def safe_torch_load(path: str | os.PathLike, allow: Iterable[type] = ()) -> Any:
+def safe_torch_load(path: str | os.PathLike, allow: Iterable[type] = (), placeholders: bool = False) -> Any:
     """``torch.load(weights_only=True)`` with only the classes in ``allow`` added to the allow-list.
 
     Never falls back to full unpickling: a file that needs anything else is refused with a
-    CheckpointError, and none of its code runs. A zip checkpoint's records are checked first (each one's CRC-32,
+    CheckpointError, and none of its code runs. ``placeholders``: an object of any other class (a ruamel
+    ``ScalarFloat`` in an optimizer's state) is read as an :class:`Placeholder` holding its data, its class never
+    imported; a name the file would call (how a pickle runs code) is still refused. A caller that asks for them reads
+    what it needs (tensors) and checks it. A zip checkpoint's records are checked first (each one's CRC-32,
     reading the file once), and the tensors are read whole, not memory-mapped: torch's reader then checks that each
     record holds as many bytes as its tensor needs (a memory-mapped load reads a short record's missing bytes from
     whatever follows it in the file).
@@ -68,13 +71,53 @@ def safe_torch_load(path: str | os.PathLike, allow: Iterable[type] = ()) -> Any:
         if bad is not None:
             raise CheckpointError(f"{path}: the record {bad} does not match its checksum (CRC-32): the file is damaged; "
                                   f"download or copy it again")
+    stand_ins = placeholder_classes(path) if placeholders and zipped else []
     try:
-        with torch.serialization.safe_globals(list(allow)):
+        with torch.serialization.safe_globals([*allow, *stand_ins]):
             return torch.load(path, map_location="cpu", weights_only=True, mmap=False)
     except (KeyboardInterrupt, MemoryError):
         raise
     except Exception as e:  # noqa: BLE001 - whatever torch's reader raises on a hostile or damaged file: one line
         raise CheckpointError(refusal(path, e)) from None
+
+
+class Placeholder:
+    """An object a checkpoint holds, of a class opzoo never imports: what the file gave to build it (``args``, and
+    ``state``), kept as data. The class is a stand-in named as the file names it (``placeholder_classes``); building
+    one by calling it, which is how a pickle runs code, is refused."""
+
+    def __new__(cls, *args: Any) -> "Placeholder":  # a pickle's NEWOBJ: cls.__new__(cls, *args), no call
+        obj = object.__new__(cls)
+        obj.args, obj.state = args, None
+        return obj
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # only a call of the class (a pickle's REDUCE) runs this
+        raise PlaceholderCalled(f"the file calls {type(self).__module__}.{type(self).__qualname__}")
+
+    def __setstate__(self, state: Any) -> None:
+        self.state = state
+
+    def __repr__(self) -> str:
+        return f"<placeholder for {type(self).__module__}.{type(self).__qualname__}{self.args!r}>"
+
+
+class PlaceholderCalled(pickle.UnpicklingError):
+    """A checkpoint calls a name opzoo does not know (a pickle running code): refused."""
+
+
+def placeholder_classes(path: Path) -> list:
+    """A :class:`Placeholder` subclass for each class a zip checkpoint names outside torch's weights-only allow-list,
+    as ``(class, "module.name")``; found by reading the pickle's opcodes (nothing is executed). Empty on a torch
+    without ``get_unsafe_globals_in_checkpoint`` (the file is then refused as before)."""
+    unsafe = getattr(torch.serialization, "get_unsafe_globals_in_checkpoint", None)
+    if unsafe is None:
+        return []
+    out = []
+    for full in unsafe(str(path)):
+        module, _, name = full.rpartition(".")
+        stand_in = type(name, (Placeholder,), {"__module__": module, "__qualname__": name})
+        out.append((stand_in, full))
+    return out
 
 
 def refusal(path: Path, e: BaseException) -> str:
@@ -85,6 +128,10 @@ def refusal(path: Path, e: BaseException) -> str:
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(e))
     found = re.search(r"GLOBAL ([\w.]+)", text) or re.search(r"Unsupported (?:global|operand)[^:]*: ([^\s.]+(?:\.\w+)*)",
                                                               text)
+    called = re.search(r"the file calls ([\w.]+)", text)
+    if called:
+        return (f"{path}: calls {called.group(1)} while it is read (how a pickle runs code): refused, and nothing of "
+                f"it ran; opzoo reads tensors, numbers, strings and containers, never code")
     if isinstance(e, pickle.UnpicklingError) or "Weights only load failed" in text:
         what = f" ({found.group(1)})" if found else ""
         return (f"{path}: holds Python objects{what} that a weights-only load refuses: opzoo reads tensors, numbers, "
@@ -99,4 +146,4 @@ def refusal(path: Path, e: BaseException) -> str:
     return f"{path}: not a readable PyTorch checkpoint ({first[:200]}); download or copy it again"
 
 
-__all__ = ["ConvertedCheckpoint", "safe_torch_load"]
+__all__ = ["ConvertedCheckpoint", "safe_torch_load", "Placeholder"]

@@ -56,9 +56,10 @@ def model_index(results: Sequence["Result"]) -> list[EvalResult]:
 
 
 def render_card(model: "nn.Module", architecture: str, template: str | None = None,
-                results: Sequence["Result"] = ()) -> str:
+                results: Sequence["Result"] = (), model_name: str | None = None) -> str:
     """The README.md text for ``model``: ``template`` (its preset's card; default: a generic card) with
-    values filled in, and ``results`` as the ``model-index`` front matter."""
+    values filled in, and ``results`` as the ``model-index`` front matter, under ``model_name`` (default its preset's:
+    a fine-tune names itself, not its base)."""
     name = getattr(model, "preset_name", None) or architecture
     text = Template(template or DEFAULT_CARD).safe_substitute(
         name=name,
@@ -72,6 +73,6 @@ def render_card(model: "nn.Module", architecture: str, template: str | None = No
     if "opzoo" not in tags:
         card.data.tags = ["opzoo", *tags]
     if results:
-        card.data.model_name = name
+        card.data.model_name = model_name or name
         card.data.eval_results = model_index(results)
     return str(card)

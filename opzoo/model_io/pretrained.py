@@ -13,7 +13,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from ..config import CONFIG_NAME, read_config
-from ..errors import CheckpointError, ConfigError, HubError, OpzooError
+from ..errors import CheckpointError, ConfigError, HubError, OpzooError, OpzooNotice
 from ..registry.provenance import PretrainedArtifacts, refuse_failed, run_checks, snapshot_revision
 from ..registry.registry import Preset, PretrainedSource, get_registry
 from .builder import build_model
@@ -181,7 +181,7 @@ def with_commit(description: str, model: "nn.Module") -> str:
     return f"{description}, commit {commit}" if commit and f"commit {commit}" not in description else description
 
 
-class LicenseNotice(UserWarning):
+class LicenseNotice(OpzooNotice):
     """Said once per process for each license that restricts the use of weights being loaded (non-commercial)."""
 
 

@@ -21,32 +21,34 @@ if TYPE_CHECKING:
 
 
 def save_pretrained(model: "nn.Module", save_directory: str | os.PathLike, card: str | None = None,
-                    results: Sequence[Result] = ()) -> Path:
+                    results: Sequence[Result] = (), model_name: str | None = None) -> Path:
     """Write config.json, model.safetensors and README.md (model card template ``card``, default the
-    preset's card, filled in; ``results``, numbers measured on these weights, as its ``model-index``) into
-    ``save_directory``; a failure leaves any earlier repo there as it was."""
-    return write_model_repo(model, save_directory, card, results)
+    preset's card, filled in; ``results``, numbers measured on these weights, as its ``model-index`` under
+    ``model_name``, default its preset's) into ``save_directory``; a failure leaves any earlier repo there as it
+    was."""
+    return write_model_repo(model, save_directory, card, results, model_name)
 
 
-def model_card(model: "nn.Module", card: str | None = None, results: Sequence[Result] = ()) -> str:
+def model_card(model: "nn.Module", card: str | None = None, results: Sequence[Result] = (),
+               model_name: str | None = None) -> str:
     """The README.md :func:`save_pretrained` writes for ``model``: card template ``card`` (default: its preset's
-    card, if any), filled in, with ``results`` as the ``model-index``."""
+    card, if any), filled in, with ``results`` as the ``model-index`` (under ``model_name``)."""
     registry = get_registry()
     architecture = registry.backbone_name(type(model))
     name = getattr(model, "preset_name", None)
     if card is None and name and registry.has_preset(name):
         card = registry.preset(name).card_template()
-    return render_card(model, architecture, card, results)
+    return render_card(model, architecture, card, results, model_name)
 
 
 def write_model_repo(model: "nn.Module", save_directory: str | os.PathLike, card: str | None = None,
-                      results: Sequence[Result] = ()) -> Path:
+                      results: Sequence[Result] = (), model_name: str | None = None) -> Path:
     """:func:`save_pretrained` with card template ``card`` (default: the model's preset's card, if any)."""
     architecture = get_registry().backbone_name(type(model))
     validate_pretrained_cfg(model.pretrained_cfg or {}, f"{type(model).__name__}.pretrained_cfg",
                             schema_of(type(model)))
     document = config_document(architecture, model.config, model.pretrained_cfg)
-    return write_repo(model, save_directory, document, model_card(model, card, results))
+    return write_repo(model, save_directory, document, model_card(model, card, results, model_name))
 
 
 def push_to_hub(

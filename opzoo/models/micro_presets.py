@@ -23,14 +23,16 @@ MICRO_CHANNELS = 2
 def micro_contract(contract: DataContract, *, grid: str, normalization: Normalization | None = None,
                    **changes: Any) -> DataContract:
     """``contract`` (the family's) for its micro preset: fields by position in the suite's own values, fewer
-    channels padded with 1.0 as in its pretraining, no upstream training sets or absent-field rule, its own grid;
+    channels padded with 1.0 as in its pretraining (a family that runs at any channel count pads none), no upstream training sets, absent-field rule or note on how upstream's
+    data held padded channels (``rollout_note=`` keeps what the network itself does to them), its own grid;
     ``normalization`` where the micro preset normalizes otherwise than the published weights."""
     return dataclasses.replace(
         contract, name=f"{contract.name}-micro", fields=None, training_sets=(), absent=None, absent_source="",
         units="the micro suite's own values (opzoo's generated PDEs: docs/micro.md)",
-        pad_value=1.0, pad_source="as its pretraining on the micro suite padded 1-field datasets (configs/micro/)",
+        **({"pad_value": 1.0, "pad_source": "as its pretraining on the micro suite padded 1-field datasets "
+                                             "(configs/micro/)"} if contract.other_fields != "any" else {}),
         other_fields="pad" if contract.other_fields == "subset" else contract.other_fields, subset_config=None,
-        normalization=normalization or contract.normalization, grid=grid, **changes)
+        normalization=normalization or contract.normalization, grid=grid, **{"rollout_note": "", **changes})
 
 
 def suite_statistics(config: tuple[str, str], by_config: dict[str, str] | None = None,

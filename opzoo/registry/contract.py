@@ -172,6 +172,11 @@ class DataContract:
     # other_fields="subset": the model config's fields that name each channel's field and the fields it has (its
     # vocabulary of slots, which fine-tuning on a new field extends), e.g. ("fields", "state_names")
     subset_config: Optional[tuple[str, str]] = None
+    # other_fields="subset": slots of the vocabulary its pretraining never used, in order; a new field takes the first
+    # free one (the slot renamed, its weights kept) before the vocabulary grows, as its upstream numbers a new
+    # dataset's fields after the used ones (MPP's unused.10, unused.11)
+    unused_slots: tuple[str, ...] = ()
+    unused_slots_source: str = ""
 
     def __post_init__(self) -> None:
         if (self.other_fields == "subset") != (self.subset_config is not None):
@@ -253,13 +258,21 @@ def parse_field_map(text: "str | Mapping[str, str] | None", where: str = "--fiel
         text = str(text)
         if len(text) > 64 * MAX_FIELD_MAP:
             raise ValueError(f"{where}: {len(text)} characters, more than a map of {MAX_FIELD_MAP} pairs takes")
-        parts = [p for p in re.split(r"[,\s]+", text.strip()) if p]
+        text = re.sub(r"\s*=\s*", "=", text.strip())  # "u = velocity_x" is one pair
+        if re.search(r"(^|,)\s*(,|$)", text):
+            raise ValueError(f"{where}: {text!r} has an empty pair (a comma with no FILE_FIELD=MODEL_FIELD on one "
+                             f"side): give pairs separated by single commas, e.g. u=velocity_x,v=velocity_y")
+        parts = [p for p in re.split(r"[,\s]+", text) if p]
         if len(parts) > MAX_FIELD_MAP:
             raise ValueError(f"{where}: {len(parts)} pairs, more than {MAX_FIELD_MAP}")
         pairs = [(*p.split("=", 1), p) if "=" in p else (p, None, p) for p in parts]
     out: dict[str, str] = {}
     targets: set[str] = set()
     for file_name, model_name, given in pairs:
+        if model_name == PAD:
+            raise ValueError(f"{where}: {given}: a file's field is not read as padding; a model with a padded channel "
+                             f"reads channels by position (the file's fields fill its channels in order): leave "
+                             f"{where} out")
         if not file_name or not model_name or not re.fullmatch(_NAME, str(file_name)) \
                 or not re.fullmatch(_NAME, str(model_name)):
             raise ValueError(f"{where}: {given!s} is not FILE_FIELD=MODEL_FIELD (e.g. u=velocity_x,v=velocity_y)")

@@ -193,11 +193,20 @@ def file_args_agree(family: str, read_args: Callable[[PretrainedArtifacts], dict
             other = _preset_of(artifacts.preset, args)
             advice = (f"it is {other}'s network: load it as {other} (opzoo.load({other!r}, checkpoint_path=FILE))"
                       if other else "load it with opzoo.load(..., " + ", ".join(
-                          f"{k}={_plain(a)!r}" for k, (a, _) in mismatched.items()) + ")")
+                          f"{k}={_plain(a)!r}" for k, (a, _) in mismatched.items()) + ") or, on the command line, "
+                      "--model-args " + " ".join(_cli_pair(k, a) for k, (a, _) in mismatched.items()))
             raise CheckFailed(f"the file holds another {family} network ({detail}); {advice} if that is what you want")
         return "the file builds this network (" + ", ".join(f"{k}={_plain(args[k])}" for k in shown if k in args) + ")"
 
     return PretrainedCheck(name, run)
+
+
+def _cli_pair(key: str, value: Any) -> str:
+    """``key=value`` as ``--model-args`` reads it back (a string bare, anything else JSON), quoted for a shell."""
+    import json
+    import shlex
+
+    return shlex.quote(f"{key}={value if isinstance(value, str) else json.dumps(_plain(value), separators=(',', ':'))}")
 
 
 def _plain(value: Any) -> Any:

@@ -7,7 +7,7 @@ mixture read the same open files.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from torch import nn
 
@@ -159,8 +159,11 @@ def build_data(cfg: RunConfig, model: nn.Module, opened: list[OpenDataset] | Non
                               f"train a model with in_channels >= {src.channels}")
     for d, tr, _ in splits:
         if tr.n_steps < mc.in_timesteps + mc.out_timesteps:
-            raise ConfigError(f"{tr.path}: trajectories have {tr.n_steps} frames, fewer than "
-                              f"T_in + T_out = {mc.in_timesteps + mc.out_timesteps}")
+            raise ConfigError(f"{tr.path}: trajectories have {tr.n_steps} frames, fewer than T_in + T_out = "
+                              f"{mc.in_timesteps} + {mc.out_timesteps} = {mc.in_timesteps + mc.out_timesteps}: "
+                              + (f"take a shorter input window (opzoo finetune --in-timesteps "
+                                 f"{tr.n_steps - mc.out_timesteps}, or model.in_timesteps), or " if
+                                 tr.n_steps > mc.out_timesteps else "give ") + "longer trajectories")
     test_frames = [check_frames(te, mc.in_timesteps, mc.out_timesteps, cfg.data.horizon, "data.horizon")
                    for _, _, te in splits]
     validation = [(o.spec.name, o.validation) for o in opened if o.validation is not None]
@@ -175,6 +178,30 @@ def build_data(cfg: RunConfig, model: nn.Module, opened: list[OpenDataset] | Non
     return RunData(shape, mixture, [(d.name, te) for d, _, te in splits], test_frames,
                    grid.line([src for _, tr, te in splits for src in (tr, te)], training=True, mode=shape.resample),
                    fitted.lines, fitted.record.get("fields"), validation)
+
+
+def prepare_run_data(cfg: RunConfig, model: nn.Module, say: Callable[[str], None]):
+    """What a run does with its files before its first step, said through ``say``: the test splits lose what the
+    base model trained on, the one fit (:func:`fit_run_data`: its block), the mixture (:func:`build_data`) and the
+    check of the test and validation sets. Returns ``(fitted, data)``; ``fitted.model`` is the model the run trains.
+    ``opzoo finetune`` and ``opzoo fit --finetune`` both run it: the preview is the run's own fit."""
+    from ..evaluation.bad_data import check_test_sets
+    from ..evaluation.fit import say_block
+    from ..evaluation.splits import drop_seen_from_tests
+
+    opened = open_datasets(cfg)
+    for line in drop_seen_from_tests(model, opened):  # what the base trained on is not held out here either
+        say(line)
+    fitted = fit_run_data(model, cfg, opened)  # fields, channels, grid, boundary, normalization
+    say_block(fitted, say)
+    data = build_data(cfg, fitted.model, opened, fitted)
+    check_test_sets(data.test, data.test_frames, cfg.data.max_test_trajectories)
+    if data.validation:
+        mc = fitted.model.config
+        check_test_sets(data.validation, [check_frames(va, mc.in_timesteps, mc.out_timesteps, cfg.data.horizon,
+                                                       "data.horizon") for _, va in data.validation],
+                        cfg.data.max_test_trajectories, what="validation")
+    return fitted, data
 
 
 def adaptation_targets(model: nn.Module, cfg: RunConfig) -> dict[str, Any]:

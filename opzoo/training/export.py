@@ -54,7 +54,16 @@ def export_model(model: nn.Module, ema: EMA | None, cfg: RunConfig, data: RunDat
                                 **({"base_model": cfg.model.reference.lineage_id} if started else {})}
         if not started:
             model.pretrained_cfg.pop("base_model", None)
-        return Path(save_pretrained(model, out, card=card, results=results))
+        return Path(save_pretrained(model, out, card=card, results=results, model_name=index_name(cfg, started)))
+
+
+def index_name(cfg: RunConfig, started: bool) -> str:
+    """The name a card's ``model-index`` files this run's results under: what it started from, how, and on which
+    files (``dpot-micro fine-tuned on ns.h5``); a saved run's model is named by its run folder."""
+    given = Path(cfg.model.reference.given)
+    base = given.parent.name if cfg.model.reference.saved and given.name == "model" else given.name
+    how = "fine-tuned" if started else "trained from scratch"
+    return f"{base} {how} on " + ", ".join(Path(d.path).name for d in cfg.data.datasets)
 
 
 def unsharded_copy(wrapped: nn.Module, model: nn.Module, env: DistEnv) -> nn.Module | None:

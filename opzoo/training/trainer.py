@@ -24,14 +24,11 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from ..errors import ConfigError
-from ..evaluation.bad_data import check_test_sets
 from ..evaluation.l2 import relative_l2_loss
 from ..evaluation.rollouts import DatasetResult
-from ..evaluation.shape_check import check_frames
-from ..evaluation.splits import drop_seen_from_tests
 from . import run_dir as rundir
 from .batches import RunBatches
-from .build import RunData, build_data, build_run_model, fit_run_data, open_datasets
+from .build import build_run_model, prepare_run_data
 from .config import RunConfig
 from .distributed import all_reduce_mean, barrier, shutdown, start_process, unwrap, wrap_model
 from .ema import EMA, ema_weights
@@ -79,24 +76,9 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.model = model if model is not None else build_run_model(cfg.model)
         self.base_weights = base_weights(cfg, self.model)  # as loaded: a resume records the weights it started from
-        opened = open_datasets(cfg)
-        for line in drop_seen_from_tests(self.model, opened):  # what the base trained on is not held out here either
-            if self.env.is_main:
-                logging.getLogger("opzoo").info(line)
-        fitted = fit_run_data(self.model, cfg, opened)  # fields, channels, grid, boundary, normalization
+        log = logging.getLogger("opzoo")
+        fitted, self.data = prepare_run_data(cfg, self.model, log.info if self.env.is_main else lambda line: None)
         self.model = fitted.model
-        self.data: RunData = build_data(cfg, self.model, opened, fitted)
-        if self.env.is_main:
-            log = logging.getLogger("opzoo")
-            log.info("fit of %s to the run's files (docs/data-contract.md):", cfg.model.name)
-            for line in fitted.lines:
-                log.info("  %s", line)
-        check_test_sets(self.data.test, self.data.test_frames, cfg.data.max_test_trajectories)
-        if self.data.validation:
-            mc = self.model.config
-            check_test_sets(self.data.validation, [check_frames(va, mc.in_timesteps, mc.out_timesteps, cfg.data.horizon,
-                                                                "data.horizon") for _, va in self.data.validation],
-                            cfg.data.max_test_trajectories, what="validation")
         self.hooks = build_hooks(cfg.optimizer.hooks)
         for hook in self.hooks:
             hook.on_model_built(self.model)

@@ -71,6 +71,7 @@ class _Config:
     width: int = 8
     depth: int = 2
     sizes: tuple = (1, 2)
+    kind: str = "Euler"
 
 
 def test_the_file_args_check_names_each_difference_and_how_to_load_the_file(monkeypatch):
@@ -86,9 +87,11 @@ def test_the_file_args_check_names_each_difference_and_how_to_load_the_file(monk
     with pytest.raises(opzoo.CheckFailed, match=r"another Lab network \(width: file 16, model 8\); it is lab-b's "
                                                 r"network: load it as lab-b \(opzoo.load\('lab-b', checkpoint_path"):
         bigger.run(artifacts)
-    unknown = kit.file_args_agree("Lab", lambda a: {"width": 12, "depth": 3})
-    with pytest.raises(opzoo.CheckFailed, match=r"load it with opzoo.load\(\.\.\., width=12, depth=3\)"):
-        unknown.run(artifacts)
+    unknown = kit.file_args_agree("Lab", lambda a: {"width": 12, "depth": 3, "kind": "RK4", "sizes": [1, 3]})
+    with pytest.raises(opzoo.CheckFailed, match=r"load it with opzoo.load\(\.\.\., width=12, depth=3, kind='RK4', "
+                                                r"sizes=\[1, 3\]\) or, on the command line, --model-args width=12 "
+                                                r"depth=3 kind=RK4 'sizes=\[1,3\]'"):
+        unknown.run(artifacts)  # the command line's form too (issue 74: GPhyT's integrator named only Python's)
 
     def unreadable(a):
         raise opzoo.CheckpointError("f.pth: tensor 'w' is missing:\n not a Lab network")

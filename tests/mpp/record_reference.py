@@ -1,15 +1,18 @@
 """Records MPP's own AViT (PolymathicAI/multiple_physics_pretraining) for opzoo's parity tests (tests/mpp/test_parity.py).
 
 MPP is not on the package index, so this runs upstream's ``models/`` from a checkout, in a process of its own and
-without importing opzoo (it needs torch, einops, timm >= 0.9 for ``timm.layers.DropPath``, and PyYAML):
+without importing opzoo (it needs torch, einops, timm >= 0.9 for ``timm.layers.DropPath``, PyYAML, and upstream's own
+``dadaptation==3.1`` and ``ruamel.yaml==0.17.32`` (its requirements.txt) for the checkpoint):
 
     git clone https://github.com/PolymathicAI/multiple_physics_pretraining MPP && git -C MPP checkout e751fc2
     OPZOO_MPP_REPO=MPP OMP_NUM_THREADS=1 python tests/mpp/record_reference.py [OUT_DIR]
 
 It writes, into tests/mpp/data/ (or OUT_DIR):
 
-- ``mpp-small.tar``: a small AViT (built by upstream's ``build_avit``) with perturbed weights, saved as
-  ``train_basic.py`` saves (``iters``, ``epoch``, ``model_state`` with DDP's ``module.`` prefix, an optimizer state);
+- ``mpp-small.tar``: a small AViT (built by upstream's ``build_avit``) with weights set from the seed alone, written by
+  ``train_basic.py``'s own ``save_checkpoint`` (``iters``, ``epoch``, ``model_state`` with DDP's ``module.`` prefix,
+  the state of upstream's optimizer: DAdaptAdan over ``add_weight_decay``'s groups, its weight decay a ruamel
+  ``ScalarFloat`` as upstream's ``YParams`` reads the config);
 - ``reference.safetensors``: per case (history, grid, slots, boundary) the input ``[T, B, C, H, W]`` (float64) and
   upstream's prediction in float64 and float32, and a 3-step rollout (each prediction appended to the history, the
   oldest frame dropped);
@@ -24,6 +27,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -49,29 +53,78 @@ def params_of(config: dict, **overrides) -> SimpleNamespace:
 
 
 def perturbed(build_avit, config: dict, seed: int) -> torch.nn.Module:
-    """The small network with every parameter moved off its initial value (layer scales not 1e-6, norms not 1)."""
+    """The small network with every parameter set from ``seed`` alone, off its initial value (layer scales not 1e-6,
+    norms not 1): uniform numbers scaled and shifted exactly, so that every CPU records the same weights (an
+    initializer's or a normal sampler's float32 arithmetic may round otherwise on another CPU)."""
     torch.manual_seed(seed)
     net = build_avit(params_of(config, **SMALL))
     g = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
-        for p in net.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * 0.2)
+        for name, p in net.named_parameters():
+            u = torch.rand(p.shape, generator=g, dtype=torch.float64) - 0.5  # exact: a multiple of 2^-53
+            base = 1.0 if p.dim() == 1 and name.endswith("weight") else 0.0  # norms about 1
+            p.copy_(base + u * 0.5)
     return net
 
 
-def checkpoint(net: torch.nn.Module) -> dict:
-    """As train_basic.py L165 saves it under DDP (the 'module.' prefix: DataParallel's, the same on a CPU), after one
-    real optimizer step so that the optimizer state is one (AdamW: upstream's DAdaptAdan is not installed here)."""
-    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3)
+def upstream_functions(repo: Path, *names: str) -> dict:
+    """``names`` as train_basic.py defines them (functions and methods at module or class level), read from the
+    checkout and defined here: the file imports wandb and its data pipeline, which a checkpoint does not need."""
+    import ast
+
+    tree = ast.parse((repo / "train_basic.py").read_text())
+    found = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name in names:
+            found[node.name] = ast.get_source_segment((repo / "train_basic.py").read_text(), node)
+    missing = set(names) - set(found)
+    if missing:
+        raise SystemExit(f"train_basic.py defines no {', '.join(sorted(missing))}")
+    scope = {"torch": torch}
+    for source in found.values():
+        exec(compile(textwrap.dedent(source), str(repo / "train_basic.py"), "exec"), scope)  # noqa: S102 - upstream's
+    return {n: scope[n] for n in names}
+
+
+def checkpoint(net: torch.nn.Module, repo: Path, path: Path) -> None:
+    """``path`` written by upstream's own ``Trainer.save_checkpoint`` (train_basic.py L160-166) under DDP's ``module.``
+    prefix (DataParallel's, the same on a CPU), holding the state of upstream's optimizer for the ti config
+    (``optimizer: adan``, ``learning_rate: -1``: ``DAdaptAdan(add_weight_decay(model, weight_decay), lr=1.,
+    growth_rate=1.05, log_every=100)``, L121-130), the config read by upstream's ``YParams`` (ruamel). The optimizer
+    steps once on a copy of the network, so that its state is a real one and the weights saved are ``net``'s (a
+    step's result differs between CPUs)."""
+    import copy
+    from types import SimpleNamespace
+
+    from dadaptation import DAdaptAdan
+    from utils.YParams import YParams
+
+    params = YParams(str(repo / "config" / "mpp_avit_ti_config.yaml"), "basic_config")
+    assert params.optimizer == "adan" and params.learning_rate < 0, "the ti config no longer selects DAdaptAdan"
+    up = upstream_functions(repo, "add_weight_decay", "save_checkpoint")
+    stepped = torch.nn.DataParallel(copy.deepcopy(net))
+    optimizer = DAdaptAdan(up["add_weight_decay"](stepped, params.weight_decay), lr=1., growth_rate=1.05,
+                           log_every=100)
     t, b, h, w, slots, periodic = CASES["cns-32x32"]
     x = torch.randn(t, b, len(slots), h, w, generator=torch.Generator().manual_seed(99))
-    net.train()
-    net(x, [slots], torch.zeros(b, 2, dtype=torch.long)).square().mean().backward()
+    stepped.train()
+    stepped(x, [slots], torch.zeros(b, 2, dtype=torch.long)).square().mean().backward()
     optimizer.step()
     optimizer.zero_grad()
-    wrapped = torch.nn.DataParallel(net)
-    return {"iters": 2000, "epoch": 1, "model_state": wrapped.state_dict(),
-            "optimizer_state_dict": optimizer.state_dict()}
+    trainer = SimpleNamespace(model=torch.nn.DataParallel(net), optimizer=optimizer, epoch=1, params=params)
+    up["save_checkpoint"](trainer, str(path))
+
+
+def dadaptation_version() -> str:
+    from importlib.metadata import version
+
+    return version("dadaptation")
+
+
+def ruamel_version() -> str:
+    from importlib.metadata import version
+
+    return version("ruamel.yaml")
 
 
 def commit(repo: Path) -> str:
@@ -103,7 +156,7 @@ def main() -> None:
                       **{k: config[k] for k in ("embed_dim", "num_heads", "processor_blocks", "n_states",
                                                 "patch_size", "n_steps", "bias_type", "block_type", "drop_path")}}
     net = perturbed(build_avit, configs["b"], seed=0)
-    torch.save(checkpoint(net), out / "mpp-small.tar")
+    checkpoint(net, repo, out / "mpp-small.tar")
     net.eval()
     tensors = {}
     for j, (case, (t, b, h, w, slots, periodic)) in enumerate(CASES.items()):
@@ -124,7 +177,8 @@ def main() -> None:
         net.float()
     save_file(tensors, str(out / "reference.safetensors"))
     meta = {"repo": "PolymathicAI/multiple_physics_pretraining", "commit": commit(repo), "torch": torch.__version__,
-            "einops": einops.__version__, "timm": timm.__version__, "small": SMALL, "rollout": ROLLOUT,
+            "einops": einops.__version__, "timm": timm.__version__, "dadaptation": dadaptation_version(),
+            "ruamel.yaml": ruamel_version(), "small": SMALL, "rollout": ROLLOUT,
             "cases": {k: {"T": v[0], "B": v[1], "H": v[2], "W": v[3], "slots": v[4], "periodic": v[5]}
                       for k, v in CASES.items()},
             "sizes": sizes, "script": "tests/mpp/record_reference.py"}

@@ -192,17 +192,12 @@ def test_a_field_of_no_slot_is_refused_in_evaluation_and_gains_a_slot_in_fine_tu
     fitted = fit_data(model, [open_trajectories(str(cfd_file))], train=True,
                       field_map="Vx=compNS.Vx,Vy=compNS.Vy")
     new = fitted.model
-    assert new.config.state_names == (*STATE_NAMES, "density", "pressure")
+    # the two new fields take the unused slots 10-11, as upstream numbers a new dataset's fields after the used ones
+    assert new.config.state_names == (*STATE_NAMES[:10], "density", "pressure")
     assert new.config.fields == ("density", "pressure", "compNS.Vx", "compNS.Vy")  # the file's order
-    assert new.slots.tolist() == [12, 13, 6, 7]
+    assert new.slots.tolist() == [10, 11, 6, 7]
     old_sd, new_sd = model.state_dict(), new.state_dict()
-    # as upstream's expand_projections: old columns, output rows and biases kept; new ones freshly initialized
-    assert torch.equal(new_sd["net.space_bag.weight"][:, :12], old_sd["net.space_bag.weight"])
-    assert torch.equal(new_sd["net.space_bag.bias"], old_sd["net.space_bag.bias"])
-    assert torch.equal(new_sd["net.debed.out_kernel"][:, :12], old_sd["net.debed.out_kernel"])
-    assert torch.equal(new_sd["net.debed.out_bias"][:12], old_sd["net.debed.out_bias"])
-    assert new_sd["net.space_bag.weight"][:, 12:].abs().sum() > 0
-    assert all(torch.equal(new_sd[k], v) for k, v in old_sd.items() if "space_bag" not in k and "out_" not in k)
+    assert set(new_sd) == set(old_sd) and all(torch.equal(new_sd[k], v) for k, v in old_sd.items())
 
 
 def test_expand_projections_is_upstreams_where_it_is_run():
@@ -235,8 +230,8 @@ def test_periodic_is_upstreams_boundary_flag_and_follows_the_training_set_a_file
     fitted = fit_data(tiny(), [src], training_set="compNS")
     assert fitted.model.config.periodic is True
     assert boundary_line(fitted) == (
-        f"boundary: periodic=True for mpp-avit-ti, as the data states ({cfd_file}: read as compNS, which upstream ran "
-        f"periodic; mpp-avit-ti was periodic=False; periodic=false in its model args keeps it: --model-args, "
+        f"boundary: periodic=True for mpp-avit-ti, as the data states: read as compNS, which upstream ran periodic "
+        f"({cfd_file}); mpp-avit-ti was periodic=False (periodic=false in its model args keeps it: --model-args, "
         f"model.args in a run)")
     assert fit_data(tiny(periodic=True), [open_trajectories(str(cfd_file))], training_set="compNS").model.config.periodic
     kept = fit_data(tiny(), [open_trajectories(str(cfd_file))], training_set="compNS", keep_boundary=True)
@@ -261,7 +256,7 @@ def swe_file(path: Path, **params) -> Path:
 def test_a_files_own_boundary_wins_over_its_training_sets_and_two_boundaries_are_refused(tmp_path):
     own = swe_file(tmp_path / "periodic.h5", boundary="periodic")
     fitted = fit_data(tiny(), [open_trajectories(str(own))], training_set="swe")
-    assert fitted.model.config.periodic is True and f"{own}: periodic" in boundary_line(fitted)
+    assert fitted.model.config.periodic is True and f"periodic ({own})" in boundary_line(fitted)
     other = swe_file(tmp_path / "plain.h5")
     with pytest.raises(opzoo.ConfigError, match=r"state different boundaries .*--model-args periodic=true\|false"):
         fit_data(tiny(), [open_trajectories(str(own)), open_trajectories(str(other))], training_set="swe")
@@ -283,3 +278,120 @@ def test_list_says_the_files_are_downloaded_by_hand():
     from opzoo.cli.models import _offline_of
 
     assert all(_offline_of(None, name) == "download by hand (checkpoint_path=FILE)" for name in PRESETS.values())
+
+
+UPSTREAM_SAVED = DATA / "mpp-small.tar"  # written by upstream's own save_checkpoint (tests/mpp/record_reference.py)
+
+
+@pytest.fixture
+def small_preset():
+    """A preset of the recorded network's sizes, its weights downloaded by hand as mpp-avit-ti's are, with MPP's load
+    checks."""
+    import dataclasses
+
+    registry = opzoo.get_registry()
+    ti = registry.preset("mpp-avit-ti")
+    with registry.owned_by("tests"):
+        registry.register_model("mpp-small-upstream", backbone="mpp-avit",
+                                args={**ti.args, "dim": 32, "heads": 2, "depth": 2},
+                                pretrained=dataclasses.replace(ti.pretrained, filename="mpp-small.tar"),
+                                pretrained_cfg=dict(ti.pretrained_cfg))
+    yield "mpp-small-upstream"
+    registry.forget("tests")
+
+
+def test_a_checkpoint_upstreams_save_checkpoint_wrote_converts_loads_and_verifies(small_preset, tmp_path, monkeypatch):
+    """Item 10: upstream reads its config with ruamel, so the saved DAdaptAdan state's weight decay is a ruamel
+    ScalarFloat, which a weights-only load refuses; opzoo reads it as an inert placeholder, never importing ruamel (a
+    ruamel here records any use), and reads the model's tensors only."""
+    import sys
+    import types
+
+    from opzoo.cli import main
+    from opzoo.model_io.converters import Placeholder
+
+    assert torch.serialization.get_unsafe_globals_in_checkpoint(str(UPSTREAM_SAVED)) == [
+        "ruamel.yaml.scalarfloat.ScalarFloat"]
+    with pytest.raises(Exception, match="ScalarFloat"):
+        torch.load(UPSTREAM_SAVED, weights_only=True)
+    touched = []
+
+    class ScalarFloat(float):  # what `import ruamel.yaml.scalarfloat` gives here: its code records that it ran
+        def __new__(cls, *args, **kwargs):
+            touched.append("ScalarFloat.__new__")
+            return float.__new__(cls, *args)
+
+        def __setstate__(self, state):
+            touched.append("ScalarFloat.__setstate__")
+
+    for name in ("ruamel", "ruamel.yaml", "ruamel.yaml.scalarfloat"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    sys.modules["ruamel.yaml.scalarfloat"].ScalarFloat = ScalarFloat
+    payload = opzoo.safe_torch_load(UPSTREAM_SAVED, placeholders=True)
+    decay = payload["optimizer_state_dict"]["param_groups"][1]["weight_decay"]
+    assert isinstance(decay, Placeholder) and decay.args == (1e-3,) and type(decay).__qualname__ == "ScalarFloat"
+    assert set(payload["optimizer_state_dict"]["param_groups"][0]) >= {"d", "growth_rate", "log_every"}  # DAdaptAdan
+    assert all(k.startswith("module.") for k in payload["model_state"])
+    assert main(["convert", "mpp", str(UPSTREAM_SAVED), str(tmp_path / "out")]) == 0
+    converted = opzoo.load(str(tmp_path / "out"))
+    model = opzoo.load(small_preset, checkpoint_path=UPSTREAM_SAVED)
+    assert not model.training and all(torch.equal(v, converted.state_dict()[k]) for k, v in model.state_dict().items())
+    assert main(["verify", small_preset, "--file", str(UPSTREAM_SAVED)]) == 0
+    assert touched == []
+
+
+def test_a_pickle_that_would_run_code_still_never_runs(tmp_path, capsys):
+    import os
+
+    from opzoo.cli import main
+
+    marker = tmp_path / "ran"
+
+    class Shell:  # a name torch's reader blocks whatever the allow-list says
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    class Writes:  # a name it does not block: a placeholder stands in, and calling it is refused
+        def __reduce__(self):
+            return (Path.write_text, (marker, "ran"))
+
+    state = opzoo.safe_torch_load(UPSTREAM_SAVED, placeholders=True)["model_state"]
+    for payload, said in ((Shell(), f"holds Python objects ({os.system.__module__}.system)"),
+                          (Writes(), "while it is read (how a pickle runs code): refused, and nothing of it ran")):
+        torch.save({"model_state": state, "optimizer_state_dict": {"state": {}, "hook": payload}}, tmp_path / "bad.tar")
+        assert main(["convert", "mpp", str(tmp_path / "bad.tar"), str(tmp_path / "out")]) == 2
+        assert said in capsys.readouterr().err
+        assert not marker.exists() and not (tmp_path / "out").exists()
+
+
+def test_new_fields_take_the_unused_slots_first_as_upstream_numbers_them(tmp_path):
+    """Item 13: upstream numbers a new dataset's fields after the ten used slots (use_all_fields), so its first two
+    land in slots 10-11, whose columns the published weights hold; opzoo gave them new slots from 12 on."""
+    path = tmp_path / "new.h5"
+    with h5py_file(path) as f:
+        f["data"] = np.random.default_rng(0).standard_normal((3, 32, 32, 20, 3)).astype(np.float32)
+        f.attrs["fields"] = ["a", "b", "c"]
+    model = tiny()
+    fitted = fit_data(model, [open_trajectories(str(path))], train=True)
+    c = fitted.model.config
+    assert c.state_names == (*STATE_NAMES[:10], "a", "b", "c") and c.fields == ("a", "b", "c")
+    assert fitted.model.slots.tolist() == [10, 11, 12]
+    old, new = model.state_dict(), fitted.model.state_dict()
+    for key in ("net.space_bag.weight", "net.debed.out_kernel"):
+        assert torch.equal(new[key][:, :12], old[key])  # slots 10-11 keep the published columns
+    assert torch.equal(new["net.debed.out_bias"][:12], old["net.debed.out_bias"])
+    lines = " ".join(fitted.lines)
+    assert "a takes the unused slot unused.10 (slot 10), b takes the unused slot unused.11 (slot 11)" in lines
+    assert "c: no slot of mpp-avit-ti's free; each gains a new slot" in lines
+    two = tmp_path / "two.h5"
+    with h5py_file(two) as f:
+        f["data"] = np.random.default_rng(0).standard_normal((3, 32, 32, 20, 1)).astype(np.float32)
+        f.attrs["fields"] = ["a"]
+    assert fit_data(model, [open_trajectories(str(two))], train=True).model.config.state_names == (
+        *STATE_NAMES[:10], "a", "unused.11")  # one new field: one slot taken, no slot appended
+
+
+def h5py_file(path):
+    import h5py
+
+    return h5py.File(path, "w")

@@ -319,11 +319,14 @@ def test_the_output_rule_holds_for_compare(data_file, tmp_path, capsys):
     (tmp_path / "afile").write_text("x")
     link = tmp_path / "link"
     link.symlink_to(target)
-    cases.append((link, "a symbolic link"))
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "nowhere")  # a link to nothing yet: writing through it would create its target
+    cases += [(link, "a symbolic link"), (dangling, "a symbolic link")]
     for out, words in cases:
         assert _plan(data_file, out, tmp_path / "p.txt") == 2, out
         assert words in capsys.readouterr().err
     assert (target / "compare.md").read_text() == "mine" and not (tmp_path / "p.txt").exists()
+    assert not (tmp_path / "nowhere").exists()
     planted = tmp_path / "planted"
     planted.mkdir()
     (planted / "runs").symlink_to(target)

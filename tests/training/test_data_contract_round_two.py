@@ -180,3 +180,40 @@ def test_a_new_field_starts_as_the_fit_block_says_not_through_anothers_weights(t
     for g in range(4):
         assert torch.equal(kept.net.tokenize.weight[:, 2 * g + 1], model.net.tokenize.weight[:, 5 * g])
     assert torch.equal(kept.net.detokenize.weight[:, 1], model.net.detokenize.weight[:, 0])
+
+
+def test_a_by_position_model_stays_by_position_through_a_chain_of_fine_tunes(named_file, tmp_path, capsys):
+    """Item 5: dpot-micro fine-tuned on (u, v) became a model by name: a 1-field file was refused (dpot-micro itself
+    pads), and one fine-tuned on (u, <pad>) read only u of a (u, v) file ("not read: v")."""
+    from opzoo.evaluation.fit import fit_data, open_trajectories
+
+    with h5py.File(tmp_path / "w.h5", "w") as f:
+        f["data"] = (1 + 0.1 * np.random.default_rng(1).normal(size=(6, 32, 48, 12, 1))).astype(np.float32)
+        f.attrs["fields"] = ["w"]
+    run = ["--steps", "2", "--batch-size", "2", "--set", "evaluation.plots=false"]
+    assert main(["finetune", "dpot-micro", "--data", str(named_file), "--out", str(tmp_path / "uv"), *run]) == 0
+    fine = opzoo.load(str(tmp_path / "uv" / "model"))
+    assert fine.pretrained_cfg["fields"] == ["u", "v"]  # what its channels held: a record, not names to match
+    lines = fit_data(fine, [open_trajectories(str(tmp_path / "w.h5"))]).lines
+    assert any("by position" in x for x in lines) and any("padded" in x for x in lines)
+    assert main(["finetune", "dpot-micro", "--data", str(tmp_path / "w.h5"), "--out", str(tmp_path / "w"), *run]) == 0
+    padded = opzoo.load(str(tmp_path / "w" / "model"))
+    assert padded.pretrained_cfg["fields"] == ["w", "<pad>"]
+    lines = fit_data(padded, [open_trajectories(str(named_file))]).lines
+    assert not any("not read" in x for x in lines) and any("the file's u, v as channels 0-1" in x for x in lines)
+
+
+def test_the_cards_model_index_names_the_fine_tune_not_its_base(named_file, tmp_path):
+    """Item 6: every fine-tune's results were filed under ``dpot-micro``, in a chain too."""
+    import yaml
+
+    def index_name(folder: Path) -> str:
+        front = (folder / "README.md").read_text().split("---")[1]
+        return yaml.safe_load(front)["model-index"][0]["name"]
+
+    run = ["--steps", "2", "--batch-size", "2", "--set", "evaluation.plots=false"]
+    assert main(["finetune", "dpot-micro", "--data", str(named_file), "--out", str(tmp_path / "a"), *run]) == 0
+    assert index_name(tmp_path / "a" / "model") == "dpot-micro fine-tuned on named.h5"
+    chained = tmp_path / "a" / "model"
+    assert main(["finetune", str(chained), "--data", str(named_file), "--out", str(tmp_path / "b"), *run]) == 0
+    assert index_name(tmp_path / "b" / "model") == "a fine-tuned on named.h5"  # the run it started from

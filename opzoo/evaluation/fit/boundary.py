@@ -36,7 +36,7 @@ def boundary_plan(model: nn.Module, contract: DataContract, plans, user: bool | 
     boundary). Any other model assumes its contract's boundary, said beside the files'."""
     name = name or model_name(model)
     stated = stated_boundaries(plans)
-    words = "; ".join(f"{path}: {w}" for path, (_, w) in stated.items())
+    words = "; ".join(f"{w} ({path})" for path, (_, w) in stated.items())  # "periodic (ns.h5)"
     if not hasattr(model.config, "periodic"):
         files = "; ".join(sorted({w for _, w in stated.values()})) or "none"
         return {}, f"boundary: the files state {files}; {name} assumes {contract.boundary}"
@@ -62,8 +62,8 @@ def boundary_plan(model: nn.Module, contract: DataContract, plans, user: bool | 
         return {}, f"boundary: the files state {words or 'none'}; {name} runs with periodic={current} ({contract.boundary})"
     periodic = kinds.pop()
     return {"periodic": periodic}, (
-        f"boundary: periodic={periodic} for {name}, as the data states ({words}; {name} was periodic={current}; "
-        f"periodic={str(current).lower()} in its model args keeps it: --model-args, model.args in a run)")
+        f"boundary: periodic={periodic} for {name}, as the data states: {words}; {name} was periodic={current} "
+        f"(periodic={str(current).lower()} in its model args keeps it: --model-args, model.args in a run)")
 
 
 __all__ = ["boundary_plan", "stated_boundaries"]

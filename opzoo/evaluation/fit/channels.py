@@ -11,7 +11,7 @@ from torch import nn
 from ...errors import ConfigError
 from ...registry.contract import DataContract
 from .contract import pad_value_of
-from .fields import one_field_set
+from .fields import one_field_set, slot_takers, slot_vocabulary
 
 
 def plan_channels(model: nn.Module, contract: DataContract, plans, name: str, forced: int | None,
@@ -34,11 +34,14 @@ def plan_channels(model: nn.Module, contract: DataContract, plans, name: str, fo
         slots = list(getattr(c, vocabulary))
         new_slots = [f for f in fields if f not in slots]
         changes.update(in_channels=len(fields), out_channels=len(fields), **{per_channel: tuple(fields)})
+        taken = len(slot_takers(contract, slots, new_slots))
+        grown = len(new_slots) - taken
         if new_slots:
-            subset_config[vocabulary] = tuple(slots + new_slots)
+            subset_config[vocabulary] = slot_vocabulary(contract, slots, new_slots)
         lines.append(f"channels: {len(fields)}, each field in its own state slot of {name}'s {len(slots)}"
-                     + (f"; {len(new_slots)} new slot(s): the slot-shaped tensors adapted "
-                        f"({contract.other_fields_source})" if new_slots else ""))
+                     + (f"; {taken} unused slot(s) taken" if taken else "")
+                     + (f"; {grown} new slot(s): the slot-shaped tensors adapted ({contract.other_fields_source})"
+                        if grown else ""))
     if "adapt" in modes:
         new_fields = one_field_set(plans, modes, "adapt", f"fine-tuning adapts {name} to one set of fields; map them "
                                                           "onto one with --field-map, or fine-tune on files of the "
@@ -58,7 +61,8 @@ def plan_channels(model: nn.Module, contract: DataContract, plans, name: str, fo
             if not may_adapt or contract.other_fields not in ("adapt", "pad"):
                 worst = max((s for s, _ in plans), key=lambda s: s.channels)
                 raise ConfigError(f"{worst.path}: {worst.channels} channels, more than {name}'s {c.in_channels}: "
-                                  + ("fine-tune it on them (opzoo finetune adapts its input and output layers)"
+                                  + ("fine-tune it on them (opzoo finetune adapts its input and output layers; opzoo fit --finetune "
+                                     "shows how)"
                                      if contract.other_fields in ("adapt", "pad") else
                                      f"{name} cannot take more channels ({contract.other_fields_source})"))
             changes.update(in_channels=wanted, out_channels=wanted)
@@ -71,7 +75,7 @@ def plan_channels(model: nn.Module, contract: DataContract, plans, name: str, fo
             elif contract.pad_value is None:
                 raise ConfigError(f"{plans[0][0].path}: {wanted} channel(s), fewer than {name}'s {c.in_channels}, "
                                   f"and {name} pads none (its upstream never did); fine-tune it on them (opzoo "
-                                  f"finetune adapts its channels)" + (", or name its fields with --field-map"
+                                  f"finetune adapts its channels; opzoo fit --finetune shows how)" + (", or name its fields with --field-map"
                                                                       if contract.fields else ""))
             else:
                 pad = pad_value_of(model, contract)

@@ -92,6 +92,7 @@ def fit_data(model: nn.Module, sources: list[TrajectoryDataset], resolution=None
     where = flag if resolution else f"{sources[0].path} ({'the run' if train else 'the model'}'s resolution)"
     check_resolution(adapted, grid.resolution, where, flag)  # every command refuses a grid the model cannot run alike
     shape = frame_shape(adapted, grid.resolution, channels, contract)
+    check_first_windows(adapted, sources, shape)
     lines.append(grid.line(sources, training=train, mode=shape.resample, source=contract.resample_source))
     lines.append(boundary_words)
     lines += norm_lines
@@ -102,6 +103,31 @@ def fit_data(model: nn.Module, sources: list[TrajectoryDataset], resolution=None
     if norm_record:
         record["normalization"] = norm_record
     return FittedData(adapted, shape, grid, sources, lines, record)
+
+
+FIRST_WINDOWS = 4  # trajectories per file whose first input window the model's check_window sees
+
+
+def check_first_windows(model: nn.Module, sources: list[TrajectoryDataset], shape: FrameShape) -> None:
+    """The model's own refusal of input values (:meth:`opzoo.Backbone.check_window`) on the first input window of each
+    file's first :data:`FIRST_WINDOWS` trajectories, as the model will read them; nothing is read for a model that
+    takes any values."""
+    import torch
+
+    from ...contracts.interfaces import Backbone
+
+    check = getattr(type(model), "check_window", None)
+    if check is None or check is Backbone.check_window:
+        return
+    t_in = model.config.in_timesteps
+    for src in dict.fromkeys(sources):
+        if src.n_steps < t_in or not len(src):
+            continue  # too short to run: said by the command that runs it
+        windows = [src.frames(i, shape, 0, t_in)[0] for i in range(min(len(src), FIRST_WINDOWS))]
+        try:
+            model.check_window(torch.stack(windows).to(next(model.parameters()).dtype))
+        except ConfigError as e:
+            raise ConfigError(f"{src.path}: {e}") from None
 
 
 def field_correspondence(model: nn.Module, contract: DataContract, plans) -> list[int | None] | None:

@@ -45,17 +45,37 @@ def derived_contract(model: nn.Module) -> DataContract:
 def model_fields(model: nn.Module, contract: DataContract | None = None) -> list[str] | None:
     """The fields a model reads by name, one per input channel: its ``pretrained_cfg['fields']``, else its contract's
     fields when it has that many channels (a converted upstream checkpoint reads upstream's fields), or None: it
-    reads channels by position."""
+    reads channels by position. A model of a family that reads by position stays so through a chain of fine-tunes,
+    although each fine-tune records what its channels held (:func:`reads_by_name`)."""
+    contract = contract or contract_of(model)
+    if not reads_by_name(model, contract):
+        return None
     channels = getattr(model.config, "in_channels", None)
     fields = list((getattr(model, "pretrained_cfg", None) or {}).get("fields") or [])
     if fields:
         return fields if len(fields) == channels else None
-    own = (contract or contract_of(model)).fields
+    own = contract.fields
     return list(own) if own and len(own) == channels else None
+
+
+def reads_by_name(model: nn.Module, contract: DataContract) -> bool:
+    """Whether ``model``'s family matches fields by name: its contract names fields, or the preset it was loaded as
+    or started from names its own (The Well's presets, each its dataset's); a model of no known preset goes by what
+    its record says."""
+    from ...registry.registry import get_registry
+
+    if contract.fields:
+        return True
+    cfg = getattr(model, "pretrained_cfg", None) or {}
+    preset = getattr(model, "preset_name", None) or cfg.get("preset")
+    registry = get_registry()
+    if preset and registry.has_preset(preset):
+        return bool(registry.preset(preset).pretrained_cfg.get("fields"))
+    return bool(cfg.get("fields"))
 
 
 def pad_value_of(model: nn.Module, contract: DataContract) -> float:
     return float(contract.pad_value if contract.pad_value is not None else getattr(model, "channel_pad_value", 1.0))
 
 
-__all__ = ["contract_of", "derived_contract", "model_fields", "model_name", "pad_value_of"]
+__all__ = ["contract_of", "derived_contract", "model_fields", "model_name", "pad_value_of", "reads_by_name"]

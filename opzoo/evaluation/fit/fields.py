@@ -77,6 +77,15 @@ def plan_fields(model: nn.Module, contract: DataContract, src: TrajectoryDataset
         return FieldPlan("position", lines=[f"fields: by position: the file's {', '.join(have)} as channels "
                                             f"0-{len(have) - 1} of {name}" if len(have) > 1 else
                                             f"fields: by position: the file's {have[0]} as channel 0 of {name}"])
+    adapting = may_adapt and contract.other_fields == "adapt"
+    strange = [(f, m) for f, m in field_map.items() if m not in fields]
+    if strange and not adapting:  # u=vorticity for a model without vorticity
+        f, m = strange[0]
+        raise ConfigError(f"{path}: --field-map {f}={m}: {name} has no field {m} (it reads "
+                          f"{', '.join(x for x in fields if x != PAD)}): read {f} as one of those" + ("; or fine-tune on the file's own fields "
+                                                                          "(opzoo finetune adapts the channel-shaped "
+                                                                          "tensors)" if contract.other_fields == "adapt"
+                                                                          else ""))
     renamed = {f: field_map.get(f, f) for f in have}  # file name -> the name the model reads it by
     by_model: dict[str, str] = {}
     for f, m in renamed.items():
@@ -126,12 +135,13 @@ def plan_fields(model: nn.Module, contract: DataContract, src: TrajectoryDataset
     file_names = [renamed[f] for f in have]
     why = (f"{name} reads {', '.join(fields)}; the file has {', '.join(have)}"
            + (f" (lacking {', '.join(lacking)}, which nothing fills)" if lacking and from_file else ""))
-    if may_adapt and contract.other_fields == "adapt":
+    if adapting:
         return FieldPlan("adapt", [(renamed[f], Expression(f, a=f)) for f in have], lines=[
             f"fields: {why}: the file's {', '.join(file_names)} replace them; {name}'s channel-shaped tensors are "
             f"adapted to them, as its upstream fine-tunes on other fields ({contract.other_fields_source}); "
             f"--field-map FILE=MODEL reads a file field as one of {name}'s instead"])
-    adapt_hint = ("; or fine-tune on the file's own fields (opzoo finetune adapts the channel-shaped tensors)"
+    adapt_hint = ("; or fine-tune on the file's own fields (opzoo finetune adapts the channel-shaped tensors; "
+                  "opzoo fit --finetune shows how)"
                   if contract.other_fields == "adapt" and not may_adapt else "")
     raise ConfigError(f"{path}: {why}: read the file's fields as {name}'s with --field-map FILE=MODEL,... (FILE one "
                       f"of {', '.join(have)}; MODEL one of {', '.join(f for f in fields if f != PAD)}){adapt_hint}")
@@ -183,13 +193,34 @@ def plan_subset(model: nn.Module, contract: DataContract, src: TrajectoryDataset
     if known:
         lines.append(f"fields: {', '.join(f'{s} (slot {slots.index(s)})' for s in known)} from the file"
                      + (f" (--field-map: {', '.join(renames)})" if renames else ", by name" if not ts else ""))
-    if new:
-        lines.append(f"fields: {', '.join(new)}: no slot of {name}'s; each gains a new slot, freshly initialized, "
-                     f"as its upstream fine-tunes on new fields ({contract.other_fields_source})")
+    taking = slot_takers(contract, slots, new)
+    if taking:
+        lines.append(f"fields: {', '.join(f'{f} takes the unused slot {s} (slot {slots.index(s)})' for f, s in taking.items())}"
+                     f": the slot's weights kept, never trained on data ({contract.unused_slots_source})")
+    grown = [f for f in new if f not in taking]
+    if grown:
+        lines.append(f"fields: {', '.join(grown)}: no slot of {name}'s" + (" free" if taking else "") + "; each gains a "
+                     f"new slot, freshly initialized, as its upstream fine-tunes on new fields "
+                     f"({contract.other_fields_source})")
     if unread:
         lines.append(f"fields: not read: {', '.join(unread)} ({name} has no slot of that name; --field-map "
                      f"FILE=SLOT reads one as a slot, fine-tuning gives it one of its own)")
     return FieldPlan("subset", steps, bool(ts and ts.transpose), ts, lines, new)
+
+
+def slot_takers(contract: DataContract, slots: list[str], new: list[str]) -> dict[str, str]:
+    """``{new field: the unused slot it takes}``: a subset model's new fields, in order, into the contract's unused
+    slots still in its vocabulary (``unused_slots``); the rest gain slots of their own."""
+    free = [s for s in contract.unused_slots if s in slots]
+    return dict(zip(new, free))
+
+
+def slot_vocabulary(contract: DataContract, slots: list[str], new: list[str]) -> tuple[str, ...]:
+    """A subset model's vocabulary after fine-tuning gives ``new`` fields slots: the unused ones renamed, then new slots
+    appended (:func:`slot_takers`)."""
+    taking = slot_takers(contract, slots, new)
+    by_slot = {s: f for f, s in taking.items()}
+    return tuple([by_slot.get(s, s) for s in slots] + [f for f in new if f not in taking])
 
 
 def apply_plan(src: TrajectoryDataset, plan: FieldPlan) -> None:

@@ -49,7 +49,7 @@ def normalization(model: nn.Module, contract: DataContract, plans, changes: Mapp
         elif n in kept_mean and n not in norm.dataset_mean:
             mean[i], std[i], where[i] = kept_mean[n], kept_std[n], why
         elif n in norm.dataset_mean and ts is not None and n in ts.mean and n in kept_std:
-            mean[i], std[i], where[i] = ts.mean[n], kept_std[n], f"{ts.name}'s mean ({ts.source}), {why}'s std"
+            mean[i], std[i], where[i] = ts.mean[n], kept_std[n], f"{ts.name}'s mean ({ts.source}), the std of {why}"
     todo = [i for i, m in enumerate(mean) if m is None]
     record: dict[str, Any] = {"fields": names, "kind": kind}
     lines = []
@@ -63,7 +63,7 @@ def normalization(model: nn.Module, contract: DataContract, plans, changes: Mapp
                 mean[i], std[i], where[i] = pad_value_of(model, contract), 0.0, "padding"
             elif n in norm.dataset_mean and n in kept_std:
                 mean[i], std[i], where[i] = float(m_all[i]), kept_std[n], f"the mean of {span}, as upstream took " \
-                                                                          f"{n}'s per dataset; {why}'s std"
+                                                                          f"{n}'s per dataset; the std of {why}"
             else:
                 mean[i], std[i], where[i] = float(m_all[i]), float(s_all[i]), span
         record["from"] = span
@@ -73,8 +73,15 @@ def normalization(model: nn.Module, contract: DataContract, plans, changes: Mapp
     groups: dict[str, list[int]] = {}
     for i, w in enumerate(where):
         groups.setdefault(w, []).append(i)
-    how = norm.words if kind == norm.kind else norm.alternatives.get(kind, kind)
-    lines.append(f"normalization: {how} ({norm.source})" + (f"; breaks: {norm.breaks}" if norm.breaks else ""))
+    if kind == "constants" and todo and all(w in (record.get("from"), "padding") for w in where):
+        lines.append(f"normalization: each channel z-scored inside the model by the constants its config carries: "
+                     f"here every channel's are its training split's statistics (none of "
+                     f"{name or model_name(model)}'s pretraining constants belongs to a channel it reads now)")
+    elif kind == norm.kind:  # the source and the breaking case are the default kind's, not an alternative's
+        lines.append(f"normalization: {norm.words} ({norm.source})" + (f"; breaks: {norm.breaks}" if norm.breaks
+                                                                         else ""))
+    else:
+        lines.append(f"normalization: {norm.alternatives.get(kind, kind)}")
     for w, idx in groups.items():
         lines.append(f"normalization: {', '.join(names[i] for i in idx)}: mean "
                      f"{_values([mean[i] for i in idx])}, std {_values([std[i] for i in idx])} ({w})")

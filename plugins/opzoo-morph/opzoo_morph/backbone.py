@@ -196,6 +196,13 @@ class Morph(opzoo.Backbone):
             self._refuse_frozen(v, stats)
         return (v - stats[0]) / stats[1], stats, grid
 
+    def check_window(self, x: Tensor) -> None:
+        """The refusal of :meth:`_refuse_frozen` for input windows ``[B, *S, T_in, C]``, without running the network
+        (the fit asks it of each file's first windows)."""
+        if self.config.normalization not in ("stats", "none"):
+            v = self.to_fields(x)
+            self._refuse_frozen(v, self.revin_stats(v))
+
     def _refuse_frozen(self, v: Tensor, stats: tuple[Tensor, Tensor]) -> None:
         """RevIN on the window breaks where a field is uniform over it: its variance is 0, so it is normalized to 0
         and de-normalized by sqrt(eps), and a rollout can never move it (a velocity starting at rest stays frozen)."""

@@ -32,6 +32,7 @@ STATE_NAMES = ("swe.h", "incompNS.Vx", "incompNS.Vy", "incompNS.particles", "dif
                "diffre2d.inhibitor", "compNS.Vx", "compNS.Vy", "compNS.density", "compNS.pressure",
                "unused.10", "unused.11")
 USED_SLOTS = STATE_NAMES[:10]
+UNUSED_SLOTS = STATE_NAMES[10:]  # never trained on data; a new field takes one before new slots are appended
 DEFAULT_FIELDS = ("compNS.Vx", "compNS.Vy", "compNS.density", "compNS.pressure")
 
 
@@ -164,17 +165,19 @@ class MppAViT(opzoo.Backbone):
         grid = tuple(-(-int(n) // p) * p for n in data_grid)
         if grid == tuple(int(n) for n in data_grid):
             return grid, f"{self._name()} runs at any grid whose axes are multiples of its patch {p}"
-        return grid, f"the nearest grid {self._name()} runs at: both axes multiples of its patch {p}"
+        return grid, (f"the data's grid rounded up on each axis to a multiple of {self._name()}'s patch {p} (it runs at "
+                      f"multiples of it)")
 
     @classmethod
     def io_layout(cls, old: MppConfig, new: MppConfig) -> dict:
-        """No tensor depends on the channel count or the history; new state slots (``state_names`` grown, upstream's
-        ``expand_projections``) keep the old slots' columns and output rows, the new ones freshly initialized."""
+        """No tensor depends on the channel count or the history; an unused slot renamed (a new field taking it) keeps
+        its tensors; new state slots (``state_names`` grown, upstream's ``expand_projections``) keep the old slots'
+        columns and output rows, the new ones freshly initialized."""
         n_old, n_new = len(old.state_names), len(new.state_names)
-        if tuple(new.state_names[:n_old]) != tuple(old.state_names):
-            return None
+        if n_new < n_old or any(a != b and a not in UNUSED_SLOTS for a, b in zip(old.state_names, new.state_names)):
+            return None  # a slot of data renamed, or slots dropped: not an adaptation
         if n_new == n_old:
-            return {}
+            return {}  # only unused slots renamed (a new field takes one): every tensor as it is
         index = tuple(i if i < n_old else None for i in range(n_new))
         return {"net.space_bag.weight": [opzoo.DimMap(1, index)],
                 "net.debed.out_kernel": [opzoo.DimMap(1, index)],

@@ -43,8 +43,11 @@ ANY_FILE_CFG = {"in_timesteps": 16, "finetune_lr": 1e-4,
 
 
 def read_checkpoint(path: Path) -> dict[str, torch.Tensor]:
-    """The state dict of an MPP file, without ``module.``; nothing is executed."""
-    payload = opzoo.safe_torch_load(path)
+    """The state dict of an MPP file, without ``module.``; nothing is executed. Upstream's own ``save_checkpoint``
+    keeps the optimizer's state, whose weight decay is a ruamel ``ScalarFloat`` (``YParams`` reads the config with
+    ruamel): such objects are read as inert placeholders and left with the optimizer's state, which opzoo never uses;
+    the model's state must be tensors."""
+    payload = opzoo.safe_torch_load(path, placeholders=True)
     if isinstance(payload, Mapping) and "model_state" in payload:
         sd = kit.tensors_under(payload, "model_state", str(path), "MPP", "upstream's train_basic.py")
     elif isinstance(payload, Mapping) and payload and all(isinstance(v, torch.Tensor) for v in payload.values()):

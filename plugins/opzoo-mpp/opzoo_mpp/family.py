@@ -14,7 +14,7 @@ from typing import Any
 import opzoo
 from opzoo import kit
 
-from .backbone import STATE_NAMES, MppAViT
+from .backbone import STATE_NAMES, UNUSED_SLOTS, MppAViT
 from .converter import ANY_FILE_CFG, HEAD, TRAINED, at, build_upstream_mpp, convert_mpp, file_args
 from .network import parameter_count
 
@@ -58,10 +58,14 @@ CONTRACT = opzoo.DataContract(
     other_fields="subset",
     other_fields_source="upstream's AViT.expand_projections, " + at("models/avit.py"),
     subset_config=("fields", "state_names"),
+    unused_slots=UNUSED_SLOTS,
+    unused_slots_source="as upstream numbers a new dataset's fields after the used ones, its first two in slots 10-11 "
+                        "(" + at("data_utils/datasets.py", TRAINED) + " MixedDataset._build_subset_dict, use_all_fields; "
+                        "appended datasets grow the projections: " + at("train_basic.py") + " L201-207)",
     grid="any grid whose axes are multiples of its patch 16 (relative position biases: nothing in the weights is tied "
          "to a grid); upstream pretrained at PDEBench's 128x128 and 512x512",
     resample="bilinear",
-    resample_source="to the nearest multiple of the patch (opzoo's)",
+    resample_source="to the data's grid rounded up to multiples of the patch (opzoo's)",
     boundary="periodic=True or False for both axes (upstream's bcs, given with each batch): follows what the files "
              "state, or the training set a file is read as (compNS periodic, the others not)",
     boundary_follows_data="always",

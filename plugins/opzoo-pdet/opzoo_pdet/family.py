@@ -69,6 +69,7 @@ MICRO = micro_preset(
           "num_classes": 1, "max_hidden_size": 128, "periodic": True, "normalization": "zscore"},
     contract=micro_contract(contract("pdet-mc"), grid="any grid that suits its patches 4 and windows 4 (no "
                                                       "resolution-bound embedding); pretrained at 32x32",
+                            rollout_note=contract("pdet-mc").rollout_note,
                             normalization=suite_statistics(("mean", "std"), {"none": "none"},
                                                           contract("pdet-mc").normalization.alternatives)))
 

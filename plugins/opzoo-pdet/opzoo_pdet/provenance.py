@@ -218,7 +218,9 @@ def contract(architecture: str) -> opzoo.DataContract:
         other_fields="pad" if mixed else "any",
         other_fields_source="more adapt the patch embedding and final layer when fine-tuning" if mixed else
                             "each channel is a token of its own: no tensor depends on the channel count",
-        rollout_note="as pdetransformer zeroes the padded channels of its predictions" if mixed else "",
+        rollout_note="its predictions of them are zeroed, as pdetransformer's rollout zeroes them (Fields > 0, "
+                     f"{at('pdetransformer/core/mixed_channels/train_supervised.py', '850e09d')}); the fill value "
+                     "is what is fed back" if mixed else "",
         grid="any grid that suits its patches and windows (no resolution-bound embedding); trained at 256x256",
         resample="bilinear",
         resample_source="to the nearest grid it runs at (opzoo's)",
