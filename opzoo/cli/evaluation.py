@@ -118,6 +118,14 @@ def cmd_fit(args) -> int:
 
     if args.finetune:
         return fit_finetune(args)
+    given = [flag for flag, key, default in (("--batch-size", "batch_size", 8), ("--in-timesteps", "in_timesteps", None),
+                                             ("--train-trajectories", "train_trajectories", None),
+                                             ("--validation-fraction", "validation_fraction", 0.0),
+                                             ("--seed", "seed", 0), ("--set", "set", []))
+             if getattr(args, key) != default]
+    if given:
+        raise OpzooError(f"{', '.join(given)}: finetune's options, which change the fit a fine-tune makes: add "
+                         f"--finetune to see that fit")
     model = _load_model(args.model, args.pretrained, args.model_args)
     fit_files_block(model, args.data, args.resolution, args.layout, fields_of(args), say=say,
                     field_map=args.field_map, training_set=args.training_set, test_fraction=args.test_fraction,

@@ -6,6 +6,7 @@ import csv
 import json
 import math
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -191,7 +192,35 @@ def rollout_trajectories(model: nn.Module, source: TrajectoryDataset, frame_shap
         x = resize_batch(frames[..., :t_in, :], frame_shape.resolution, frame_shape.resample)
         with torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16, enabled=autocast):
             pred = model.rollout(x, h, **padded)
+        if (id(model), source.path) not in said_nonfinite:
+            say_nonfinite(model, source, x, pred, order[start:start + batch_size])
         yield frames[..., t_in:, :].float(), resize_batch(pred.float(), source.spatial, frame_shape.resample), mask
+
+
+def say_nonfinite(model: nn.Module, source: TrajectoryDataset, x: torch.Tensor, pred: torch.Tensor,
+                  trajectories: Sequence[int]) -> None:
+    """Warn (once per file) where a rollout from finite inputs ``x`` predicted a non-finite value: the scores over that
+    step are NaN, and a bare NaN says nothing of why."""
+    bad = ~torch.isfinite(pred)
+    if not bool(bad.any()) or not bool(torch.isfinite(x).all()):
+        return  # all finite, or non-finite inputs (refused or said where the data is read)
+    said_nonfinite.add((id(model), source.path))
+    per_step = bad.movedim(-2, 1).reshape(bad.shape[0], bad.shape[-2], -1).any(-1)  # [B, H]
+    step = int(per_step.any(0).nonzero()[0])
+    which = [trajectories[b] for b in per_step[:, step].nonzero()[:, 0].tolist()]
+    name = getattr(model, "preset_name", None) or type(model).__name__
+    warnings.warn(f"{source.path}: {name}'s rollout became non-finite at step {step + 1} (trajectory "
+                  f"{', '.join(map(str, which[:5]))}{', ...' if len(which) > 5 else ''}) from finite inputs: every score "
+                  f"over that step is NaN. Its values outgrew {str(pred.dtype).replace('torch.', '')} or it divided by "
+                  f"zero (docs/data-contract.md: where the family's normalization breaks); the same model in float64 "
+                  f"(model.double()) shows whether more range keeps it finite", NonFiniteRollout, stacklevel=2)
+
+
+class NonFiniteRollout(UserWarning):
+    """A model's rollout turned non-finite from finite inputs (:func:`say_nonfinite`)."""
+
+
+said_nonfinite: set[tuple[int, str]] = set()  # (model, file) pairs already said
 
 
 @renamed_arguments({"adapt": "frame_shape"})

@@ -147,6 +147,8 @@ def test_fit_finetune_prints_the_block_finetune_prints(tmp_path, capsys):
     ran = capsys.readouterr().out.splitlines()
     assert ran[:len(preview)] == preview and any("c is new to dpot-micro" in x for x in preview)
     assert not (tmp_path / "fit-preview").exists()
+    assert main(["fit", "dpot-micro", "--data", data, "--in-timesteps", "5"]) == 2  # never ignored quietly
+    assert "--in-timesteps: finetune's options" in capsys.readouterr().err
     short = write(tmp_path / "short.h5", frames=8)
     refusals = []
     for command in (["fit", "dpot-micro", "--data", short, "--finetune"],
@@ -154,3 +156,29 @@ def test_fit_finetune_prints_the_block_finetune_prints(tmp_path, capsys):
         assert main(command) == 2
         refusals.append(capsys.readouterr().err.split("error: ", 1)[1])
     assert refusals[0] == refusals[1]
+
+
+def test_a_rollout_turning_non_finite_says_where(tmp_path):
+    """Item 15: MPP at 32x32 reported nan over the full rollout with no reason; any model's rollout that overflows
+    from finite inputs is now said, with its step and trajectory (MPP's cause is in its contract's breaks)."""
+    import torch
+
+    from opzoo.evaluation.fit import fit_data, open_trajectories
+    from opzoo.evaluation.rollouts import NonFiniteRollout, rollout_trajectories
+
+    class Overflows(torch.nn.Module):
+        preset_name = "overflows"
+
+        def rollout(self, x, steps, **_):
+            out = x[..., -1:, :].repeat_interleave(steps, dim=-2).clone()
+            out[1, ..., 2, 0] = float("inf")  # the second trajectory's third step
+            return out
+
+    src = open_trajectories(write(tmp_path / "f.h5", frames=16, fields=("u",)))
+    shape = fit_data(__import__("opzoo").load("dpot-micro"), [src]).frame_shape
+    with pytest.warns(NonFiniteRollout, match=r"overflows's rollout became non-finite at step 3 \(trajectory 1\) "
+                                              r"from finite inputs"):
+        batches = list(rollout_trajectories(Overflows(), src, shape, horizon=4))
+    assert not torch.isfinite(batches[0][1]).all()
+    mpp = __import__("opzoo").get_registry().contract("mpp-avit")
+    assert "RMSInstanceNorm2d" in mpp.normalization.breaks

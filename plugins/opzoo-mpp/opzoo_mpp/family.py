@@ -76,7 +76,10 @@ CONTRACT = opzoo.DataContract(
         "1e-7), std unbiased), and the prediction brought back with the same mean and std",
         source=at("models/avit.py", TRAINED) + " (AViT.forward)",
         breaks="a field constant over the whole history is standardized to 0 and predicted as that constant (as "
-               "upstream)"),
+               "upstream); inside, its RMS instance norms divide each map by its std over the patches plus 1e-8 "
+               "(" + at("models/spatial_modules.py", TRAINED) + " RMSInstanceNorm2d), so a map nearly constant over "
+               "few patches (a 32x32 grid has 2x2) is amplified up to 1e8, and a rollout can outgrow float32 within "
+               "a few steps (upstream's float64 overflows later): the step it turns non-finite is said"),
 )
 
 
