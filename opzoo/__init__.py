@@ -16,6 +16,7 @@ from .contracts.hub_io import set_hub_io_source as _set_hub_io_source
 from .errors import (
     CheckpointError,
     ConfigError,
+    ExportRefused,
     HubError,
     OpzooError,
     RegistryConflictError,
@@ -37,6 +38,7 @@ from .registry.registry import set_registry_source as _set_registry_source
 # TYPE_CHECKING (where readers and IDEs follow them).
 if TYPE_CHECKING:  # each lazy name, once: imported from its module on first use (opzoo._lazy.typed_imports)
     from .config import ModelConfig, build_dataclass
+    from .contracts.export_form import ExportForm, with_export_forms
     from .contracts.hookspecs import hookimpl
     from .contracts.interfaces import Backbone, Block, FeedForward, IdentityStreams, Mixer, Residual, StreamAdapter
     from .contracts.io_layout import DimMap, time_channel_index
@@ -48,6 +50,7 @@ if TYPE_CHECKING:  # each lazy name, once: imported from its module on first use
     from .layers.grid import append_grid
     from .model_io.builder import list_models
     from .model_io.converters import ConvertedCheckpoint, safe_torch_load
+    from .model_io.graph_export import ExportCheck, ExportReport, export_model
     from .model_io.loading import create_model, from_pretrained, load
     from .model_io.pretrained import convert_to_repo
     from .model_io.pretrained_cfg import PretrainedCfg
@@ -100,7 +103,7 @@ def __getattr__(name: str):
 # the names imported above, then every lazy one: each name is written once
 __all__ = [
     "__version__", "OpzooError", "UnknownNameError", "RegistryConflictError", "ConfigError", "WeightsError", "HubError",
-    "CheckpointError", "UpstreamUnavailable", "atomic_write", "atomic_writer", "claim_output_dir", "read_json", "kit",
+    "CheckpointError", "UpstreamUnavailable", "ExportRefused", "atomic_write", "atomic_writer", "claim_output_dir", "read_json", "kit",
     "DataContract", "Normalization", "TrainingSet", "CheckpointFamily", "Variant", "Metric", "CheckFailed", "Fact",
     "PretrainedArtifacts", "PretrainedCheck", "Result", "PretrainedSource", "Registry",
     *_LAZY,

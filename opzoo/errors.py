@@ -62,3 +62,8 @@ class CheckpointError(OpzooError, ValueError):
 
 class UpstreamUnavailable(OpzooError):
     """An upstream implementation that cannot be run side by side: not installed, or not the same computation."""
+
+
+class ExportRefused(OpzooError):
+    """``opzoo export --format onnx|pt2`` refused a model: its graph cannot be made, or differs from the model
+    (nothing was written)."""

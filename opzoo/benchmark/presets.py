@@ -18,9 +18,8 @@ import statistics
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import ConfigError, OpzooError, UpstreamUnavailable
-
-DEFAULT_GRID = 64  # per axis, for a model with no pretrained grid (the FNO presets)
+from ..errors import OpzooError, UpstreamUnavailable
+from ..model_io.example_input import input_grid
 
 
 @dataclasses.dataclass
@@ -46,22 +45,6 @@ class BenchmarkRow:
 
 
 COLUMNS = tuple(f.name for f in dataclasses.fields(BenchmarkRow))
-
-
-def input_grid(model, resolution: Sequence[int] | None) -> tuple[list[int], str]:
-    """The spatial grid a preset is benchmarked at: ``resolution`` if given, else the grid its weights were trained
-    at, else its own ``img_size``, else ``DEFAULT_GRID`` per axis (said in the note). A model whose config has no
-    ``spatial_dims`` (one that takes any number of axes, e.g. MORPH) is benchmarked at the axes given."""
-    c = model.config
-    d = int(getattr(c, "spatial_dims", 2))
-    if resolution:
-        if len(resolution) != d and hasattr(c, "spatial_dims"):
-            raise ConfigError(f"--resolution {list(resolution)}: {model.preset_name} has {d} spatial axes")
-        return list(resolution), ""
-    for grid in (model.pretrained_cfg.get("resolution"), getattr(c, "img_size", None), getattr(c, "resolution", None)):
-        if grid:
-            return list(grid), ""
-    return [DEFAULT_GRID] * d, f"no pretrained grid: {DEFAULT_GRID} per axis"
 
 
 def training_loss(model, out, target):

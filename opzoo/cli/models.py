@@ -3,6 +3,7 @@ arguments, call :mod:`opzoo.model_io` and the registry."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import os
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from .._version import __version__
 from ..console import parse_overrides
+from ..errors import ConfigError
 
 
 def _index():
@@ -277,22 +279,69 @@ def cmd_plugins(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from ..files import claim_output_dir
     from ..model_io.loading import load
     from ..model_io.pretrained import resolve_weights
     from ..model_io.reference import parse_model_reference
-    from ..model_io.repo_dir import written_by_opzoo
 
-    claim_output_dir(args.out, written_by_opzoo, force=args.force, flag="OUT", what="the exported repo",
-                     advice="pass --force to write the repo's config.json, model.safetensors and README.md beside them")
+    out = _export_out(args)
+    if args.format == "repo":
+        from ..files import claim_output_dir
+        from ..model_io.repo_dir import written_by_opzoo
 
-    pretrained, header = resolve_weights(args.name, True if parse_model_reference(args.name, backbones=False).saved
-                                         else args.pretrained)
-    print("weights: " + header.replace("(--no-pretrained)", "(export without --pretrained)"))
+        claim_output_dir(out, written_by_opzoo, force=args.force, flag="OUT", what="the exported repo",
+                         advice="pass --force to write the repo's config.json, model.safetensors and README.md "
+                                "beside them")
+    else:
+        from ..model_io.graph_export import require_export_dependencies
+
+        require_export_dependencies(args.format)  # before any download: a missing extra is said first
+        if Path(out).exists() and not args.force:
+            raise ConfigError(f"{out} exists: pass --force to replace it (and its .json)")
+    saved = parse_model_reference(args.name, backbones=False).saved
+    # a repo is written from random init unless --pretrained (as before); a deployed file runs the published weights
+    # unless --no-pretrained
+    default = None if args.format != "repo" else False
+    pretrained, header = resolve_weights(args.name, True if saved else
+                                         (default if args.pretrained is None else args.pretrained))
+    print("weights: " + (header.replace("(--no-pretrained)", "(export without --pretrained)") if args.format == "repo"
+                         else header))
     model = load(args.name, pretrained=pretrained, **parse_overrides(args.set))
-    out = model.save_pretrained(args.out)
-    print(f"wrote {out}/config.json, model.safetensors, README.md")
+    if args.format == "repo":
+        written = model.save_pretrained(out)
+        print(f"wrote {written}/config.json, model.safetensors, README.md")
+        return 0
+    from ..model_io.graph_export import export_model
+
+    print(f"exporting one step of {args.name} ([B, *S, T_in, C] -> [B, *S, T_out, C]) as {args.format}, then checking "
+          "it against the model")
+    report = export_model(model, out, args.format, grid=args.grid, name=args.name)
+    dyn = report.dynamic
+    grids = sorted({"x".join(map(str, c.grid)) for c in report.checks})
+    worst = max(c.rel_l2 for c in report.checks)
+    print(f"wrote {out} (and {out}.json): input x {['B', *report.input['shape']]}, output y "
+          f"{['B', *report.output['shape']]}")
+    traced = "x".join(map(str, report.checks[0].grid))
+    print("dynamic: the batch; " + (f"the grid, in steps of {dyn['grid_step']} per axis" if dyn["grid"] else
+                                    f"not the grid, fixed at {traced} ({dyn['grid_note']})"))
+    checked = ("onnxruntime " + report.checked_with["onnxruntime"] + f", opset {report.checked_with['opset']}"
+               if args.format == "onnx" else "torch " + report.checked_with["torch"])
+    print(f"checked with {checked} against the eager model: batches {sorted({c.batch for c in report.checks})}, "
+          f"grids {', '.join(grids)}; largest relative L2 difference {worst:.1e} (at most {report.tolerance:.0e})")
+    for note in report.notes:
+        print(f"note: {note}")
     return 0
+
+
+def _export_out(args) -> str:
+    if args.out and args.out_option and args.out != args.out_option:
+        raise ConfigError(f"export: OUT given twice ({args.out} and --out {args.out_option}); give one")
+    out = args.out or args.out_option
+    if out:
+        return out
+    if args.format == "repo":
+        raise ConfigError("export: name the repo directory to write (OUT), or pass --format onnx|pt2 for a file")
+    stem = args.name.replace("hf-hub:", "").replace("local-dir:", "").rstrip("/").replace("/", "--").replace("@", "-")
+    return f"{Path(stem).name}.{args.format}"
 
 
 def cmd_convert(args) -> int:
@@ -349,14 +398,25 @@ def add_commands(subparsers) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plugins)
 
-    p = subparsers.add_parser("export", help="save a model as an opzoo repo (save_pretrained)")
-    p.add_argument("name")
-    p.add_argument("out")
-    p.add_argument("--pretrained", action="store_true", help="with its published weights")
+    p = subparsers.add_parser("export", help="save a model as an opzoo repo (save_pretrained), or one step of it as "
+                                             "ONNX or a torch.export program, checked against the model "
+                                             "(docs/export.md)")
+    p.add_argument("name", help="a preset, a saved model directory, hf-hub:org/repo or local-dir:PATH")
+    p.add_argument("out", nargs="?", help="where to write (or --out): the repo directory, or the .onnx/.pt2 file "
+                                          "(default for a file: NAME.onnx / NAME.pt2 here)")
+    p.add_argument("--out", dest="out_option", metavar="OUT", help="as OUT")
+    p.add_argument("--format", choices=("repo", "onnx", "pt2"), default="repo",
+                   help="repo: an opzoo repo (default); onnx: an ONNX file, checked in onnxruntime (needs "
+                        "opzoo[export]); pt2: a torch.export program, checked in torch")
+    p.add_argument("--grid", nargs="+", type=int, metavar="N", help="the grid to trace and check at (default: the "
+                                                                     "model's pretrained grid)")
+    p.add_argument("--pretrained", action=argparse.BooleanOptionalAction, default=None,
+                   help="with its published weights (default: for --format repo, random init; for onnx and pt2, the "
+                        "published weights when the preset has some)")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides")
     p.add_argument("--force", action="store_true", help="write into an OUT that holds files opzoo did not write (they "
                                                         "are kept, but a config.json, model.safetensors or README.md "
-                                                        "there is replaced)")
+                                                        "there is replaced); replace an existing .onnx/.pt2 file")
     p.set_defaults(func=cmd_export)
 
     p = subparsers.add_parser("convert", help="convert a foreign checkpoint into an opzoo repo")

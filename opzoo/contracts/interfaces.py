@@ -258,6 +258,9 @@ class Backbone(nn.Module, metaclass=abc.ABCMeta):
     # a model that names its fields (pretrained_cfg["fields"]) and was trained with a field a dataset lacked filled
     # with a value (GPhyT's zeros): a file without that field reads it as this value (and says so); None: refused
     missing_field_value: float | None = None
+    # why this backbone's exported graph (opzoo export --format onnx|pt2, docs/export.md) takes only the grid it was
+    # traced at, when its code is known to fix the grid under torch.export; None: the exporter tries a dynamic grid
+    fixed_export_grid: str | None = None
 
     def grid_for(self, data_grid: Sequence[int]) -> tuple[tuple[int, ...] | None, str]:
         """``(grid, why)``: the grid this model runs data of ``data_grid`` at when the user names none. ``None``

@@ -125,6 +125,10 @@ class PotBackbone(Backbone):
     (bilinear in 2D, trilinear in 3D, ``align_corners=False``) to the latent grid ``S/p``.
     """
 
+    # measured: a dynamic grid traces, then guards on the traced latent size (docs/export.md)
+    fixed_export_grid = ("its position embedding is taken as is at img_size and interpolated at another grid, a branch "
+                         "on the grid that torch.export traces for one grid")
+
     config_class = PotConfig
     supports_grad_checkpointing = True
     no_weight_decay_keys = ("pos_embed",)

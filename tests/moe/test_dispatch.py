@@ -168,3 +168,16 @@ def test_a_router_given_no_groups_reports_zero_and_is_left_out_of_the_group_mean
     r = empty(torch.randn(0, 8))
     assert r.aux_loss.item() == 0.0 and empty.last_counts.tolist() == [0.0] * 4
     torch.testing.assert_close(aux_losses(net)["token"], busy.last_aux_loss)
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_the_dense_dispatch_that_export_traces_is_the_sparse_one_in_float64(k):
+    from opzoo_moe.dispatch import dense_dispatch
+
+    torch.manual_seed(20 + k)
+    moe = ImageMoE(16, k).double().eval()
+    x = torch.randn(6, 4, 4, 16, dtype=torch.float64)
+    routing = moe.router(x)
+    with torch.no_grad():
+        torch.testing.assert_close(dense_dispatch(x, routing, moe.experts), dispatch(x, routing, moe.experts),
+                                   rtol=0, atol=1e-13)

@@ -68,3 +68,40 @@ class FourierAttention(opzoo.Mixer):
         o2 = torch.baddbmm(b2, o1, w2).transpose(0, 1).reshape(part.shape)
         # irfftn zero-pads each dim at the end to the full spectrum: the modes not kept are zero
         return torch.fft.irfftn(o2, s=sizes, dim=spatial, norm="ortho").to(dtype)
+
+    def export_form(self) -> nn.Module:
+        """The same function in real arithmetic between the FFTs (:class:`opzoo.ExportForm`, docs/export.md)."""
+        return FourierAttentionExport(self)
+
+
+class FourierAttentionExport(nn.Module):
+    """:class:`FourierAttention`'s function with its parameters, real and imaginary parts as real tensors
+    ``[..., 2]`` between ``rfftn`` and ``irfftn`` and the complex products as real ones: what ONNX's exporter takes
+    (it has no complex matmul). ``x [B, *S, D] -> [B, *S, D]``."""
+
+    def __init__(self, layer: FourierAttention):
+        super().__init__()
+        self.dim, self.n_blocks, self.modes = layer.dim, layer.n_blocks, layer.modes
+        self.w1, self.b1, self.w2, self.b2 = layer.w1, layer.b1, layer.w2, layer.b2
+
+    @staticmethod
+    def _product(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
+        """``x [nb, N, bs, 2]`` times ``w [2, nb, bs, bs]`` plus ``b [2, nb, bs]`` as complex numbers, in reals."""
+        xr, xi = x[..., 0], x[..., 1]
+        real = torch.baddbmm(b[0].unsqueeze(1), xr, w[0]) - torch.bmm(xi, w[1])
+        imag = torch.baddbmm(b[1].unsqueeze(1), xi, w[0]) + torch.bmm(xr, w[1])
+        return torch.stack([real, imag], dim=-1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        spatial = tuple(range(1, x.ndim - 1))
+        sizes = x.shape[1:-1]
+        dtype = x.dtype
+        if dtype in (torch.float16, torch.bfloat16):
+            x = x.float()
+        spec = torch.view_as_real(torch.fft.rfftn(x, dim=spatial, norm="ortho"))    # [B, *K, D, 2]
+        part = spec[(slice(None), *(slice(0, self.modes) for _ in spatial))]      # [B, *m, D, 2]
+        heads = part.reshape(-1, self.n_blocks, self.dim // self.n_blocks, 2).transpose(0, 1)
+        w1, b1, w2, b2 = (p.to(x.dtype) for p in (self.w1, self.b1, self.w2, self.b2))
+        o1 = F.gelu(self._product(heads, w1, b1))
+        o2 = self._product(o1, w2, b2).transpose(0, 1).reshape(part.shape)
+        return torch.fft.irfftn(torch.view_as_complex(o2.contiguous()), s=sizes, dim=spatial, norm="ortho").to(dtype)

@@ -55,12 +55,6 @@ class SpectralConv(nn.Module):
         with its kept modes ``(K,) * d`` (``spatial_dims`` is ignored: the layer knows its own)."""
         return [(w, self.spectral_modes) for w in self.weights]
 
-    def _blocks(self, sizes: tuple[int, ...]) -> list[tuple[slice, ...]]:
-        """For each weight tensor, the slices of the full-FFT dims (all but the last) it multiplies."""
-        k = self.modes
-        return [tuple(slice(0, k) if s > 0 else slice(n - k, n) for s, n in zip(sign, sizes[:-1]))
-                for sign in self.signs]
-
     def forward(self, x: Tensor) -> Tensor:
         d, k = self.spatial_dims, self.modes
         if x.ndim != d + 2:
@@ -79,7 +73,7 @@ class SpectralConv(nn.Module):
         if full_dims:
             spec = torch.fft.fftn(spec, dim=full_dims)
         products = {}
-        for sign, w, rows in zip(self.signs, self.weights, self._blocks(sizes)):
+        for sign, w, rows in zip(self.signs, self.weights, _blocks(self.signs, self.modes, sizes)):
             block = spec[rows]                                                 # [K, ..., K, B, in]
             wm = w.to(spec.dtype).permute(*range(2, d + 2), 0, 1).reshape(-1, *w.shape[:2])  # [K^d, in, out]
             y = torch.bmm(block.reshape(-1, b, self.in_channels), wm)
@@ -89,6 +83,57 @@ class SpectralConv(nn.Module):
             out = torch.fft.ifftn(out, dim=full_dims)
         out = out.permute(d, *range(d), d + 1)                                 # [B, *S[:-1], K, out]
         return torch.fft.irfft(out, n=sizes[-1], dim=d).to(dtype)
+
+    def export_form(self) -> nn.Module:
+        """The same function in real arithmetic between the FFTs (:class:`opzoo.ExportForm`, docs/export.md)."""
+        return SpectralConvExport(self)
+
+
+class SpectralConvExport(nn.Module):
+    """:class:`SpectralConv`'s function with each complex weight held as its real view ``[in, out, *K, 2]`` (ONNX
+    has no complex parameters) and the product per mode as real matmuls on the spectrum's real view: complex values
+    exist only as an FFT's output and an inverse FFT's input. ``x [B, *S, in] -> [B, *S, out]``."""
+
+    def __init__(self, layer: SpectralConv):
+        super().__init__()
+        self.in_channels, self.out_channels = layer.in_channels, layer.out_channels
+        self.modes, self.spatial_dims, self.signs = layer.modes, layer.spatial_dims, layer.signs
+        self.weights = nn.ParameterList(nn.Parameter(torch.view_as_real(w.detach()).clone(), requires_grad=w.requires_grad)
+                                        for w in layer.weights)
+
+    def forward(self, x: Tensor) -> Tensor:
+        d, k = self.spatial_dims, self.modes
+        sizes = tuple(x.shape[1:-1])
+        dtype, b = x.dtype, x.shape[0]
+        if dtype in (torch.float16, torch.bfloat16):
+            x = x.float()
+        spec = torch.fft.rfft(x, dim=d).narrow(d, 0, k).permute(*range(1, d + 1), 0, d + 1)
+        full_dims = tuple(range(d - 1))
+        if full_dims:
+            spec = torch.fft.fftn(spec, dim=full_dims)
+        spec = torch.view_as_real(spec)                                          # [*S[:-1], K, B, in, 2]
+        products = {}
+        for sign, w, rows in zip(self.signs, self.weights, _blocks(self.signs, self.modes, sizes)):
+            block = spec[rows].reshape(-1, b, self.in_channels, 2)              # [K^d, B, in, 2]
+            wm = w.to(x.dtype).permute(*range(2, d + 2), 0, 1, d + 2).reshape(-1, self.in_channels,
+                                                                             self.out_channels, 2)
+            real = torch.bmm(block[..., 0], wm[..., 0]) - torch.bmm(block[..., 1], wm[..., 1])
+            imag = torch.bmm(block[..., 0], wm[..., 1]) + torch.bmm(block[..., 1], wm[..., 0])
+            products[sign] = torch.stack([real, imag], -1).view(*spec[rows].shape[:-2], self.out_channels, 2)
+        out = _assemble(products, sizes[:-1])                                   # [*S[:-1], K, B, out, 2]
+        # the half-spectrum's bins above K as zeros here, in reals (irfft would pad a complex tensor itself)
+        gap = list(out.shape)
+        gap[d - 1] = sizes[-1] // 2 + 1 - k
+        out = torch.view_as_complex(torch.cat([out, out.new_zeros(gap)], dim=d - 1).contiguous())
+        if full_dims:
+            out = torch.fft.ifftn(out, dim=full_dims)
+        out = out.permute(d, *range(d), d + 1)                                  # [B, *S[:-1], K, out]
+        return torch.fft.irfft(out, n=sizes[-1], dim=d).to(dtype)
+
+
+def _blocks(signs: list[tuple[int, ...]], k: int, sizes: tuple[int, ...]) -> list[tuple[slice, ...]]:
+    """For each weight tensor (one per sign pattern), the slices of the full-FFT dims (all but the last) it multiplies."""
+    return [tuple(slice(0, k) if s > 0 else slice(n - k, n) for s, n in zip(sign, sizes[:-1])) for sign in signs]
 
 
 def _assemble(products: dict[tuple[int, ...], Tensor], sizes: tuple[int, ...]) -> Tensor:

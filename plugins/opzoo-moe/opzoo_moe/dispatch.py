@@ -41,7 +41,10 @@ def guard_or_true(condition) -> bool:
 
 
 def dispatch(x: Tensor, routing: Routing, experts: Sequence[Callable[[Tensor], Tensor]]) -> Tensor:
-    """``x [G, *F] -> [G, *F']``: the routed, weighted sum of expert outputs (sparse)."""
+    """``x [G, *F] -> [G, *F']``: the routed, weighted sum of expert outputs (sparse; dense while ``torch.export``
+    traces: :func:`dense_dispatch`)."""
+    if torch.compiler.is_exporting():
+        return dense_dispatch(x, routing, experts)
     g, k = routing.indices.shape
     order = torch.argsort(routing.indices.reshape(-1), stable=True)          # [G k], grouped by expert
     rows = torch.div(order, k, rounding_mode="floor")                        # source group of each sorted slot
@@ -57,4 +60,17 @@ def dispatch(x: Tensor, routing: Routing, experts: Sequence[Callable[[Tensor], T
     return y.new_zeros((g, *y.shape[1:])).index_add_(0, rows, y)
 
 
-__all__ = ["dispatch"]
+def dense_dispatch(x: Tensor, routing: Routing, experts: Sequence[Callable[[Tensor], Tensor]]) -> Tensor:
+    """:func:`dispatch`'s sum with every expert run on every group, weighted by its routing weight (zero where it was
+    not chosen): no data-dependent sizes, which an exported graph (ONNX has no stable sort or data-sized split) needs.
+    The same function up to the order of the float sums (docs/export.md); E times the experts' compute."""
+    y = None
+    for e, expert in enumerate(experts):
+        weight = (routing.weights * (routing.indices == e).to(routing.weights.dtype)).sum(-1)  # [G]
+        out = expert(x)
+        term = out * weight.to(out.dtype).view(-1, *([1] * (out.ndim - 1)))
+        y = term if y is None else y + term
+    return y
+
+
+__all__ = ["dispatch", "dense_dispatch"]

@@ -97,6 +97,10 @@ class PdetBackbone(opzoo.Backbone):
     """What both PDE-Transformer backbones share: the optional z-score around the network, the input's shape, the
     layer groups for fine-tuning."""
 
+    # measured (docs/export.md): a dynamic grid takes 10x longer to trace, guards on the window count, and its ONNX
+    # graph fails at another batch
+    fixed_export_grid = ("its shifted windows pad the latent grid by amounts torch.export fixes for the traced grid")
+
     config_class = PdetConfig
     pretrained_cfg_class = PdetPretrainedCfg
     supports_grad_checkpointing = True

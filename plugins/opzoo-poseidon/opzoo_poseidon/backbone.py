@@ -104,6 +104,9 @@ class PoseidonConfig(opzoo.ModelConfig):
 class Poseidon(opzoo.Backbone):
     """``[B, n, n, 1, C] -> [B, n, n, T_out, C_out]`` around :class:`ScOTNet`."""
 
+    fixed_export_grid = ("scOT resamples a grid other than image_size to it (a branch on the grid): torch.export traces "
+                         "the branch of one grid")
+
     config_class = PoseidonConfig
     supports_grad_checkpointing = True
 

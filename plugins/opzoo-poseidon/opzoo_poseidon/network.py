@@ -270,15 +270,17 @@ def fourier_resample(x: Tensor, size: int) -> Tensor:
     n = x.shape[-1]
     if n == size:
         return x
-    spectrum = torch.fft.fft2(x, norm="forward")
+    # the spectrum's real view [B, C, n, n, 2] between the FFTs: ONNX takes no indexing or padding of complex tensors
+    # (docs/export.md), and the views cost nothing
+    spectrum = torch.view_as_real(torch.fft.fft2(x, norm="forward"))
     if n > size:
         keep = torch.tensor(_kept_frequencies(n, size), device=x.device)
         spectrum = spectrum.index_select(2, keep).index_select(3, keep)
-        return torch.fft.ifft2(spectrum, norm="forward").real
+        return torch.fft.ifft2(torch.view_as_complex(spectrum.contiguous()), norm="forward").real
     pad = (size - n) // 2
-    spectrum = torch.fft.fftshift(spectrum)
-    padded = torch.complex(F.pad(spectrum.real, (pad,) * 4), F.pad(spectrum.imag, (pad,) * 4))
-    return torch.fft.ifft2(torch.fft.ifftshift(padded), norm="forward").real
+    padded = F.pad(torch.fft.fftshift(spectrum, dim=(2, 3)), (0, 0, *(pad,) * 4))
+    return torch.fft.ifft2(torch.fft.ifftshift(torch.view_as_complex(padded.contiguous()), dim=(2, 3)),
+                           norm="forward").real
 
 
 class ScOTNet(nn.Module):
