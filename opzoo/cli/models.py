@@ -340,8 +340,10 @@ def _export_out(args) -> str:
         return out
     if args.format == "repo":
         raise ConfigError("export: name the repo directory to write (OUT), or pass --format onnx|pt2 for a file")
-    stem = args.name.replace("hf-hub:", "").replace("local-dir:", "").rstrip("/").replace("/", "--").replace("@", "-")
-    return f"{Path(stem).name}.{args.format}"
+    from ..model_io.reference import parse_model_reference
+
+    stem = parse_model_reference(args.name, backbones=False).base_model_id.replace("/", "--")  # org--repo for the Hub
+    return f"{stem}.{args.format}"
 
 
 def cmd_convert(args) -> int:

@@ -213,7 +213,7 @@ def _export(model, path, fmt, versions, grid, seed, tolerance, name) -> ExportRe
     d = len(grid)
     x = example_input(model, TRACE_BATCH, grid, seed)
     try:
-        _run_eager(model, x)
+        traced_out = _run_eager(model, x)
     except Exception as error:  # noqa: BLE001 - said as the model's refusal of the input
         advice = "" if isinstance(error, ConfigError) else "; name a grid it takes with --grid"  # one that says its own
         raise ExportRefused(f"{name} refuses its example input {list(x.shape)} ([B, *S, T_in, C]): "
@@ -281,7 +281,7 @@ def _export(model, path, fmt, versions, grid, seed, tolerance, name) -> ExportRe
             report = ExportReport(
                 path=str(path), format=fmt, model=name,
                 input={"name": "x", "layout": "[B, *S, T_in, C]", "shape": list(x.shape[1:]), "dtype": "float32"},
-                output={"name": "y", "layout": "[B, *S, T_out, C]", "shape": list(ref.shape[1:])},
+                output={"name": "y", "layout": "[B, *S, T_out, C]", "shape": list(traced_out.shape[1:])},
                 dynamic={"batch": True, "grid": dynamic["grid"], "grid_step": grid_step(model) if dynamic["grid"]
                          else None, "grid_note": "" if dynamic["grid"] else grid_note},
                 checks=checks, tolerance=tolerance, export_forms=forms, checked_with=versions, notes=notes)

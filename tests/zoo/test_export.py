@@ -163,6 +163,7 @@ def test_a_saved_model_directory_exports_by_its_path(tmp_path):
                   cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "(a saved opzoo repo)" in done.stdout and "the grid, in steps of 2 per axis" in done.stdout
+    assert "output y ['B', 16, 16, 1, 1]" in done.stdout  # the traced grid's, as the input's
     record = json.loads((tmp_path / "step.pt2.json").read_text())
     assert {tuple(c["grid"]) for c in record["checks"]} == {(16, 16), (18, 18)}
     _assert_matches_eager(model.eval(), tmp_path / "step.pt2", "pt2", [[20, 20]])
