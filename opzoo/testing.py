@@ -13,7 +13,10 @@ provenance and the family's data contract; `opzoo verify` answers offline (a pac
 one line saying what it needs); a tiny model saved and loaded is in eval mode, and runs in float64; and,
 where the family says how to write its upstream's file (:meth:`FamilyConformance.write_upstream`), the converter
 reads it back exactly, and a NaN, a missing, an extra or a mis-shaped tensor, another size and a file of no family
-are each refused in one line. What is the family's own (parity with its upstream, its data contract's recorded
+are each refused in one line; and what the network does with its input (issue 70): every input channel and every
+input frame changes the output, every output channel responds, every trainable parameter gets a gradient (except
+those :attr:`FamilyConformance.no_gradient` names, each with why), and a sample's output depends neither on the other
+samples of its batch nor on an earlier call. What is the family's own (parity with its upstream, its data contract's recorded
 cases) stays in its own test files. Requires pytest; the 2-step fine-tune is in the slow tier.
 """
 
@@ -68,6 +71,18 @@ class FamilyConformance:
         sizes = self.grid or getattr(c, "img_size", None) or getattr(c, "image_size", None) or 16
         sizes = [sizes] * int(getattr(c, "spatial_dims", 2)) if isinstance(sizes, int) else list(sizes)
         return torch.randn(1, *sizes, c.in_timesteps, c.in_channels, generator=torch.Generator().manual_seed(1))
+
+    def probe(self):
+        """``(model, x)``: the tiny model in float64 and eval mode, and its example input ``[1, *S, T_in, C]``."""
+        model = self.tiny_model().double().eval()
+        return model, self.example_input(model).double()
+
+    @staticmethod
+    def field(x, seed: int):
+        """A random field over ``x``'s grid (a constant would vanish in an instance norm such as RevIN)."""
+        import torch
+
+        return torch.randn(x.shape[1:-2], generator=torch.Generator().manual_seed(seed), dtype=x.dtype)
 
     def upstream_file(self, tmp_path: Path, model=None, edit: Callable[[dict], None] = lambda state: None):
         import pytest
@@ -195,6 +210,73 @@ class FamilyConformance:
         for name in set(new) - set(layout):
             assert new[name].shape == old[name].shape and torch.equal(new[name], old[name]), \
                 f"{name}: not in the layout, yet changed by the adaptation"
+
+    # ---- what the network does with its input (issue 70): a network that ignores part of it fails here ------------
+    def test_every_input_channel_and_frame_changes_the_output(self):
+        """Each input channel (changed in every frame) and each frame the model reads (``T_in``, every channel changed):
+        a random field added there changes the output. One batch: sample 0 as given, then one per channel, then one
+        per frame."""
+        import torch
+
+        model, x = self.probe()
+        t_in, c_in = x.shape[-2:]
+        xs = x.repeat(1 + c_in + t_in, *[1] * (x.ndim - 1))
+        inputs = [f"channel {c}" for c in range(c_in)] + [f"frame {t}" for t in range(t_in)]
+        for c in range(c_in):
+            xs[1 + c, ..., c] += self.field(x, 1 + c).unsqueeze(-1)
+        for t in range(t_in):
+            xs[1 + c_in + t, ..., t, :] += torch.stack([self.field(x, 50 + t * c_in + c) for c in range(c_in)], -1)
+        with torch.no_grad():
+            out = model(xs)
+        scale = out[0].abs().max()
+        dead = [what for i, what in enumerate(inputs) if (out[1 + i] - out[0]).abs().max() <= 1e-12 * scale]
+        assert not dead, (f"{self.family}: the output does not change when input {dead[0]} changes ({len(dead)} of "
+                          f"{c_in} channels and {t_in} frames): the network ignores it")
+
+    def test_every_output_channel_responds_to_the_input(self):
+        import torch
+
+        model, x = self.probe()
+        changed = x + torch.stack([self.field(x, 100 + c) for c in range(x.shape[-1])], -1).unsqueeze(-2)
+        with torch.no_grad():
+            out, moved = model(torch.cat([x, changed]))
+        flat_out, flat_moved = out.reshape(-1, *out.shape[-2:]), moved.reshape(-1, *moved.shape[-2:])
+        still = [f"frame {t}, channel {c}" for t in range(out.shape[-2]) for c in range(out.shape[-1])
+                 if (flat_moved[:, t, c] - flat_out[:, t, c]).abs().max() <= 1e-12 * out.abs().max()]
+        assert not still, f"{self.family}: output {still[0]} does not respond to the input ({len(still)} such outputs)"
+
+    #: parameters (regular expressions over their names) that may get no gradient from one batch, each with why
+    no_gradient: dict[str, str] = {}
+
+    def test_every_trainable_parameter_gets_a_gradient(self):
+        """A random linear loss on the output of a batch of two, at weights moved a little off their initialization
+        (a zero-initialized gate would otherwise stop every gradient behind it): every trainable parameter gets a
+        non-zero gradient, except those :attr:`no_gradient` names."""
+        import torch
+
+        model, x = self.probe()
+        g = torch.Generator().manual_seed(3)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(1e-2 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+        xs = torch.cat([x, x + torch.stack([self.field(x, 200 + c) for c in range(x.shape[-1])], -1).unsqueeze(-2)])
+        out = model(xs)
+        (out * torch.randn(out.shape, generator=g, dtype=out.dtype)).sum().backward()
+        dead = [n for n, p in model.named_parameters() if p.requires_grad and (p.grad is None or not p.grad.any())
+                and not any(re.fullmatch(pattern, n) for pattern in self.no_gradient)]
+        assert not dead, (f"{self.family}: parameter {dead[0]} gets no gradient from a loss on the output ({len(dead)} "
+                          "such parameters): the layer is not on the output's path")
+
+    def test_a_sample_does_not_depend_on_the_others_in_its_batch_and_runs_the_same_twice(self):
+        import torch
+
+        model, x = self.probe()
+        other = x + torch.stack([self.field(x, 300 + c) for c in range(x.shape[-1])], -1).unsqueeze(-2)
+        with torch.no_grad():
+            alone, together, again = model(x), model(torch.cat([x, other, 2 * other])), model(x)
+        assert torch.equal(alone, again), f"{self.family}: the same input gives another output the second time"
+        torch.testing.assert_close(together[:1], alone, rtol=1e-10, atol=1e-12,
+                                   msg=lambda m: f"{self.family}: a sample's output depends on its batch: {m}")
 
     def test_the_converter_reads_the_upstream_file_back_exactly(self, tmp_path):
         import torch

@@ -19,6 +19,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeVar, Union
 
+from ..errors import ConfigError
 from .contract import DataContract
 from .provenance import Fact, PretrainedCheck, Result
 
@@ -50,6 +51,11 @@ class Variant:
     def __post_init__(self) -> None:
         object.__setattr__(self, "extra_files", tuple(self.extra_files))
         object.__setattr__(self, "aliases", tuple(self.aliases))
+        count = self.data.get("params")
+        if count is not None and (isinstance(count, bool) or not isinstance(count, int)):
+            # the conformance suite holds every preset to its count: a string ("7M") would be printed, never checked
+            raise ConfigError(f"variant {self.name!r}: data['params'] is the exact parameter count as an int (e.g. "
+                              f"30130; format it in card_fields), got {count!r}")
 
     def __getitem__(self, key: str) -> Any:
         """``variant["size"]``: the row's own fact ``key`` (an error naming the row when it has none)."""

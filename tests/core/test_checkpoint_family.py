@@ -16,16 +16,16 @@ def card(tmp_path, text="# ${name}\n\nwidth $width, $params parameters as publis
 
 
 def family(tmp_path, rows=None, **rules) -> opzoo.CheckpointFamily:
-    rows = rows or (opzoo.Variant("toy-s", args={"width": 8}, weights="s/w.safetensors", data={"params": "1k"}),
-                    opzoo.Variant("toy-b", args={"width": 16}, weights="b/w.safetensors", data={"params": "4k"},
+    rows = rows or (opzoo.Variant("toy-s", args={"width": 8}, weights="s/w.safetensors", data={"params": 1000}),
+                    opzoo.Variant("toy-b", args={"width": 16}, weights="b/w.safetensors", data={"params": 4000},
                                   aliases=("toy-base",)))
     base = dict(repo_id="org/toy", revision="abc1234", converter="toy-format", args={"depth": 1, "width": 4},
                 extra_files=lambda v: (f"{v.weights.split('/')[0]}/config.json",),
-                provenance=lambda v: (opzoo.Fact("published parameters", v["params"], "org/toy README @ abc1234"),),
+                provenance=lambda v: (opzoo.Fact("published parameters", f"{v['params']:,}", "org/toy README @ abc1234"),),
                 results=lambda v: (opzoo.Result("toy data", "nRMSE", v.args["width"] / 100, "the toy authors",
                                                 source="https://example.org"),),
                 pretrained_cfg={"in_timesteps": 1}, card=card(tmp_path),
-                card_fields=lambda v: {"width": v.args["width"], "params": v["params"]})
+                card_fields=lambda v: {"width": v.args["width"], "params": f"{v['params']:,}"})
     return opzoo.CheckpointFamily("toy", backbone="simple", variants=rows, **{**base, **rules})
 
 
@@ -39,17 +39,17 @@ def test_every_row_becomes_a_preset_derived_by_the_familys_rules(tmp_path):
     src = base.pretrained
     assert (src.repo_id, src.filename, src.revision, src.converter, src.extra_files) == (
         "org/toy", "b/w.safetensors", "abc1234", "toy-format", ("b/config.json",))
-    assert [f.value for f in base.provenance] == ["4k"] and base.results[0].value == 0.16
+    assert [f.value for f in base.provenance] == ["4,000"] and base.results[0].value == 0.16
     assert base.pretrained_cfg == {"in_timesteps": 1}
     # the card: the family's template, its fields filled per row; the save-time fields are left for the save
-    assert base.card_template() == "# ${name}\n\nwidth 16, 4k parameters as published, ${parameters} counted\n"
+    assert base.card_template() == "# ${name}\n\nwidth 16, 4,000 parameters as published, ${parameters} counted\n"
     model = opzoo.create_model("simple", width=16, depth=1)
     model.preset_name = None
     from opzoo.model_io.model_card import render_card
 
     text = render_card(model, "simple", base.card_template())
-    assert "width 16, 4k parameters as published" in text and f"{sum(p.numel() for p in model.parameters()):,} counted" in text
-    assert registry.family("toy").variant("toy-base")["params"] == "4k"
+    assert "width 16, 4,000 parameters as published" in text and f"{sum(p.numel() for p in model.parameters()):,} counted" in text
+    assert registry.family("toy").variant("toy-base")["params"] == 4000
 
 
 def test_a_row_that_fails_leaves_no_preset_of_its_family(tmp_path):
@@ -105,3 +105,13 @@ def test_matching_preset_is_the_preset_whose_config_a_converted_checkpoint_build
     assert registry.matching_preset("simple", {"width": 16, "depth": 2}) is None
     with pytest.raises(opzoo.ConfigError, match="converted checkpoint"):
         registry.matching_preset("simple", {"width": "wide"})
+
+
+@pytest.mark.parametrize("count", ["7M", "5k", 30130.0, True])
+def test_a_parameter_count_that_is_not_an_int_is_refused_at_registration_in_one_line(count):
+    """Issue 70: the conformance suite holds every preset to its row's count, so a row states it exactly."""
+    with pytest.raises(opzoo.ConfigError) as info:
+        opzoo.Variant("my-net-s", args={"width": 8}, data={"params": count})
+    message = str(info.value)
+    assert "\n" not in message and "'my-net-s'" in message and "as an int" in message and repr(count) in message
+    assert opzoo.Variant("my-net-s", data={"params": 30130})["params"] == 30130

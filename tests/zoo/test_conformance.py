@@ -31,6 +31,7 @@ class TestDPOT(FamilyConformance):
     family = "dpot"
     tiny = {**_shrunk("dpot-ti"), "img_size": [128, 128], "patch_size": 8}  # a load adapts the grid after its checks
     other = {"width": 64}
+    no_gradient = {r"cls_head\..*": "DPOT's PDE-type classification head: forward_with_class reads it, the forward's output does not"}
 
     def write_upstream(self, model, path, edit):  # as DPOT's train script saves: {"args", "model"} (1x1-conv MLPs)
         import argparse
@@ -54,15 +55,25 @@ class TestFNO(FamilyConformance):  # the reference scripts' sizes; no weights ar
 class TestAOTPOT(FamilyConformance):  # the paper's sizes; no weights are published
     family = "aot-pot"
     tiny = _shrunk("aot-pot-t")
+    no_gradient = {r"cls_head\..*": "DPOT's PDE-type classification head: forward_with_class reads it, the forward's output does not"}
 
 
 class TestNESTOR(FamilyConformance):  # no weights are published
     family = "nestor"
     tiny = _shrunk("nestor-ti")
+    no_gradient = {
+        r"cls_head\..*": "DPOT's PDE-type classification head: forward_with_class reads it, the forward's output does not",
+        r"blocks\.\d+\.router\.gate\..*": "top-1 image routing renormalized over the one chosen expert: its weight is 1",
+        r"blocks\.\d+\.experts\.\d+\..*": "an expert no image of the batch is routed to is never called (sparse dispatch)",
+    }
 
 
 class TestMorph(FamilyConformance):
     family = "morph"
+    no_gradient = {  # the tiny model's input: one frame, 2-D (depth 1)
+        r"net\.blocks\.\d+\.attn\.time\..*": "MORPH skips attention over time for a one-frame window",
+        r"net\.blocks\.\d+\.attn\.depth\.[qk]\..*": "attention over a depth of one: its softmax over one key is 1",
+    }
     tiny = {"dim": 32, "depth": 1, "heads": 2, "heads_xa": 2, "mlp_dim": 32, "conv_filters": 8, "patch_size": 4,
             "max_patches": 64, "max_ar": 1, "dropout": 0.0, "emb_dropout": 0.0}
     other = {"dim": 64, "heads": 4}
@@ -110,6 +121,10 @@ def save_folder(path: Path, config: dict, state: dict, weights: str, edit) -> Pa
 
 class TestPoseidon(FamilyConformance):
     family = "poseidon"
+    no_gradient = {  # the tiny grid's coarsest level is 1x1: a window of one token
+        r"net\.(encoder\.layers\.3|decoder\.layers\.0)\.blocks\.\d+\.attention\.self\."
+        r"(query|key|logit_scale|continuous_position_bias_mlp)(\..*)?": "a window of one token: its softmax is 1",
+    }
     tiny = {"embed_dim": 8, "depths": [1, 1, 1, 1], "num_heads": [1, 1, 2, 2], "image_size": 32, "window_size": 4}
     other = {"embed_dim": 16}
 
@@ -127,6 +142,8 @@ class TestPoseidon(FamilyConformance):
 
 class TestMPP(FamilyConformance):
     family = "mpp"
+    no_gradient = {r".*\.bias": "RMSInstanceNorm2d's bias, held because the published files hold it and never used (as "
+                                "upstream's models/spatial_modules.py @ 38eefb1)"}
     tiny = _shrunk("mpp-avit-ti")
     other = {"dim": 64, "heads": 4}
     grid = (32, 32)
@@ -157,6 +174,8 @@ class TestPdetMixedChannels(FamilyConformance):
 
 class TestPdetSeparateChannels(FamilyConformance):
     family = "pdet-sc"
+    no_gradient = {r"net\.(simulation_time|simulation_dt|pde_parameter)_embedder_\d+\..*":
+                   "held because the published files hold them; upstream scales them by 0.0, opzoo leaves them out"}
     tiny = _shrunk("pdet-sc-s")
     other = {"hidden_size": 32}
 
@@ -196,6 +215,8 @@ def write_well_fno_repo(model, path, edit):
 class TestWellFNO(FamilyConformance):
     family = "well-fno"
     tiny = _shrunk("well-fno-acoustic_scattering_maze")
+    no_gradient = {r"net\.(spectral|skips)\..*": "the_well <= 1.1.0 ran the Fourier blocks and dropped their output "
+                                                "(fourier_blocks='dropped', as the published weights were trained)"}
     other = {"hidden_channels": 16}
 
     def write_upstream(self, model, path, edit):
@@ -205,6 +226,8 @@ class TestWellFNO(FamilyConformance):
 class TestWellTFNO(FamilyConformance):
     family = "well-tfno"
     tiny = _shrunk("well-tfno-acoustic_scattering_maze")
+    no_gradient = {r"net\.(spectral|skips)\..*": "the_well <= 1.1.0 ran the Fourier blocks and dropped their output "
+                                                "(fourier_blocks='dropped', as the published weights were trained)"}
     other = {"hidden_channels": 16}
 
     def write_upstream(self, model, path, edit):
@@ -236,6 +259,8 @@ class TestWellUNetClassic(FamilyConformance):
 class TestWellUNetConvNext(FamilyConformance):
     family = "well-unet-convnext"
     tiny = _shrunk("well-unet-convnext-acoustic_scattering_maze")
+    no_gradient = {r"net\.(encoder|decoder)\.\d+\.resample\.block\.0\.bias": "The Well's channels-first LayerNorm "
+                                                                             "holds a bias it never uses (ChannelL2Norm)"}
     other = {"init_features": 8}
 
     def write_upstream(self, model, path, edit):

@@ -40,9 +40,10 @@ SLOW = {  # the other families, in the slow tier
 }
 DYNAMIC_GRID = {"fno-2d", "well-unet-classic-shear_flow", "mpp-avit-ti", "well-tfno-shear_flow",
                 "well-unet-convnext-shear_flow", "fno-3d"}  # docs/export.md's table
-# the default tier's 4 minutes on 2 cores: the families whose trace and conversion take seconds; those that take 20-30 s
-# (docs/benchmarks.md, "Export") in the slow tier
-SLOW_TRACE = {"well-unet-classic-shear_flow", "poseidon-micro", "pdet-mc-micro", "mpp-avit-ti"}
+# the default tier's 4 minutes on 2 cores: DPOT's and FNO's files (the Fourier layers' export forms); the other
+# families, whose trace and conversion take 5-30 s a file (docs/benchmarks.md, "Export"), in the slow tier
+SLOW_TRACE = {"well-unet-classic-shear_flow", "poseidon-micro", "pdet-mc-micro", "mpp-avit-ti", "gphyt-micro",
+              "morph-micro"}
 CASES = [pytest.param(name, fmt, kwargs, id=f"{name}-{fmt}", marks=[pytest.mark.slow] if name in SLOW_TRACE else [])
          for name, kwargs in MODELS.items() for fmt in ("onnx", "pt2") if (name, fmt) != ("dpot-micro", "onnx")]
 CASES += [pytest.param(name, fmt, kwargs, id=f"{name}-{fmt}", marks=pytest.mark.slow) for name, kwargs in SLOW.items()

@@ -7,7 +7,7 @@ REPO = "example-org/example-shift"
 
 
 def facts(variant):
-    return (opzoo.Fact("published parameters", variant["params"], f"{REPO} README @ 0123abc"),
+    return (opzoo.Fact("published parameters", f"{variant['params']:,}", f"{REPO} README @ 0123abc"),
             opzoo.Fact("width", str(variant.args["width"]), f"{REPO} config.json @ 0123abc"))
 
 
@@ -22,14 +22,14 @@ FAMILY = opzoo.CheckpointFamily(
     args=dict(depth=1, in_channels=2, out_channels=2, in_timesteps=3, mixer="example-shift", mixer_args={"shift": 2}),
     variants=(
         opzoo.Variant("example-shift-s", args={"width": 16}, weights="s/model.safetensors",
-                      data={"params": "5k", "nrmse": 0.30}),
+                      data={"params": 1986, "nrmse": 0.30}),
         opzoo.Variant("example-shift-b", args={"width": 32}, weights="b/model.safetensors",
-                      data={"params": "17k", "nrmse": 0.20}),
+                      data={"params": 7042, "nrmse": 0.20}),
     ),
     checks=weights_named, provenance=facts,
     results=lambda v: (opzoo.Result("example data", "nRMSE", v["nrmse"], "the example authors",
                                     source=f"https://huggingface.co/{REPO}"),),
     pretrained_cfg=lambda v: {"in_timesteps": 3},
     card=files("opzoo_example_plugin") / "model_cards" / "example-shift.md",
-    card_fields=lambda v: {"params": v["params"], "width": v.args["width"]},
+    card_fields=lambda v: {"params": f"{v['params']:,}", "width": v.args["width"]},
 )
