@@ -8,6 +8,7 @@
 
 
 
+import sys as _sys
 from typing import TYPE_CHECKING
 
 from ._lazy import lazy_exports, typed_imports
@@ -76,6 +77,7 @@ def _plugin_registry():
 
 
 _set_registry_source(_plugin_registry)
+_sys.modules.setdefault(f"{__name__}.kit", kit)  # `import opzoo.kit` as docs/adding-a-family.md writes it
 
 
 def _hub_io(name: str):

@@ -360,6 +360,7 @@ class FamilyConformance:
         except OpzooError as e:
             message = str(e)
             assert "\n" not in message.strip(), f"{what}: the refusal is not one line:\n{message}"
+            assert "published weights" not in message, f"{what}: the user's file is called the published weights"
             return message
         raise AssertionError(f"{what}: {path} loaded into {self.table().variants[0].name} without a word")
 

@@ -3,6 +3,7 @@
 Plugins are found through entry points in the group ``opzoo``. One that fails to import or to
 register becomes a warning naming its distribution and the error; the others still load.
 ``OPZOO_PLUGINS`` (comma-separated distribution names; empty means none) restricts loading.
+``OPZOO_STRICT_PLUGINS=1`` makes a plugin that fails to load an error instead of a warning.
 
 The core's own components (:mod:`opzoo.host.builtins`) are one more plugin, registered first under the
 name ``opzoo``. ``opzoo/__init__`` makes this host the source of :func:`opzoo.registry.registry.get_registry`,
@@ -21,12 +22,14 @@ from typing import Any
 import pluggy
 
 from ..contracts import hookspecs
-from ..errors import RegistryConflictError
+from ..errors import OpzooError, RegistryConflictError
 from ..registry.registry import Registry, set_live_registry
 from . import builtins
 
 ENTRY_POINT_GROUP = "opzoo"
 ENV_PLUGINS = "OPZOO_PLUGINS"
+# set (not "0"): a plugin that fails to load is an error, not a warning (a plugin author's tests; docs/plugins.md)
+STRICT_ENV = "OPZOO_STRICT_PLUGINS"
 CORE_NAME = "opzoo"
 
 
@@ -85,6 +88,8 @@ class PluginHost:
 
     def _fail(self, name: str, dist: str, version: str, error: str) -> None:
         self.failed.append(PluginInfo(name, dist, version, error))
+        if os.environ.get(STRICT_ENV, "") not in ("", "0"):  # a plugin author's tests: a failure stops them
+            raise OpzooError(f"opzoo plugin {dist!r} {version} ({name}) was not loaded: {error} ({STRICT_ENV} is set)")
         warnings.warn(f"opzoo plugin {dist!r} {version} ({name}) was not loaded: {error}", PluginLoadWarning,
                       stacklevel=4)
 

@@ -270,7 +270,7 @@ def load_checkpoint_file(model: "nn.Module", preset: Preset, path: Path) -> None
     where = f"{path} (converted by {src.converter!r})"
     state_dict = convert_file(src.converter, path, **src.converter_options).state_dict
     artifacts = PretrainedArtifacts(preset.name, files, state_dict, model.config, None)
-    refuse_failed(preset.name, run_checks(src.checks, artifacts))
+    refuse_failed(preset.name, run_checks(src.checks, artifacts), weights=f"the weights in {path}")
     load_state_dict_strict(model, state_dict, where)
 
 

@@ -137,12 +137,13 @@ def run_checks(checks: tuple[PretrainedCheck, ...], artifacts: PretrainedArtifac
     return results
 
 
-def refuse_failed(preset: str, results: list[CheckResult]) -> None:
-    """Raise one CheckFailed naming every failed check of ``preset``'s published weights."""
+def refuse_failed(preset: str, results: list[CheckResult], weights: str = "the published weights") -> None:
+    """Raise one CheckFailed naming every failed check of ``preset``'s ``weights`` (the published ones, or a user's
+    file given as ``checkpoint_path``)."""
     failed = [r for r in results if not r.passed]
     if failed:
         details = "; ".join(f"[{r.check}] {r.message}" for r in failed)
-        raise CheckFailed(f"{preset}: the published weights fail {len(failed)} load check(s), so they are not what this "
+        raise CheckFailed(f"{preset}: {weights} fail {len(failed)} load check(s), so they are not what this "
                           f"preset assumes and nothing was loaded: {details}")
 
 

@@ -205,3 +205,15 @@ def opzoo_register_models(registry):
     assert result.returncode == 0, result.stderr
     assert "'opzoo-asking'" in result.stdout and "get_registry() was called while the plugins register" in result.stdout
     assert result.stdout.strip().endswith("True False")
+
+
+def test_strict_loading_makes_a_plugin_that_fails_to_import_an_error(tmp_path, monkeypatch):
+    """Issue 70: a plugin author's tests set OPZOO_STRICT_PLUGINS=1, and a plugin that fails to import stops them."""
+    from opzoo.errors import OpzooError
+
+    write_dist(tmp_path, "opzoo-broken", "1.2", "broken_plugin", "raise RuntimeError('boom at import')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("OPZOO_STRICT_PLUGINS", "1")
+    with pytest.raises(OpzooError, match=r"'opzoo-broken' 1.2 \(broken_plugin\) was not loaded: import failed: "
+                                         r"RuntimeError: boom at import \(OPZOO_STRICT_PLUGINS is set\)"):
+        PluginHost()

@@ -159,3 +159,12 @@ def test_moved_modules_keep_a_warning_shim_for_a_release():
 if __name__ == "__main__":
     GOLDEN.write_text(json.dumps(surface(), indent=1, sort_keys=True) + "\n")
     print(f"wrote {GOLDEN}", file=sys.stderr)
+
+
+def test_the_family_kit_imports_as_the_docs_write_it():
+    """Issue 70, item 8: `import opzoo.kit` (docs/adding-a-family.md) as well as `from opzoo import kit`."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", "import opzoo.kit; from opzoo import kit; "
+                           "assert opzoo.kit is kit and kit.Renames; print('ok')"], capture_output=True, text=True)
+    assert done.stdout.strip() == "ok", done.stderr
