@@ -284,6 +284,9 @@ def cmd_export(args) -> int:
     from ..model_io.reference import parse_model_reference
 
     out = _export_out(args)
+    if args.format == "repo" and args.grid:
+        raise ConfigError("--grid is the grid an ONNX or pt2 export is traced and checked at: pass --format onnx|pt2 "
+                          "(an opzoo repo holds the model itself)")
     if args.format == "repo":
         from ..files import claim_output_dir
         from ..model_io.repo_dir import written_by_opzoo
@@ -314,7 +317,7 @@ def cmd_export(args) -> int:
 
     print(f"exporting one step of {args.name} ([B, *S, T_in, C] -> [B, *S, T_out, C]) as {args.format}, then checking "
           "it against the model")
-    report = export_model(model, out, args.format, grid=args.grid, name=args.name)
+    report = export_model(model, out, args.format, grid=args.grid, name=args.name, weights=header)
     dyn = report.dynamic
     grids = sorted({"x".join(map(str, c.grid)) for c in report.checks})
     worst = max(c.rel_l2 for c in report.checks)

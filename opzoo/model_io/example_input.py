@@ -22,7 +22,8 @@ def input_grid(model, resolution: Sequence[int] | None) -> tuple[list[int], str]
     d = int(getattr(c, "spatial_dims", 2))
     if resolution:
         if len(resolution) != d and hasattr(c, "spatial_dims"):
-            raise ConfigError(f"--resolution {list(resolution)}: {model.preset_name} has {d} spatial axes")
+            raise ConfigError(f"the grid {list(resolution)} (--resolution, --grid): {model.preset_name} has {d} spatial "
+                              f"axes; give {d} sizes")
         return list(resolution), ""
     for grid in (model.pretrained_cfg.get("resolution"), getattr(c, "img_size", None), getattr(c, "resolution", None)):
         if grid:
@@ -34,9 +35,9 @@ def grid_step(model) -> int:
     """The step between two grids a model may take on every axis: even (an rfft's half-spectrum), a multiple of its
     ``size_multiple`` (a U-Net's down-sampling, a window) and of its patch size."""
     c = model.config
-    patch = getattr(c, "patch_size", None)
-    patch = max(patch) if isinstance(patch, (list, tuple)) else patch
-    return math.lcm(2, int(getattr(model, "size_multiple", 1) or 1), int(patch or 1))
+    patch = getattr(c, "patch_size", None) or 1
+    patches = [int(p) for p in patch] if isinstance(patch, (list, tuple)) else [int(patch)]
+    return math.lcm(2, int(getattr(model, "size_multiple", 1) or 1), *patches)
 
 
 def example_input(model, batch: int, grid: Sequence[int], seed: int = 0) -> Tensor:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import io
 import json
 import os
@@ -28,7 +27,8 @@ from torch import Tensor, nn
 from .._version import __version__
 from ..contracts.export_form import ExportForm, complex_layers, with_export_forms
 from ..errors import ConfigError, ExportRefused
-from ..files import atomic_write, temporary_name
+from ..files import atomic_write, clean_dead_temporaries, temporary_name
+from .checksums import sha256_file
 from .example_input import example_input, grid_step, input_grid
 
 FORMATS = ("onnx", "pt2")
@@ -65,6 +65,7 @@ class ExportReport:
     tolerance: float
     export_forms: list[str]
     checked_with: dict[str, str]
+    weights: str = ""  # which weights the file holds, as the caller said (the command: its weights line)
     notes: list[str] = dataclasses.field(default_factory=list)
     sha256: str = ""
 
@@ -104,10 +105,11 @@ def _layer_of(program, error: BaseException) -> str:
     found = re.search(r"op='([\w.]+)', overload='(\w+)'", str(error))
     if not found:
         return ""
-    exact, base = f"{found[1]}.{found[2]}", found[1].rsplit(".", 1)[-1]
+    exact, stem = f"{found[1]}.{found[2]}", found[1].rsplit(".", 1)[-1]
     nodes = [n for n in program.graph.nodes if n.op == "call_function" and n.meta.get("nn_module_stack")]
-    # the exporter names the operator after its decompositions (argsort -> sort): the exact name first, then its stem
-    for match in (lambda t: t == exact, lambda t: base in t.split(".")[1:2][0] if "." in t else False):
+    # the exporter names the operator after its decompositions (argsort -> sort): the exact name first, then an
+    # operator whose name holds the stem (aten.argsort.stable holds sort)
+    for match in (lambda target: target == exact, lambda target: stem in target.split(".")[1] if target.count(".") else False):
         for node in nodes:
             if match(str(node.target)):
                 path, kind = list(node.meta["nn_module_stack"].values())[-1]
@@ -172,9 +174,9 @@ class _Written:
         return torch.from_numpy(session.run([self.names[1]], {self.names[0]: x.numpy()})[0])
 
 
-def _difference(out: Tensor, ref: Tensor, batch: int, grid: list[int]) -> ExportCheck:
+def _difference(out: Tensor, ref: Tensor, batch: int, grid: list[int], name: str) -> ExportCheck:
     if out.shape != ref.shape:
-        raise ExportRefused(f"the exported graph gives {list(out.shape)} at batch {batch}, grid {grid}; the model "
+        raise ExportRefused(f"{name}: the exported graph gives {list(out.shape)} at batch {batch}, grid {grid}; the model "
                             f"{list(ref.shape)}")
     diff = out.double() - ref.double()
     norm = ref.double().norm().item()
@@ -182,10 +184,12 @@ def _difference(out: Tensor, ref: Tensor, batch: int, grid: list[int]) -> Export
 
 
 def export_model(model: nn.Module, path: str | os.PathLike, fmt: str = "onnx", *, grid: Sequence[int] | None = None,
-                 seed: int = 0, tolerance: float = TOLERANCE, name: str | None = None) -> ExportReport:
+                 seed: int = 0, tolerance: float = TOLERANCE, name: str | None = None,
+                 weights: str = "") -> ExportReport:
     """Export one step of ``model`` to ``path`` (``fmt``: ``"onnx"`` or ``"pt2"``), checked against the model in
     float32 at two batch sizes, and at a second grid where the grid is dynamic, and a JSON of the checks beside it
-    (``path`` + ``.json``). ``grid`` defaults to the model's pretrained grid (:func:`input_grid`). Raises
+    (``path`` + ``.json``). ``grid`` defaults to the model's pretrained grid (:func:`input_grid`); ``weights`` says
+    which weights it holds, for the record (``opzoo export`` passes its weights line). Raises
     :class:`ExportRefused` (nothing written) when the graph cannot be made or differs beyond ``tolerance``."""
     versions = require_export_dependencies(fmt)
     path = Path(path)
@@ -196,12 +200,12 @@ def export_model(model: nn.Module, path: str | os.PathLike, fmt: str = "onnx", *
     was_training = model.training
     model.eval()
     try:
-        return _export(model, path, fmt, versions, grid, seed, tolerance, name)
+        return _export(model, path, fmt, versions, grid, seed, tolerance, name, weights)
     finally:
         model.train(was_training)
 
 
-def _export(model, path, fmt, versions, grid, seed, tolerance, name) -> ExportReport:
+def _export(model, path, fmt, versions, grid, seed, tolerance, name, weights) -> ExportReport:
     form = with_export_forms(model)
     left = complex_layers(form)
     if left:
@@ -218,6 +222,9 @@ def _export(model, path, fmt, versions, grid, seed, tolerance, name) -> ExportRe
         advice = "" if isinstance(error, ConfigError) else "; name a grid it takes with --grid"  # one that says its own
         raise ExportRefused(f"{name} refuses its example input {list(x.shape)} ([B, *S, T_in, C]): "
                             f"{_first_line(error)}{advice}") from None
+    if not bool(torch.isfinite(traced_out).all()):  # nothing to compare a file with
+        raise ExportRefused(f"{name} gives a non-finite output on its example input {list(x.shape)} (standard-normal "
+                            "values): the export cannot be checked; name another grid with --grid")
     second = [n + grid_step(model) for n in grid]
     fixed = getattr(model, "fixed_export_grid", None)
     if fixed:
@@ -229,6 +236,7 @@ def _export(model, path, fmt, versions, grid, seed, tolerance, name) -> ExportRe
         except Exception as error:  # noqa: BLE001 - the model itself takes one grid
             grid_note, attempts = f"the model takes no other grid ({_first_line(error)})", [False]
     path.parent.mkdir(parents=True, exist_ok=True)
+    clean_dead_temporaries(path.parent, path.name)  # staging directories of an export killed before it finished
     failures = []
     for dynamic_grid in attempts:
         stage = temporary_name(path, "export")
@@ -265,9 +273,10 @@ def _export(model, path, fmt, versions, grid, seed, tolerance, name) -> ExportRe
                     except Exception as error:  # noqa: BLE001 - the exported graph's failure at this shape
                         raise ExportRefused(f"{name}: the exported graph fails at batch {batch}, grid {g}: "
                                             f"{_first_line(error)}") from None
-                    checks.append(_difference(out, ref, batch, g))
+                    checks.append(_difference(out, ref, batch, g, name))
                     if fmt == "onnx":
-                        checks[-1].optimized_rel_l2 = _difference(written(xb, optimized=True), ref, batch, g).rel_l2
+                        optimized = _difference(written(xb, optimized=True), ref, batch, g, name)
+                        checks[-1].optimized_rel_l2 = optimized.rel_l2
                     if not checks[-1].rel_l2 <= tolerance:
                         raise ExportRefused(f"{name}: the exported graph differs from the model by "
                                             f"{checks[-1].rel_l2:.2e} (relative L2; at most {tolerance:.0e}) at batch "
@@ -284,7 +293,7 @@ def _export(model, path, fmt, versions, grid, seed, tolerance, name) -> ExportRe
                 output={"name": "y", "layout": "[B, *S, T_out, C]", "shape": list(traced_out.shape[1:])},
                 dynamic={"batch": True, "grid": dynamic["grid"], "grid_step": grid_step(model) if dynamic["grid"]
                          else None, "grid_note": "" if dynamic["grid"] else grid_note},
-                checks=checks, tolerance=tolerance, export_forms=forms, checked_with=versions, notes=notes)
+                checks=checks, tolerance=tolerance, export_forms=forms, checked_with=versions, notes=notes, weights=weights)
             _place(stage, path, report)
             return report
         except ExportRefused as error:
@@ -298,11 +307,7 @@ def _export(model, path, fmt, versions, grid, seed, tolerance, name) -> ExportRe
 
 def _place(stage: Path, path: Path, report: ExportReport) -> None:
     """Move the checked file (and its external data) from ``stage`` to ``path``'s directory, then its JSON."""
-    digest = hashlib.sha256()
-    with open(stage / path.name, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    report.sha256 = digest.hexdigest()
+    report.sha256 = sha256_file(stage / path.name)
     for member in sorted(stage.iterdir(), key=lambda p: p.name == path.name):  # the model file last
         os.replace(member, path.parent / member.name)
     atomic_write(Path(f"{path}.json"), json.dumps(report.to_json(), indent=2) + "\n")

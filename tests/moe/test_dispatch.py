@@ -181,3 +181,16 @@ def test_the_dense_dispatch_that_export_traces_is_the_sparse_one_in_float64(k):
     with torch.no_grad():
         torch.testing.assert_close(dense_dispatch(x, routing, moe.experts), dispatch(x, routing, moe.experts),
                                    rtol=0, atol=1e-13)
+
+
+
+def test_the_dense_dispatch_adds_nothing_of_an_expert_no_group_chose_even_a_non_finite_output():
+    from opzoo_moe.dispatch import dense_dispatch
+
+    x = torch.ones(3, 2, dtype=torch.float64)
+    routing = Routing(indices=torch.tensor([[0], [0], [0]]),
+                      weights=torch.tensor([[0.5], [1.0], [2.0]], dtype=torch.float64), aux_loss=torch.zeros(()))
+    experts = [lambda t: 2 * t, lambda t: t * float("inf")]  # expert 1 is never chosen
+    out = dense_dispatch(x, routing, experts)
+    torch.testing.assert_close(out, torch.tensor([[1.0, 1.0], [2.0, 2.0], [4.0, 4.0]], dtype=torch.float64))
+    torch.testing.assert_close(out, dispatch(x, routing, experts))

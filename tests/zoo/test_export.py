@@ -134,6 +134,8 @@ def test_the_command_writes_name_onnx_checked_and_refuses_to_overwrite(tmp_path)
     done = _opzoo("export", "dpot-micro", "--format", "onnx", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "weights: dpot-micro pretrained" in done.stdout and "checked with onnxruntime" in done.stdout
+    record = json.loads((tmp_path / "dpot-micro.onnx.json").read_text())
+    assert record["weights"].startswith("dpot-micro pretrained, from package opzoo-fourier")  # what the file holds
     assert (tmp_path / "dpot-micro.onnx").is_file() and (tmp_path / "dpot-micro.onnx.json").is_file()
     _assert_matches_eager(opzoo.load("dpot-micro", pretrained=True), tmp_path / "dpot-micro.onnx", "onnx", [[32, 32]])
     again = _opzoo("export", "dpot-micro", "--format", "onnx", cwd=tmp_path)
@@ -182,3 +184,25 @@ def test_an_operator_onnx_lacks_is_refused_naming_its_layer(tmp_path):
     assert "the ONNX exporter fails in layer pointwise.0.1 (_StableSort)" in str(info.value)
     assert "aten.sort" in str(info.value) and "\n" not in str(info.value)
     assert list(tmp_path.iterdir()) == []
+
+
+class _Overflow(nn.Module):
+    def forward(self, x):
+        return x * 1e38 * 1e38
+
+
+def test_a_model_whose_output_is_not_finite_is_refused_before_any_trace(tmp_path):
+    model = opzoo.load("fno-2d", width=8, modes=4, depth=1)
+    model.pointwise[0] = nn.Sequential(model.pointwise[0], _Overflow())
+    with pytest.raises(opzoo.ExportRefused, match=r"fno-2d gives a non-finite output on its example input "
+                                                  r"\[2, 16, 16, 1, 1\].*cannot be checked"):
+        opzoo.export_model(model, tmp_path / "f.onnx", grid=[16, 16])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_grid_of_the_wrong_rank_and_a_grid_for_a_repo_are_refused_in_one_line(tmp_path):
+    done = _opzoo("export", "fno-2d", "--format", "pt2", "--no-pretrained", "--grid", "16", cwd=tmp_path)
+    assert done.returncode != 0 and "the grid [16] (--resolution, --grid): fno-2d has 2 spatial axes" in done.stderr
+    done = _opzoo("export", "fno-2d", "repo", "--grid", "16", "16", cwd=tmp_path)
+    assert done.returncode != 0 and "--grid is the grid an ONNX or pt2 export is traced" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and list(tmp_path.iterdir()) == []

@@ -66,9 +66,12 @@ def dense_dispatch(x: Tensor, routing: Routing, experts: Sequence[Callable[[Tens
     The same function up to the order of the float sums (docs/export.md); E times the experts' compute."""
     y = None
     for e, expert in enumerate(experts):
-        weight = (routing.weights * (routing.indices == e).to(routing.weights.dtype)).sum(-1)  # [G]
+        chosen = routing.indices == e                                                         # [G, k]
+        weight = (routing.weights * chosen.to(routing.weights.dtype)).sum(-1)                 # [G]
         out = expert(x)
-        term = out * weight.to(out.dtype).view(-1, *([1] * (out.ndim - 1)))
+        shape = (-1, *([1] * (out.ndim - 1)))
+        # where not chosen, nothing (a zero weight times an expert's inf would be NaN; the sparse sum never sees it)
+        term = torch.where(chosen.any(-1).view(shape), out * weight.to(out.dtype).view(shape), 0.0)
         y = term if y is None else y + term
     return y
 
