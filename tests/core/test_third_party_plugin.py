@@ -152,7 +152,7 @@ def test_adding_a_variant_to_a_family_touches_its_table_and_nothing_else(install
     table = source / "opzoo_example_plugin" / "family.py"
     before = table.read_text()
     row = ('        opzoo.Variant("example-shift-l", args={"width": 64}, weights="l/model.safetensors",\n'
-           '                      data={"params": "66k", "nrmse": 0.10}),\n')
+           '                      data={"params": 66170, "nrmse": 0.10}),\n')
     end_of_rows = "    ),\n    checks="
     assert before.count(end_of_rows) == 1
     table.write_text(before.replace(end_of_rows, row + end_of_rows))
@@ -179,9 +179,9 @@ def test_adding_a_variant_to_a_family_touches_its_table_and_nothing_else(install
     large = new["example-shift-l"]
     assert large == {"family": "example-shift", "width": 64, "depth": 1, "repo": "example-org/example-shift",
                      "file": "l/model.safetensors", "checks": ["example-shift-l weights present"],
-                     "facts": ["66k", "64"], "results": [0.1], "cfg": {"in_timesteps": 3},
+                     "facts": ["66,170", "64"], "results": [0.1], "cfg": {"in_timesteps": 3},
                      "params": large["params"]}
     assert large["params"] > new["example-shift-b"]["params"]
     card = (tmp_path / "three rows" / "example-shift-l.md").read_text()
-    assert f"at width 64: 66k parameters as published (opzoo counts {large['params']:,})" in card
+    assert f"at width 64: 66,170 parameters as published (opzoo counts {large['params']:,})" in card
     assert "# example-shift-l" in card and "$" not in card
