@@ -252,4 +252,22 @@ def output_file(path: str, flag: str = "--out") -> Path:
 
 
 __all__ = ["Parser", "DefaultsHelpFormatter", "at_least", "output_file", "parse_overrides", "run_parser", "run_command",
-           "LAYOUT_HELP", "FIELDS_HELP", "FIELD_MAP_HELP", "TRAINING_SET_HELP", "add_fit_options", "fields_of", "say"]
+           "LAYOUT_HELP", "FIELDS_HELP", "FIELD_MAP_HELP", "TRAINING_SET_HELP", "add_fit_options", "fields_of", "say",
+           "TUNE_HELP", "MAX_MEMORY_HELP", "add_tune_options"]
+
+
+TUNE_HELP = ("what to train: full (every parameter), head (input and output projections, norms, time aggregation; "
+             "the rest frozen) or lora[:RANK] (low-rank adapters through peft on the model's linear layers and "
+             "convolutions, rank 8 by default; saved merged into plain weights, the adapter beside them); tensors "
+             "adapted to your data are always trained (default: full)")
+MAX_MEMORY_HELP = ("GiB a training step may hold at its peak; a run that would need more is refused before it starts, "
+                   "naming what makes it fit (default: what the device has free)")
+
+
+def add_tune_options(p, scratch_note: bool = False) -> None:
+    """``--tune`` and ``--max-memory``: ``opzoo finetune``'s and ``opzoo compare``'s (``scratch_note``: a compare's
+    cells from random init and its baseline train every parameter)."""
+    note = "; in a compare, the cells from a model's weights (from random init and the baseline: full)"
+    p.add_argument("--tune", default="full", metavar="full|head|lora[:RANK]",
+                   help=TUNE_HELP + (note if scratch_note else ""))
+    p.add_argument("--max-memory", type=float, metavar="GB", help=MAX_MEMORY_HELP)

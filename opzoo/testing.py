@@ -267,6 +267,76 @@ class FamilyConformance:
         assert not dead, (f"{self.family}: parameter {dead[0]} gets no gradient from a loss on the output ({len(dead)} "
                           "such parameters): the layer is not on the output's path")
 
+    # ---- memory and parameter-efficient fine-tuning (issue 69) ---------------------------------------------------
+    def test_a_checkpointed_step_has_the_gradients_of_an_unchecked_one(self):
+        """Gradient checkpointing (the family's blocks through :meth:`opzoo.Backbone.checkpointed`) gives the same
+        loss, gradients and buffers (batch norms' running statistics) as the step without it, bit for bit."""
+        import torch
+
+        model, x = self.probe()
+        x = torch.cat([x, x + torch.stack([self.field(x, 400 + c) for c in range(x.shape[-1])], -1).unsqueeze(-2)])
+        model.train()  # a batch of two: a batch norm in training needs more than one value per channel
+        assert model.supports_grad_checkpointing, f"{self.family}: its backbone does not run its blocks checkpointed"
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+
+        def step():
+            torch.manual_seed(7)  # routers with noise draw the same in both steps
+            out = model(x)
+            loss = (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).reshape(out.shape)).sum()
+            params = [p for p in model.parameters() if p.requires_grad]
+            return loss, torch.autograd.grad(loss, params, allow_unused=True), {
+                k: v.clone() for k, v in model.state_dict().items()}
+
+        plain = step()
+        model.load_state_dict(before)
+        model.set_grad_checkpointing(True)
+        checkpointed = step()
+        assert torch.equal(plain[0], checkpointed[0]), f"{self.family}: a checkpointed step has another loss"
+        names = [n for n, p in model.named_parameters() if p.requires_grad]
+        for name, a, b in zip(names, plain[1], checkpointed[1]):
+            assert (a is None and b is None) or torch.equal(a, b), \
+                f"{self.family}: parameter {name} gets another gradient with gradient checkpointing"
+        for k, v in plain[2].items():
+            assert torch.equal(v, checkpointed[2][k]), \
+                f"{self.family}: buffer {k} differs after a checkpointed step (a recompute counted a batch twice?)"
+
+    def test_lora_adapters_change_the_output_and_merge_into_plain_weights(self):
+        """``--tune lora``: the family declares LoRA targets (:meth:`opzoo.Backbone.lora_targets`); with its adapters
+        moved off zero, the output changes, each adapter is on the output's path, and the merged model (plain weights,
+        no peft) computes what the adapted one does. ``--tune head`` trains something, and less than everything."""
+        import torch
+
+        from .training.tuning import apply_tuning, merged_model, parse_tune
+
+        pytest.importorskip("peft", reason="--tune lora needs peft (pip install 'opzoo[lora]')")
+        model, x = self.probe()
+        with torch.no_grad():
+            base = model(x)
+        try:
+            tuning = apply_tuning(model, parse_tune("lora:2"))
+        except OpzooError as e:  # a family that refuses LoRA says why, and points at another mode
+            assert "--tune head" in str(e), f"{self.family}: a refusal of --tune lora that names no other mode: {e}"
+            pytest.skip(f"{self.family} refuses --tune lora: {e}")
+        assert 0 < tuning.trainable < tuning.total, f"{self.family}: LoRA trains {tuning.trainable} of {tuning.total}"
+        g = torch.Generator().manual_seed(5)
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if "lora_B" in n:
+                    p.copy_(0.05 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+            adapted = model(x)
+        assert not torch.allclose(adapted, base, rtol=0, atol=1e-9 * float(base.abs().max())), \
+            f"{self.family}: LoRA adapters with non-zero weights do not change the output"
+        plain = merged_model(model)
+        assert not any("lora_" in n for n, _ in plain.named_parameters())
+        with torch.no_grad():
+            merged = plain(x)
+        torch.testing.assert_close(merged, adapted, rtol=1e-9, atol=1e-9 * float(adapted.abs().max()),
+                                   msg=lambda m: f"{self.family}: the merged model differs from the adapted one "
+                                                 f"(a LoRA target whose weight is read without calling it?): {m}")
+        head_model, _ = self.probe()
+        head = apply_tuning(head_model, parse_tune("head"))
+        assert 0 < head.trainable < head.total, f"{self.family}: --tune head trains {head.trainable} of {head.total}"
+
     def test_a_sample_does_not_depend_on_the_others_in_its_batch_and_runs_the_same_twice(self):
         import torch
 

@@ -81,6 +81,8 @@ class CompareOptions:
     fields: list[str] | None = None
     field_map: str | None = None
     training_set: str | None = None
+    tune: str = "full"  # what a cell from pretrained weights trains (full, head, lora[:RANK]); from scratch: full
+    max_memory: float | None = None  # GiB a cell's step may hold (opzoo.training.memory_plan)
 
     def __post_init__(self) -> None:
         ns = self.trajectories
@@ -122,6 +124,12 @@ class CompareOptions:
                 raise ConfigError(f"{flag}: field names, got {_shown(value)}")
         if not isinstance(self.scratch, bool):
             raise ConfigError(f"--scratch: true or false, got {_shown(self.scratch)}")
+        from ..training.tuning import parse_tune
+
+        self.tune = str(parse_tune(self.tune if isinstance(self.tune, str) else _shown(self.tune), "--tune"))
+        if self.max_memory is not None and (isinstance(self.max_memory, bool) or not isinstance(
+                self.max_memory, (int, float)) or not 0 < self.max_memory < 1e6):
+            raise ConfigError(f"--max-memory: GiB, a number > 0, got {_shown(self.max_memory)}")
 
     @property
     def eval_every(self) -> int:

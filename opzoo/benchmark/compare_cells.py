@@ -85,7 +85,14 @@ def cell_config(cell: Cell, data: Sequence[str], out: Path, options):
                            field_map=options.field_map, training_set=options.training_set,
                            train_trajectories=cell.trajectories, validation_fraction=options.validation_fraction,
                            selection="validation", early_stopping=options.patience if cell.baseline else None,
-                           eval_every=every, seed=cell.seed, overrides=overrides)
+                           eval_every=every, seed=cell.seed, tune=cell_tune(cell, options),
+                           max_memory=options.max_memory, overrides=overrides)
+
+
+def cell_tune(cell: Cell, options) -> str:
+    """What the cell trains: ``--tune`` for a model started from its weights; every parameter from random init (a
+    frozen random network learns nothing) and for the baseline."""
+    return options.tune if cell.start == "pretrained" and not cell.baseline else "full"
 
 
 def cell_command(cell: Cell, data: Sequence[str], out: Path, options) -> list[str]:
@@ -99,6 +106,10 @@ def cell_command(cell: Cell, data: Sequence[str], out: Path, options) -> list[st
             "--eval-every", str(options.eval_every), "--seed", str(cell.seed)]
     if cell.baseline:
         argv += ["--early-stopping", str(options.patience)]
+    if cell_tune(cell, options) != "full":
+        argv += ["--tune", cell_tune(cell, options)]
+    if options.max_memory is not None:
+        argv += ["--max-memory", repr(options.max_memory)]
     for flag, value in (("--layout", options.layout), ("--fields", ",".join(options.fields or []) or None),
                         ("--field-map", options.field_map), ("--training-set", options.training_set)):
         if value:
@@ -411,8 +422,9 @@ def score_model(model, sources, frame_shape, horizon: int | None, batch_size: in
 
 
 def model_costs(run_dir: Path, grid: Sequence[int], batch_size: int) -> dict[str, Any]:
-    """Parameters, FLOPs of one training step (a batch at the cell's grid), and the memory the step adds at its peak,
-    measured once in a fresh process (:func:`opzoo.benchmark.measure.step_memory_mib`)."""
+    """Parameters, FLOPs of one training step (a batch at the cell's grid), the peak of a step as the one estimator
+    gives it (:func:`opzoo.training.memory.estimate_step_memory`, every parameter trained), and the memory the step
+    adds at its peak, measured once in a fresh process (:func:`opzoo.benchmark.measure.step_memory_mib`)."""
     from ..benchmark.measure import step_memory_mib
     from ..benchmark.presets import count_costs
     from ..model_io.loading import load
@@ -421,7 +433,14 @@ def model_costs(run_dir: Path, grid: Sequence[int], batch_size: int) -> dict[str
     c = model.config
     x = torch.randn(batch_size, *grid, c.in_timesteps, c.in_channels)
     _, train, _ = count_costs(model, x)
-    return {"parameters": sum(p.numel() for p in model.parameters()), "gflop_per_step": train.flops / 1e9,
+    from ..training.memory import estimate_step_memory
+    from ..training.memory_plan import meta_copy
+
+    try:
+        estimated = estimate_step_memory(meta_copy(model), tuple(x.shape)).total / 2**20
+    except (RuntimeError, NotImplementedError):  # data-dependent ops on meta (MoE dispatch): on the real model
+        estimated = estimate_step_memory(model, tuple(x.shape)).total / 2**20
+    return {"memory_mib_estimated": estimated,"parameters": sum(p.numel() for p in model.parameters()), "gflop_per_step": train.flops / 1e9,
             "memory_mib_measured": step_memory_mib(str(run_dir / "model"), x.shape),
             "measured": time.strftime("%Y-%m-%d %H:%M %Z")}
 

@@ -318,14 +318,15 @@ def metric_lines(result, rows) -> list[str]:
 
 
 def cost_lines(result) -> list[str]:
-    out = ["", "## Cost per model", "", "| model | parameters | GFLOP per training step | memory MiB a step adds at its "
-           "peak (measured once) | seconds per step (median of its cells, here) | disk MiB per cell |",
-           "|---|---|---|---|---|---|"]
+    out = ["", "## Cost per model", "", "| model | parameters | GFLOP per training step | a step's peak MiB "
+           "(estimated: weights, AdamW, activations) | memory MiB a step adds at its peak (measured once, resident) | "
+           "seconds per step (median of its cells, here) | disk MiB per cell |",
+           "|---|---|---|---|---|---|---|"]
     total = 0.0
     for model, c in result.costs.items():
         measured = c.get("memory_mib_measured")
         out.append(f"| {model} | {c['parameters']:,} | {_fmt(c['gflop_per_step'])} | "
-                   f"{'n/a' if measured is None else _fmt(measured)} | {_fmt(c.get('seconds_per_step'))} | "
+                   f"{_fmt(c.get('memory_mib_estimated'))} | {'n/a' if measured is None else _fmt(measured)} | {_fmt(c.get('seconds_per_step'))} | "
                    f"{_fmt(c.get('disk_mib'))} |")
         total += (c.get("disk_mib") or 0) * sum(1 for r in result.cells if r.cell.model == model and r.status == "done")
     out += ["", f"Disk: {total:.0f} MiB for the finished cells (each keeps its model, its last checkpoint and its best "

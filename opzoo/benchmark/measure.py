@@ -115,25 +115,6 @@ class OpCosts(TorchDispatchMode):
             + extra_bytes / device.bytes_per_s
 
 
-def saved_activation_bytes(forward: Callable[[], torch.Tensor], parameters: Iterable[torch.Tensor]) -> int:
-    """Bytes of the tensors autograd keeps from ``forward()`` for backward (each storage once, the parameters
-    left out): the activation memory of a training step, at the dtype it runs in."""
-    params = {p.untyped_storage()._cdata for p in parameters}
-    kept: dict[int, torch.UntypedStorage] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        if storage._cdata not in params:
-            kept[storage._cdata] = storage
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = forward()
-    nbytes = sum(s.nbytes() for s in kept.values())
-    del out
-    return nbytes
-
-
 def interleaved_medians(runs: dict[str, Callable[[], None]], repeats: int, warmup: int = 1,
                         clock: Callable[[], float] = time.perf_counter) -> dict[str, list[float]]:
     """Seconds of each run, ``repeats`` rounds in turn (the first of a round rotates, so that all see the same

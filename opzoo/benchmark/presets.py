@@ -31,6 +31,7 @@ class BenchmarkRow:
     gflops_infer: float = math.nan
     gflops_train: float = math.nan
     activation_mib: float = math.nan  # kept for backward by a training step, float32
+    step_mib_est: float = math.nan  # a full training step's peak (AdamW), opzoo.training.memory's estimate
     h100_bf16_ms_infer_est: float = math.nan
     h100_bf16_ms_train_est: float = math.nan
     cpu_ms_infer: float = math.nan
@@ -58,7 +59,8 @@ def count_costs(model, x) -> tuple[Any, Any, int]:
     """``(forward OpCosts, training-step OpCosts, activation bytes)`` of ``model`` on ``x`` (meta or real)."""
     import torch
 
-    from .measure import OpCosts, saved_activation_bytes
+    from ..training.memory import saved_activation_bytes
+    from .measure import OpCosts
 
     model.eval()
     with OpCosts() as infer, torch.no_grad():
@@ -120,6 +122,12 @@ def measure_preset(name: str, *, model_kwargs: dict, resolution: Sequence[int] |
         infer, train, activations = costs
         row.gflops_infer, row.gflops_train = infer.flops / 1e9, train.flops / 1e9
         row.activation_mib = activations / 2**20
+        try:
+            from ..training.memory import estimate_step_memory
+
+            row.step_mib_est = estimate_step_memory(meta, shape).total / 2**20
+        except (RuntimeError, NotImplementedError):  # data-dependent ops on meta: the column stays empty
+            pass
         row.h100_bf16_ms_infer_est = infer.roofline_seconds(H100_BF16) * 1e3
         row.h100_bf16_ms_train_est = train.roofline_seconds(H100_BF16, ADAM_BYTES_PER_PARAM * row.params) * 1e3
         fits_memory = row.params * 16 + 2 * activations < _ram_bytes() // 2

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from ..console import FIELDS_HELP, LAYOUT_HELP, add_fit_options, at_least, fields_of, output_file, say
+from ..console import FIELDS_HELP, LAYOUT_HELP, add_fit_options, add_tune_options, at_least, fields_of, output_file, say
 from ..errors import ConfigError
 
 
@@ -42,7 +42,7 @@ def cmd_compare(args) -> int:
         validation_fraction=args.validation_fraction, baseline_steps=args.baseline_steps, patience=args.patience,
         evaluations=args.evaluations, horizon=args.horizon, at_frame=args.at_frame,
         functions=parse_functions(args.functions), layout=args.layout, fields=fields_of(args),
-        field_map=args.field_map, training_set=args.training_set)
+        field_map=args.field_map, training_set=args.training_set, tune=args.tune, max_memory=args.max_memory)
     result = compare(args.models, args.data, args.out, options, say, getattr(args, "command_line", "") or "",
                      jobs=args.jobs, new=args.new, plan_file=args.plan)
     return 0 if result is None else result.exit_code
@@ -103,6 +103,7 @@ def add_commands(subparsers) -> None:
     p.add_argument("--layout", help=LAYOUT_HELP)
     p.add_argument("--fields", help=FIELDS_HELP)
     add_fit_options(p)
+    add_tune_options(p, scratch_note=True)
     p.add_argument("--jobs", type=int, default=1, help="cells trained at once, each in a process of its own, the "
                                                        "threads divided between them")
     p.add_argument("--plan", metavar="FILE", help="write each cell's `opzoo finetune` command to FILE, one per line, "

@@ -11,6 +11,7 @@ from ..console import (
     LAYOUT_HELP,
     add_fit_options,
     add_run_data_options,
+    add_tune_options,
     at_least,
     fields_of,
     parse_overrides,
@@ -139,6 +140,9 @@ def finetune_run(args):
     cfg = finetune_run_config(args, told.append)
     import torch
 
+    from ..training.memory_plan import check_before_build
+
+    check_before_build(cfg)  # a step that cannot fit is refused before the model is built at full size
     torch.manual_seed(cfg.seed)  # as the trainer seeds before it builds a model: one initialization for a seed
     model = build_run_model(cfg.model)
     for line in told:
@@ -170,7 +174,8 @@ def finetune_run_config(args, tell=lambda line: None):
                            fields=fields_of(args), field_map=args.field_map, training_set=args.training_set,
                            train_trajectories=args.train_trajectories, validation_fraction=args.validation_fraction,
                            selection=args.select, early_stopping=args.early_stopping, eval_every=args.eval_every,
-                           seed=args.seed, overrides=parse_overrides(args.set))
+                           seed=args.seed, tune=args.tune, max_memory=args.max_memory,
+                           overrides=parse_overrides(args.set))
 
 
 NEW_HELP = ("start a new run even if the directory holds one: its contents are first moved to "
@@ -218,6 +223,8 @@ def add_commands(subparsers) -> None:
     p.add_argument("--pretrained", action=argparse.BooleanOptionalAction, default=None,
                    help="start from the preset's published weights; --no-pretrained: random init "
                         "(default: published weights when the preset has some)")
+    add_tune_options(p)
     p.add_argument("--new", action="store_true", help=NEW_HELP)
     p.set_defaults(func=cmd_finetune, interrupt_advice=_resume_advice)
+
 

@@ -113,6 +113,38 @@ class Block(nn.Module, metaclass=abc.ABCMeta):
     def forward(self, state: Any) -> Any: ...
 
 
+def _counting_batch_norm_once(fn: Callable, model: nn.Module) -> Callable:
+    """``fn`` for ``torch.utils.checkpoint``: its second call is backward's recompute, after which every batch norm of
+    ``model`` gets back the running statistics it had before it (a recompute must not count a batch twice). The
+    recomputed output is the same either way: in training a batch norm normalizes by the batch's own statistics."""
+    calls = [0]
+    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+    if not norms:
+        return fn
+
+    def run(*args):
+        calls[0] += 1
+        if calls[0] == 1:
+            return fn(*args)
+        kept = [(m, {k: getattr(m, k).clone() for k in ("running_mean", "running_var", "num_batches_tracked")
+                     if getattr(m, k, None) is not None}) for m in norms]
+        try:
+            return fn(*args)
+        finally:  # also when the recompute is stopped early (torch's checkpoint raises inside it once it has enough)
+            with torch.no_grad():
+                for m, stats in kept:
+                    for k, v in stats.items():
+                        getattr(m, k).copy_(v)
+
+    return run
+
+
+def _pointwise_conv3d(module: nn.Module) -> bool:
+    # peft 0.21.2 merges a Conv3d of kernel (1, 1, k) as a 2-D 1x1 convolution and fails
+    # (peft/tuners/lora/layer.py, _ConvNd.get_delta_weight); such a layer is not a LoRA target
+    return isinstance(module, nn.Conv3d) and tuple(module.kernel_size[:2]) == (1, 1)
+
+
 class Backbone(nn.Module, metaclass=abc.ABCMeta):
     """A whole operator: ``forward(x: [B, *S, T_in, C_in]) -> [B, *S, T_out, C_out]``.
 
@@ -191,8 +223,41 @@ class Backbone(nn.Module, metaclass=abc.ABCMeta):
         if self.grad_checkpointing and torch.is_grad_enabled():
             from torch.utils.checkpoint import checkpoint
 
-            return checkpoint(fn, *args, use_reentrant=False)
+            return checkpoint(_counting_batch_norm_once(fn, self), *args, use_reentrant=False)
         return fn(*args)
+
+    # ---- what a parameter-efficient fine-tune trains (training.tune: head, lora) ----
+    lora_layer_types: tuple[type, ...] = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.MultiheadAttention)
+
+    def lora_targets(self) -> list[str]:
+        """The modules ``training.tune: lora`` adapts with low-rank adapters (peft's ``target_modules``): every linear
+        layer, convolution and ``nn.MultiheadAttention`` inside a block (:meth:`group_matcher`'s ``blocks``): the
+        attention's and the MLP's projections, and the blocks' convolutions. Not targets: a router's gate (routing
+        stays as pretrained), a grouped or depthwise convolution and a pointwise 3-D one (peft cannot merge their
+        adapters), the projections
+        inside an ``nn.MultiheadAttention`` (which reads their weights without calling them: the attention itself is
+        the target), and spectral weights (:class:`opzoo.contracts.spectral.SpectralLayer`: peft adapts real linear
+        layers; they stay frozen, docs/training.md, "What a fine-tune trains"). A family whose blocks hold other
+        layers worth adapting overrides it."""
+        from .routing import Router
+
+        skip = [name + "." for name, module in self.named_modules()
+                if isinstance(module, (Router, nn.MultiheadAttention))]
+        return [name for name, module in self.named_modules() if isinstance(module, self.lora_layer_types)
+                and self._block_of(name + ".") is not None and not any(name.startswith(r) for r in skip)
+                and getattr(module, "groups", 1) == 1 and not _pointwise_conv3d(module)]
+
+    def head_parameters(self) -> set[str]:
+        """The parameters ``training.tune: head`` trains, the rest frozen: the stem and the head of
+        :meth:`group_matcher` (the input and output projections, the position table, the time aggregation) and every
+        norm's scale and shift (a module whose class name ends in ``Norm``, ``Norm1d``/``2d``/``3d``)."""
+        matcher = self.group_matcher()
+        names = {n for n, _ in self.named_parameters()
+                 if re.match(matcher["stem"], n) or self._block_of(n) is None}
+        for prefix, module in self.named_modules():
+            if re.search(r"Norm(\dd)?$", type(module).__name__):
+                names |= {f"{prefix}.{n}" if prefix else n for n, _ in module.named_parameters(recurse=False)}
+        return names
 
     # ---- fine-tuning: what must not decay, which layer a parameter is in (timm's habits) ----
     no_weight_decay_keys: tuple[str, ...] = ()  # parameter names that must not decay besides 1-d ones, e.g. pos_embed

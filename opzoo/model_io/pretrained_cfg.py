@@ -50,6 +50,9 @@ class PretrainedCfg:
     # which step's weights a run kept (opzoo.training.selection): {"rule", "step", "validation_l2", "steps_done",
     # "steps", "early_stopped", "patience"}
     selection: Optional[dict[str, Any]] = None
+    # what a fine-tune trained (opzoo.training.tuning.Tuning.record): {"mode": full|head|lora, "rank",
+    # "trainable_parameters", "parameters", "lora_targets", "adapted_tensors"}
+    tuning: Optional[dict[str, Any]] = None
     # the Hub commit these weights were read from (opzoo.model_io.pretrained records it when it loads them)
     weights_commit: Optional[str] = None
 

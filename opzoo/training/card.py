@@ -185,10 +185,12 @@ def selection_lines(selection: dict | None) -> list[str]:
 def run_card(*, model_name: "str | ModelReference", from_scratch: bool, base_weights: str, datasets: Sequence[tuple[str, object]],
              steps: int, lr: float, batch_size: int, seed: int, zero_shot: Sequence[DatasetResult] | None,
              final: Sequence[DatasetResult], command: str | None, resolution: Sequence[int], channels: int,
-             in_timesteps: int, fit: Sequence[str] = (), selection: dict | None = None) -> str:
+             in_timesteps: int, fit: Sequence[str] = (), selection: dict | None = None,
+             tuning: str | None = None) -> str:
     """The card template (``${parameters}``, ``${config}`` are filled by :func:`opzoo.model_io.model_card.render_card`).
 
-    ``datasets``: ``(path, test TrajectoryDataset)`` per file; ``fit``: the fit block of the data to the model.
+    ``datasets``: ``(path, test TrajectoryDataset)`` per file; ``fit``: the fit block of the data to the model;
+    ``tuning``: what the run trained (:meth:`opzoo.training.tuning.Tuning.line`).
     """
     zero = {r.name: r for r in zero_shot or []}
     kind = "trained from scratch" if from_scratch else "fine-tuned"
@@ -218,7 +220,10 @@ def run_card(*, model_name: "str | ModelReference", from_scratch: bool, base_wei
                  "The one fit of the data to the model (docs/data-contract.md), a line per decision, as the run said "
                  "it:", "", *[f"- {_portable_line(line)}" for line in fit], ""] if fit else []),
              "## Training", "",
-             f"- steps: {steps}", *selection_lines(selection), f"- max lr (one-cycle): {lr:g}",
+             f"- steps: {steps}", *selection_lines(selection),
+             *([f"- what was trained: {tuning}" + ("; the LoRA adapters are merged into these weights, and saved "
+                                                    "beside them as peft's files (`../adapter`)" if "LoRA" in tuning
+                                                    else "")] if tuning else []), f"- max lr (one-cycle): {lr:g}",
              f"- batch size: {batch_size}", f"- seed: {seed}", "",
              "## Evaluation on the test split", "",
              "Relative L2 over space and time (\"l2 full\"), rolled out auto-regressively from the first "

@@ -142,6 +142,13 @@ class TrainingSection:
     # recompute each block's activations in backward (model.set_grad_checkpointing): less memory, the same
     # losses and gradients, about one more forward of time
     grad_checkpointing: bool = False
+    # what the run trains (opzoo.training.tuning): full (every parameter), head (input and output projections, norms,
+    # time aggregation) or lora[:RANK] (peft's low-rank adapters on the model's lora_targets); the tensors adapted to
+    # the data are always trained
+    tune: str = "full"
+    # GiB one step may hold at its peak (opzoo.training.memory_plan); None: what the device has free (a GPU's
+    # mem_get_info, else MemAvailable)
+    max_memory: Optional[float] = None
     # seconds a SIGTERM/SIGINT waits for the step in progress and its checkpoint before the run ends without them
     # (a scheduler's grace period is often 30 s); None: no deadline
     stop_deadline: Optional[float] = 20.0
@@ -214,6 +221,14 @@ def _check_values(cfg: RunConfig, base: Path | None, source: str) -> None:
     for key, value in (("training.eval_every", t.eval_every), ("checkpoint.every", cfg.checkpoint.every)):
         if value is not None and value < 1:
             fail(f"{key} must be >= 1 or null, got {value}")
+    try:
+        from .tuning import parse_tune
+
+        parse_tune(t.tune)
+    except ConfigError as e:
+        fail(str(e))
+    if t.max_memory is not None and not t.max_memory > 0:
+        fail(f"training.max_memory is GiB a step may hold, > 0 (or null), got {t.max_memory}")
     if t.early_stopping is not None and t.early_stopping < 1:
         fail(f"training.early_stopping must be >= 1 evaluations or null, got {t.early_stopping}")
     if t.early_stopping is not None and t.selection != "validation":

@@ -4,7 +4,7 @@ model card that says what it was trained on, how, and how it scores."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from torch import nn
 
@@ -17,6 +17,9 @@ from .config import RunConfig
 from .distributed import DistEnv, full_state_dict
 from .ema import EMA, ema_weights
 
+if TYPE_CHECKING:
+    from .tuning import Tuning
+
 
 def run_results(final: Sequence[DatasetResult]) -> list[Result]:
     """The run's final test errors as the card's ``model-index`` rows (measured by opzoo, on the held-out split)."""
@@ -25,11 +28,15 @@ def run_results(final: Sequence[DatasetResult]) -> list[Result]:
 
 
 def export_model(model: nn.Module, ema: EMA | None, cfg: RunConfig, data: RunData, out: Path, card: str,
-                 results: Sequence[Result] = (), selection: dict | None = None) -> Path:
+                 results: Sequence[Result] = (), selection: dict | None = None, tuning: "Tuning | None" = None,
+                 adapter_dir: Path | None = None) -> Path:
     """Save ``model`` (with ``ema``'s weights swapped in) to ``out`` with its data facts in ``pretrained_cfg`` and
-    ``results`` in its card's ``model-index``; ``selection``: which step's weights these are (validation)."""
+    ``results`` in its card's ``model-index``; ``selection``: which step's weights these are (validation); ``tuning``:
+    what was trained, recorded in ``config.json``. A model with LoRA adapters is saved merged (plain weights, no peft
+    needed to load it), its adapter as peft's files in ``adapter_dir``."""
     from ..evaluation.splits import training_record
     from ..model_io.saving import save_pretrained
+    from .tuning import has_adapters, merged_model, save_adapter
     shape = data.frame_shape
     base = dict(getattr(model, "pretrained_cfg", {}) or {})
     from ..data import TrajectoryDataset
@@ -41,7 +48,10 @@ def export_model(model: nn.Module, ema: EMA | None, cfg: RunConfig, data: RunDat
                              else None, base_id=cfg.model.reference.lineage_id,
                              validations=[validations.get(d.name) for d in cfg.data.datasets])
     base.pop(WEIGHTS_COMMIT, None)  # the base's file, not this model's: the card names it with the base
-    with ema_weights(model, ema) as model:
+    with ema_weights(model, ema) as trained:
+        model = merged_model(trained) if has_adapters(trained) else trained
+        if adapter_dir is not None and tuning is not None and model is not trained:
+            save_adapter(trained, adapter_dir, tuning)
         started = cfg.model.pretrained or cfg.model.reference.saved
         model.pretrained_cfg = {**base, "resolution": list(shape.resolution),
                                 "channels": shape.channels, "in_timesteps": shape.in_timesteps,
@@ -51,7 +61,8 @@ def export_model(model: nn.Module, ema: EMA | None, cfg: RunConfig, data: RunDat
                                    if selection else {}),
                                 "training_data": record, "data_fit": list(data.fit or []),
                                 **({"fields": list(data.fields)} if data.fields else {}),
-                                **({"base_model": cfg.model.reference.lineage_id} if started else {})}
+                                **({"base_model": cfg.model.reference.lineage_id} if started else {}),
+                                **({"tuning": tuning.record()} if tuning is not None else {})}
         if not started:
             model.pretrained_cfg.pop("base_model", None)
         return Path(save_pretrained(model, out, card=card, results=results, model_name=index_name(cfg, started)))
@@ -92,7 +103,8 @@ def base_weights(cfg: RunConfig, model: nn.Module) -> str:
 
 
 def run_model_card(cfg: RunConfig, data: RunData, from_scratch: bool, zero_shot: Sequence[DatasetResult] | None,
-                   final: Sequence[DatasetResult], command: str | None, base: str, selection: dict | None = None) -> str:
+                   final: Sequence[DatasetResult], command: str | None, base: str, selection: dict | None = None,
+                   tuning: str | None = None) -> str:
     """The run's model card: base model (``base``: :func:`base_weights`, as the run recorded it when it started), data
     and splits, steps and lr, test errors, command."""
     from .card import run_card
@@ -103,4 +115,5 @@ def run_model_card(cfg: RunConfig, data: RunData, from_scratch: bool, zero_shot:
     return run_card(model_name=name, from_scratch=from_scratch, base_weights=base, datasets=datasets,
                     steps=cfg.training.steps, lr=cfg.optimizer.lr, batch_size=cfg.training.batch_size, seed=cfg.seed,
                     zero_shot=zero_shot, final=final or [], command=command, resolution=shape.resolution,
-                    channels=shape.channels, in_timesteps=shape.in_timesteps, fit=data.fit or (), selection=selection)
+                    channels=shape.channels, in_timesteps=shape.in_timesteps, fit=data.fit or (), selection=selection,
+                    tuning=tuning)

@@ -65,7 +65,7 @@ def finetune_config(model: "str | ModelReference", data: Sequence[str], output_d
                     fields: Sequence[str] | None = None, field_map: "str | dict[str, str] | None" = None,
                     training_set: str | None = None, train_trajectories: int | None = None,
                     validation_fraction: float = 0.0, selection: str | None = None, early_stopping: int | None = None,
-                    eval_every: int | None = None, seed: int = 0,
+                    eval_every: int | None = None, seed: int = 0, tune: str = "full", max_memory: float | None = None,
                     overrides: dict[str, Any] | None = None) -> RunConfig:
     """A validated run config that fine-tunes ``model`` (preset, hf-hub:..., or a saved repo dir) on ``data``.
 
@@ -77,7 +77,8 @@ def finetune_config(model: "str | ModelReference", data: Sequence[str], output_d
     first N of each file's training split; ``validation_fraction``: hold out that fraction before the test split for
     validation, which then selects the weights kept (``selection``, default ``"validation"`` with a validation split,
     else ``"last"``) and, with ``early_stopping`` (evaluations without improvement), stops the run; ``eval_every``:
-    steps between evaluations (default: ``EVALS_PER_RUN`` in a run).
+    steps between evaluations (default: ``EVALS_PER_RUN`` in a run); ``tune``: what is trained (full, head,
+    lora[:RANK]: :mod:`opzoo.training.tuning`); ``max_memory``: GiB a step may hold (:mod:`opzoo.training.memory_plan`).
     """
     from ..errors import ConfigError
     from ..registry.contract import parse_field_map
@@ -107,7 +108,9 @@ def finetune_config(model: "str | ModelReference", data: Sequence[str], output_d
         "optimizer": {"lr": lr},
         "training": {"steps": steps, "batch_size": batch_size, "eval_every": eval_every or -(-steps // EVALS_PER_RUN),
                      "selection": selection or ("validation" if validation_fraction else "last"),
-                     **({"early_stopping": early_stopping} if early_stopping else {})},
+                     **({"early_stopping": early_stopping} if early_stopping else {}),
+                     **({"tune": str(tune)} if tune != "full" else {}),
+                     **({"max_memory": float(max_memory)} if max_memory is not None else {})},
         "checkpoint": {"every": None},
     }
     return parse_run_config(apply_overrides(document, overrides), source="finetune arguments", reference=reference)

@@ -50,6 +50,7 @@ HARMLESS_KEYS = (
     "training.eval_every",
     "training.num_workers",           # batches are a function of (seed, step), not of the loader
     "training.grad_checkpointing",    # the same losses and gradients, with less memory
+    "training.max_memory",            # what the plan checks against, not what is trained
     "training.stop_deadline",         # how long a stop waits, not what is trained
     "training.expert_load_threshold",  # warnings only
     "training.expert_load_window",

@@ -38,6 +38,7 @@ from .forensics import DivergenceWatch, TrainingDivergedError, batch_has_bad_dat
 from .generate import generate_missing
 from .hooks import StepContext, build_hooks, combined_multipliers
 from .logger import RunLogger, progress_line
+from .memory_plan import StepPeak, plan_memory, run_batch_shape
 from .noise import add_denoising_noise
 from .optim import build_optimizer, build_param_groups, set_learning_rates
 from .run_eval import RunEvaluation
@@ -45,6 +46,7 @@ from .run_state import RunState
 from .schedule import schedule_factor
 from .selection import KIND, METRIC, Selection
 from .stop import RunStopped, StopSignals
+from .tuning import adapted_tensors, apply_tuning, parse_tune
 
 
 @dataclass
@@ -77,17 +79,31 @@ class Trainer:
         self.model = model if model is not None else build_run_model(cfg.model)
         self.base_weights = base_weights(cfg, self.model)  # as loaded: a resume records the weights it started from
         log = logging.getLogger("opzoo")
-        fitted, self.data = prepare_run_data(cfg, self.model, log.info if self.env.is_main else lambda line: None)
+        say = log.info if self.env.is_main else lambda line: None
+        built = self.model
+        fitted, self.data = prepare_run_data(cfg, self.model, say)
         self.model = fitted.model
-        self.hooks = build_hooks(cfg.optimizer.hooks)
-        for hook in self.hooks:
-            hook.on_model_built(self.model)
-        if t.grad_checkpointing:
-            self.model.set_grad_checkpointing(True)
-        self.model.to(self.device)
         self.fsdp = self.env.enabled and cfg.distributed.strategy == "fsdp"
         if self.fsdp and t.ema:
             raise ConfigError("training.ema is not supported with distributed.strategy: fsdp")
+        spec, adapted = parse_tune(t.tune), adapted_tensors(built, self.model)
+        if self.fsdp and spec.mode != "full":
+            raise ConfigError(f"training.tune {spec} is not supported with distributed.strategy: fsdp (its frozen and "
+                              f"trained parameters would share flat shards); use distributed.strategy: ddp")
+        # planned before anything is frozen or wrapped: on a meta copy of the fitted model, the run's options
+        self.memory_plan = plan_memory(self.model, cfg, run_batch_shape(cfg, fitted, self.env.world_size), adapted,
+                                       self.device, self.env.world_size)
+        del built, fitted
+        self.hooks = build_hooks(cfg.optimizer.hooks)
+        for hook in self.hooks:
+            hook.on_model_built(self.model)
+        self.tuning = apply_tuning(self.model, spec, adapted)
+        say(self.tuning.line())
+        say(self.memory_plan.line())
+        if self.memory_plan.grad_checkpointing:
+            self.model.set_grad_checkpointing(True)
+        self.model.to(self.device)
+        self.peak = StepPeak(self.device, measure=not (self.env.enabled and self.device.type == "cpu"))
         # wrapped before the optimizer is built: FSDP replaces parameters by sharded ones
         self.wrapped = wrap_model(self.model, self.env, cfg.distributed.strategy, self.device,
                                   cfg.distributed.find_unused_parameters)
@@ -150,9 +166,9 @@ class Trainer:
         final = self.evaluation.last or []
         selection = self.selection.summary(self._steps_done, self.cfg.training.steps) if self.selection else None
         card = run_model_card(self.cfg, self.data, self.from_scratch, self.evaluation.zero_shot, final, self.command,
-                              self.base_weights, selection)
+                              self.base_weights, selection, self.tuning.line())
         return export_model(model or unwrap(self.wrapped), self.ema, self.cfg, self.data, out, card,
-                            run_results(final), selection)
+                            run_results(final), selection, self.tuning, out.parent / "adapter")
 
     def _export_finished(self, result: TrainResult) -> None:
         copy = unsharded_copy(self.wrapped, self.model, self.env) if self.fsdp else None  # collective
@@ -237,7 +253,10 @@ class Trainer:
             if stop.requested(self.env, self.device):
                 self._stop(i, last_saved, stop, logger)
             step = i + 1
-            record = self._step(i, batch, logger)
+            with self.peak.measuring(step - start, self._held(batch)):
+                record = self._step(i, batch, logger)
+            if self.peak.done_after(step - start) and self.env.is_main:
+                self.peak.write(self.run_dir, self.memory_plan, logger, step)
             result.losses.append(record["loss"])
             if (message := watch.update(step, record["loss"])) is not None:
                 result.divergence = message
@@ -261,6 +280,8 @@ class Trainer:
                 self.home.check(f"evaluating step {step}")
                 self._evaluate_and_log(step, result, logger)
         bar.close()
+        if self.env.is_main:  # a run of fewer steps than the peak's: what it measured
+            self.peak.write(self.run_dir, self.memory_plan, logger, step)
         done = step
         if done > last_saved:
             self._save(done)
@@ -274,6 +295,13 @@ class Trainer:
         self._evaluate_and_log(done, result, logger)
         self.home.check("exporting the model")
         self._export_finished(result)
+
+    def _held(self, batch: Mapping[str, Tensor]) -> list[Tensor]:
+        """What a step starts with: the weights, buffers, optimizer state, EMA copy and the batch."""
+        state = [v for s in self.optimizer.state.values() for v in s.values() if isinstance(v, Tensor)]
+        shadow = list(self.ema.shadow.values()) if self.ema is not None else []
+        return [*self.model.parameters(), *self.model.buffers(), *state, *shadow,
+                *(v for v in batch.values() if isinstance(v, Tensor))]
 
     def _validate(self, step: int, logger: RunLogger) -> None:
         """The validation error at ``step`` (EMA weights when on; every rank computes it, so that all decide alike),

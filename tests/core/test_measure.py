@@ -7,7 +7,8 @@ import math
 
 import torch
 
-from opzoo.benchmark.measure import OpCosts, Roofline, interleaved_medians, median_ratio, saved_activation_bytes
+from opzoo.benchmark.measure import OpCosts, Roofline, interleaved_medians, median_ratio
+from opzoo.training.memory import saved_activation_bytes
 
 
 def test_a_complex_product_counts_four_real_multiply_adds():

@@ -227,6 +227,16 @@ class WellFNO(WellBackbone):
     def group_matcher(self) -> dict:
         return {"stem": r"^net\.lifting\.", "blocks": r"^net\.(?:spectral|skips)\.(\d+)\."}
 
+    def lora_targets(self) -> list[str]:
+        """The blocks' pointwise skip convolutions (the spectral weights stay frozen); none where the blocks do not
+        feed the output (``fourier_blocks: dropped``, as the published checkpoints were trained): refused."""
+        if self.config.fourier_blocks == "dropped":
+            raise opzoo.ConfigError(f"{self.preset_name or type(self).__name__} computes projection(lifting(x)): its "
+                                    "blocks do not feed its output (fourier_blocks: dropped, as The Well <= 1.1.0 "
+                                    "trained it), so adapters in them would learn nothing; fine-tune it with --tune "
+                                    "head or --tune full")
+        return super().lora_targets()
+
     def build_net(self, c: WellFnoConfig) -> nn.Module:
         return FNONet(c.dim_in, c.dim_out, c.modes, c.hidden_channels, c.n_layers, c.lifting_channels,
                       c.projection_channels, c.factorization, c.rank, apply_blocks=c.fourier_blocks == "applied")
@@ -257,13 +267,6 @@ class WellUNetClassic(WellBackbone):
 
     def build_net(self, c: WellUNetClassicConfig) -> nn.Module:
         return UNetClassicNet(c.dim_in, c.dim_out, c.spatial_dims, c.init_features)
-
-    def set_grad_checkpointing(self, enable: bool = True) -> None:
-        if enable:
-            raise opzoo.ConfigError(f"{self.preset_name or 'UNetClassic'} has BatchNorm layers in every block: a "
-                                    "recomputed forward would update their running statistics a second time, so "
-                                    "gradient checkpointing is refused for it (the other Well models support it)")
-        self.grad_checkpointing = False
 
     @property
     def size_multiple(self) -> int:

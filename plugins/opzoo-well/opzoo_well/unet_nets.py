@@ -84,21 +84,22 @@ class UNetClassicNet(UNet):
 
     def features(self, x: Tensor, keep: Sequence[int] = (), run=None) -> tuple[Tensor, list[Tensor]]:
         """``[B, dim_in, *S] -> ([B, init_features, *S]`` before the last convolution, the outputs of the blocks
-        ``keep``: encoder1-4, the bottleneck, decoder4-1)."""
+        ``keep``: encoder1-4, the bottleneck, decoder4-1); ``run(fn, *args)`` calls each block (e.g. checkpointed)."""
         check_divisible(x, 16, "UNetClassic")
-        enc1 = self.encoder1(x)
-        enc2 = self.encoder2(self.pool1(enc1))
-        enc3 = self.encoder3(self.pool2(enc2))
-        enc4 = self.encoder4(self.pool3(enc3))
-        h = self.bottleneck(self.pool4(enc4))
+        run = run or (lambda fn, *args: fn(*args))
+        enc1 = run(self.encoder1, x)
+        enc2 = run(self.encoder2, self.pool1(enc1))
+        enc3 = run(self.encoder3, self.pool2(enc2))
+        enc4 = run(self.encoder4, self.pool3(enc3))
+        h = run(self.bottleneck, self.pool4(enc4))
         outs = [enc1, enc2, enc3, enc4, h]
-        h = self.decoder4(torch.cat((self.upconv4(h), enc4), dim=1))
+        h = run(self.decoder4, torch.cat((self.upconv4(h), enc4), dim=1))
         outs.append(h)
-        h = self.decoder3(torch.cat((self.upconv3(h), enc3), dim=1))
+        h = run(self.decoder3, torch.cat((self.upconv3(h), enc3), dim=1))
         outs.append(h)
-        h = self.decoder2(torch.cat((self.upconv2(h), enc2), dim=1))
+        h = run(self.decoder2, torch.cat((self.upconv2(h), enc2), dim=1))
         outs.append(h)
-        h = self.decoder1(torch.cat((self.upconv1(h), enc1), dim=1))
+        h = run(self.decoder1, torch.cat((self.upconv1(h), enc1), dim=1))
         outs.append(h)
         return h, [outs[i] for i in keep]
 

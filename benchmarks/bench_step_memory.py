@@ -1,0 +1,92 @@
+"""The one estimator of a training step's peak (opzoo.training.memory) against the peak measured while two steps run
+(issue 69; docs/benchmarks.md, "Memory of a training step"): every micro preset, and every family's largest preset at
+its smallest grid (batch 1), each in a process of its own. A preset whose full fine-tune does not fit half of this
+machine's memory is measured with --tune lora (the rest frozen), and says so. Writes benchmarks/results/step_memory.md.
+
+    .venv/bin/python benchmarks/bench_step_memory.py [--largest] [--micro]
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+LARGEST = ["dpot-h", "gphyt-xl", "poseidon-l", "pdet-mc-l", "morph-l", "mpp-avit-l", "well-unet-convnext-MHD_64",
+           "fno-3d"]
+ONE = r"""
+import json, sys, torch, opzoo
+from opzoo.model_io.example_input import input_grid
+from opzoo.training.memory import estimate_step_memory, measured_step_peak
+from opzoo.training.memory_plan import meta_copy
+from opzoo.training.tuning import apply_tuning, parse_tune
+from opzoo.model_io.size_check import available_memory
+from opzoo.evaluation.fit import neutral_statistics
+name, batch, smallest = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+base = neutral_statistics(name, {}) or {}  # a model normalized by its data's statistics: mean 0, std 1 (random data)
+with torch.device("meta"):
+    meta = opzoo.load(name, **base)
+grid, _ = input_grid(meta, None)
+if smallest:
+    multiple = getattr(meta, "size_multiple", 1) if isinstance(getattr(meta, "size_multiple", 1), int) else 1
+    patch = getattr(meta.config, "patch_size", 1)
+    patch = max(patch) if isinstance(patch, (list, tuple)) else (patch or 1)
+    step = max(multiple, patch * 2, 8)
+    grid = [min(g, step) for g in grid]
+c = meta.config
+shape = (batch, *grid, c.in_timesteps, c.in_channels)
+params = sum(p.numel() for p in meta.parameters())
+tune = "full" if params * 4 * 5 < available_memory() / 2 else "lora"
+apply_tuning(meta, parse_tune(tune))
+kw = {**base, **({"img_size": list(grid)} if hasattr(c, "img_size") and list(grid) != list(getattr(c, "img_size") or [])
+                  else {})}
+if kw:
+    with torch.device("meta"):
+        meta = opzoo.load(name, **kw)
+    apply_tuning(meta, parse_tune(tune))
+estimate = estimate_step_memory(meta, shape).total
+torch.manual_seed(0)
+model = opzoo.load(name, **kw)
+apply_tuning(model, parse_tune(tune))
+measured = measured_step_peak(model, shape)
+print(json.dumps({"model": name, "grid": "x".join(map(str, grid)), "batch": batch, "tune": tune, "parameters": params,
+                  "estimated_mib": estimate / 2**20, "measured_mib": measured / 2**20}))
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--largest", action="store_true")
+    parser.add_argument("--micro", action="store_true")
+    args = parser.parse_args()
+    import opzoo
+
+    names = ([(n, 2, "0") for n in sorted(m for m in opzoo.list_models() if m.endswith("-micro"))] if args.micro
+             or not args.largest else []) + ([(n, 1, "1") for n in LARGEST] if args.largest or not args.micro else [])
+    rows = []
+    for name, batch, smallest in names:
+        result = subprocess.run([sys.executable, "-c", ONE, name, str(batch), smallest], capture_output=True, text=True,
+                                env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=1800)
+        if result.returncode:
+            rows.append({"model": name, "error": (result.stderr.strip().splitlines() or ["?"])[-1][:200]})
+        else:
+            rows.append(json.loads(result.stdout.strip().splitlines()[-1]))
+        print(rows[-1], flush=True)
+    lines = ["| model | parameters | grid | batch | trained | estimated MiB | measured MiB | estimated / measured |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['model']} | | | | | | | not measured: {r['error']} |")
+        else:
+            lines.append(f"| {r['model']} | {r['parameters']:,} | {r['grid']} | {r['batch']} | {r['tune']} | "
+                         f"{r['estimated_mib']:.1f} | {r['measured_mib']:.1f} | "
+                         f"{r['estimated_mib'] / r['measured_mib']:.3f} |")
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "step_memory.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
