@@ -29,12 +29,9 @@ base = neutral_statistics(name, {}) or {}  # a model normalized by its data's st
 with torch.device("meta"):
     meta = opzoo.load(name, **base)
 grid, _ = input_grid(meta, None)
-if smallest:
-    multiple = getattr(meta, "size_multiple", 1) if isinstance(getattr(meta, "size_multiple", 1), int) else 1
-    patch = getattr(meta.config, "patch_size", 1)
-    patch = max(patch) if isinstance(patch, (list, tuple)) else (patch or 1)
-    step = max(multiple, patch * 2, 8)
-    grid = [min(g, step) for g in grid]
+if smallest:  # two steps of the grid it takes on every axis, at least 16 (an FNO's modes), at most its own
+    from opzoo.model_io.example_input import grid_step
+    grid = [min(g, max(2 * grid_step(meta), 16)) for g in grid]
 c = meta.config
 shape = (batch, *grid, c.in_timesteps, c.in_channels)
 params = sum(p.numel() for p in meta.parameters())
@@ -46,13 +43,17 @@ if kw:
     with torch.device("meta"):
         meta = opzoo.load(name, **kw)
     apply_tuning(meta, parse_tune(tune))
-estimate = estimate_step_memory(meta, shape).total
 torch.manual_seed(0)
 model = opzoo.load(name, **kw)
 apply_tuning(model, parse_tune(tune))
+on = "meta"
+try:
+    estimate = estimate_step_memory(meta, shape).total
+except RuntimeError:  # a forward that reads values (.item()): the estimator on the real model instead
+    estimate, on = estimate_step_memory(model, shape).total, "real tensors"
 measured = measured_step_peak(model, shape)
 print(json.dumps({"model": name, "grid": "x".join(map(str, grid)), "batch": batch, "tune": tune, "parameters": params,
-                  "estimated_mib": estimate / 2**20, "measured_mib": measured / 2**20}))
+                  "estimated_mib": estimate / 2**20, "measured_mib": measured / 2**20, "estimated_on": on}))
 """
 
 
@@ -60,11 +61,14 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--largest", action="store_true")
     parser.add_argument("--micro", action="store_true")
+    parser.add_argument("--only", nargs="*", help="these presets only (kept rows of the others are rewritten)")
     args = parser.parse_args()
     import opzoo
 
     names = ([(n, 2, "0") for n in sorted(m for m in opzoo.list_models() if m.endswith("-micro"))] if args.micro
              or not args.largest else []) + ([(n, 1, "1") for n in LARGEST] if args.largest or not args.micro else [])
+    if args.only:
+        names = [n for n in names if n[0] in args.only]
     rows = []
     for name, batch, smallest in names:
         result = subprocess.run([sys.executable, "-c", ONE, name, str(batch), smallest], capture_output=True, text=True,
@@ -74,16 +78,23 @@ def main() -> None:
         else:
             rows.append(json.loads(result.stdout.strip().splitlines()[-1]))
         print(rows[-1], flush=True)
+    RESULTS.mkdir(exist_ok=True)
     lines = ["| model | parameters | grid | batch | trained | estimated MiB | measured MiB | estimated / measured |",
              "|---|---|---|---|---|---|---|---|"]
+    old = RESULTS / "step_memory.json"
+    kept = {r["model"]: r for r in (json.loads(old.read_text()) if old.exists() else [])}
+    kept.update({r["model"]: r for r in rows})
+    rows = [kept[n] for n in sorted(kept, key=lambda n: (not n.endswith("-micro"), n))]
+    old.write_text(json.dumps(rows, indent=1))
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['model']} | | | | | | | not measured: {r['error']} |")
         else:
             lines.append(f"| {r['model']} | {r['parameters']:,} | {r['grid']} | {r['batch']} | {r['tune']} | "
                          f"{r['estimated_mib']:.1f} | {r['measured_mib']:.1f} | "
-                         f"{r['estimated_mib'] / r['measured_mib']:.3f} |")
-    RESULTS.mkdir(exist_ok=True)
+                         f"{r['estimated_mib'] / r['measured_mib']:.3f}"
+                         + (" (estimated on real tensors: its forward reads values)"
+                            if r.get("estimated_on") == "real tensors" else "") + " |")
     (RESULTS / "step_memory.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

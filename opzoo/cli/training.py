@@ -174,7 +174,8 @@ def finetune_run_config(args, tell=lambda line: None):
                            fields=fields_of(args), field_map=args.field_map, training_set=args.training_set,
                            train_trajectories=args.train_trajectories, validation_fraction=args.validation_fraction,
                            selection=args.select, early_stopping=args.early_stopping, eval_every=args.eval_every,
-                           seed=args.seed, tune=args.tune, max_memory=args.max_memory,
+                           seed=args.seed, tune=getattr(args, "tune", "full"),
+                           max_memory=getattr(args, "max_memory", None),
                            overrides=parse_overrides(args.set))
 
 

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 def build_model(backbone: str, args: Mapping[str, Any], source: str, overrides: Mapping[str, Any] | None = None,
                 pretrained_cfg: Mapping[str, Any] | None = None, preset_name: str | None = None,
-                override_source: str = "override", pretrained_cfg_source: str | None = None) -> "nn.Module":
+                override_source: str = "override", pretrained_cfg_source: str | None = None,
+                weights_follow: bool = False) -> "nn.Module":
     """Registered backbone ``backbone`` built from config fields ``args`` (random weights).
 
     ``overrides`` replace fields afterwards (type-checked the same way); ``source`` and
@@ -29,7 +30,9 @@ def build_model(backbone: str, args: Mapping[str, Any], source: str, overrides: 
     recorded on the model with ``preset_name``. A config that would need far more memory than the
     machine has is refused before anything is allocated (:mod:`opzoo.model_io.size_check`; the override
     ``allow_oversize=True`` builds it anyway), and one the backbone cannot be built from is a
-    ConfigError naming ``source``, not a traceback from inside the model.
+    ConfigError naming ``source``, not a traceback from inside the model. ``weights_follow``: the caller loads weights
+    into it next (:func:`opzoo.model_io.weights.load_state_dict_strict`): its parameters are built on the ``meta``
+    device (:func:`opzoo.model_io.weights.parameters_on_meta`), so that the load holds them once.
     """
     overrides = dict(overrides or {})
     allow_oversize = bool(overrides.pop("allow_oversize", False))
@@ -42,8 +45,13 @@ def build_model(backbone: str, args: Mapping[str, Any], source: str, overrides: 
     from .size_check import build_within_memory
 
     where = override_source if overrides else source
+    import contextlib
+
+    from .weights import parameters_on_meta
+
     try:
-        model = build_within_memory(cls, config, where, allow_oversize)
+        with parameters_on_meta() if weights_follow else contextlib.nullcontext():
+            model = build_within_memory(cls, config, where, allow_oversize)
     except (ZeroDivisionError, ValueError, OverflowError, IndexError, RuntimeError) as e:
         if isinstance(e, ConfigError):
             raise
@@ -75,11 +83,13 @@ def build_backbone(ref: ModelReference, pretrained: bool, args: dict[str, Any]) 
     return build_model(ref.given, args, f"{ref.given} config", oversize or None)
 
 
-def build_preset(preset: Preset, overrides: Mapping[str, Any] | None = None) -> "nn.Module":
-    """Preset ``preset`` with config ``overrides`` (random weights)."""
+def build_preset(preset: Preset, overrides: Mapping[str, Any] | None = None, weights_follow: bool = False
+                 ) -> "nn.Module":
+    """Preset ``preset`` with config ``overrides`` (random weights; ``weights_follow``: parameters on meta, for a
+    load next, see :func:`build_model`)."""
     return build_model(preset.backbone, preset.args, f"preset {preset.name}", overrides,
                        {"preset": preset.name, **preset.pretrained_cfg}, preset.name, f"override of {preset.name}",
-                       f"preset {preset.name}: pretrained_cfg")
+                       f"preset {preset.name}: pretrained_cfg", weights_follow=weights_follow)
 
 
 

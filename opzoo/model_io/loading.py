@@ -70,7 +70,7 @@ def from_repo_files(config_path: Path, weights_path: Path, device, overrides: Ma
             pretrained_cfg = repo.document["pretrained_cfg"]
             built = build_model(repo.document["architecture"], repo.document["model_args"],
                                 f"{config_path}: model_args", overrides, pretrained_cfg, pretrained_cfg.get("preset"),
-                                pretrained_cfg_source=f"{config_path}: pretrained_cfg")
+                                pretrained_cfg_source=f"{config_path}: pretrained_cfg", weights_follow=True)
             load_weights(built, repo.weights, shown_as=weights_path, verify=repo.verify)
             commit = snapshot_revision(weights_path)
             if commit is not None:  # a repo read from the Hub cache: the commit its revision named then
@@ -137,11 +137,11 @@ def load(name: "str | os.PathLike | ModelReference", pretrained: bool = False, *
         labels = getattr(get_registry().get("backbone", preset.backbone).config_class, "per_channel_fields", ())
         shape |= {k: overrides.pop(k) for k in labels if k in overrides}
     if checkpoint_path is not None:  # the weights come from the file, pretrained=True or not: the published never load
-        model = build_preset(preset, overrides)
+        model = build_preset(preset, overrides, weights_follow=True)
         load_checkpoint_file(model, preset, Path(checkpoint_path))
         return adapt_loaded(model, preset.name, shape).eval()
     fetch_before_building(preset)
-    model = build_preset(preset, overrides)
+    model = build_preset(preset, overrides, weights_follow=True)
     try:
         load_preset_weights(model, preset)
     except WeightsError as e:

@@ -291,7 +291,7 @@ def convert_to_repo(converter: str, path: str | os.PathLike, out_dir: str | os.P
     preset = converted.preset
     model = build_model(converted.architecture, converted.model_args, f"{path} (converted by {converter!r})",
                         pretrained_cfg={**({"preset": preset} if preset else {}), **converted.pretrained_cfg},
-                        preset_name=preset)
+                        preset_name=preset, weights_follow=True)
     load_state_dict_strict(model, converted.state_dict, f"{path} (converted by {converter!r})")
     return write_model_repo(model, out_dir, converted.card)
 

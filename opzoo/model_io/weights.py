@@ -1,15 +1,19 @@
 """Weights: reading a safetensors file and loading it into a model strictly, every name and shape checked before any
-parameter changes (a mismatch names the tensors at fault)."""
+parameter changes (a mismatch names the tensors at fault).
+
+A model about to receive its weights is built with its parameters on the ``meta`` device (:func:`parameters_on_meta`:
+no random initialization, no memory), and the tensors read are then its parameters (``load_state_dict(assign=True)``):
+a load holds the weights once, not a random copy beside them (docs/benchmarks.md, "Memory of a load")."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Mapping
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file
 
 from ..errors import WeightsError
 from ..files import check_regular
@@ -43,12 +47,55 @@ def check_state_dict(model: torch.nn.Module, shapes: Mapping[str, tuple[int, ...
         raise TensorMismatchError(f"{source} does not match {type(model).__name__}: {'; '.join(parts)}")
 
 
+@contextlib.contextmanager
+def parameters_on_meta():
+    """Inside, every parameter a module registers is moved to the ``meta`` device as it is registered (one tensor at a
+    time, so nothing of the size of the model is ever allocated, and its random initialization costs nothing);
+    buffers are built as the model builds them (its tables, masks and grids). For a model whose weights are loaded
+    next by :func:`load_state_dict_strict`, which makes the tensors read its parameters."""
+    original = torch.nn.Module.register_parameter
+
+    def register(self, name, param):
+        if param is not None and param.device.type != "meta":
+            param = torch.nn.Parameter(param.detach().to("meta"), requires_grad=param.requires_grad)
+        original(self, name, param)
+
+    torch.nn.Module.register_parameter = register
+    try:
+        yield
+    finally:
+        torch.nn.Module.register_parameter = original
+
+
+def has_meta_parameters(model: torch.nn.Module) -> bool:
+    return any(p.is_meta for p in model.parameters())
+
+
 def load_state_dict_strict(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor], source: str) -> None:
-    """Check names, shapes and kinds of number first, so a bad state dict changes nothing; then load."""
+    """Check names, shapes and kinds of number first, so a bad state dict changes nothing; then load. A model built
+    with :func:`parameters_on_meta` takes the tensors themselves as its parameters (cast to its own dtypes; shared
+    parameters stay shared); any other is copied into."""
     check_state_dict(model, {k: tuple(v.shape) for k, v in state_dict.items()}, source)
     check_dtypes(model, state_dict, source)
     check_finite(state_dict, source)
-    model.load_state_dict(state_dict, strict=True)
+    if not has_meta_parameters(model):
+        model.load_state_dict(state_dict, strict=True)
+        return
+    own = model.state_dict(keep_vars=True)
+    cast = {k: aligned(v.to(own[k].dtype)) for k, v in state_dict.items()}
+    shared: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        shared.setdefault(id(param), []).append(name)
+    model.load_state_dict(cast, strict=True, assign=True)
+    for names in (n for n in shared.values() if len(n) > 1):  # one parameter under several names: tied again
+        first = model.get_parameter(names[0])
+        for name in names[1:]:
+            owner, _, leaf = name.rpartition(".")
+            setattr(model.get_submodule(owner) if owner else model, leaf, first)
+    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if left:
+        raise WeightsError(f"{source}: {type(model).__name__} holds tensors no file fills ({', '.join(left[:SHOWN])}): "
+                           f"built on the meta device, they have no values")
 
 
 def check_dtypes(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor], source: str) -> None:
@@ -72,20 +119,69 @@ def check_dtypes(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor],
                            f"holds such weights, and they are not cast")
 
 
+FINITE_CHUNK = 1 << 16  # elements checked at a time: the check's temporaries stay small beside the weights
+
+
+def _finite(t: torch.Tensor) -> bool:
+    flat = t.detach().reshape(-1)
+    return all(bool(torch.isfinite(piece).all()) for piece in flat.split(FINITE_CHUNK))
+
+
 def check_finite(state_dict: Mapping[str, torch.Tensor], source: str) -> None:
     """WeightsError naming every tensor of ``state_dict`` that holds NaN or Inf (no load takes such weights)."""
-    bad = [k for k, v in state_dict.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    bad = [k for k, v in state_dict.items() if v.is_floating_point() and not _finite(v)]
     if bad:
         shown = ", ".join(sorted(bad)[:SHOWN]) + (f" and {len(bad) - SHOWN} more" if len(bad) > SHOWN else "")
         raise WeightsError(f"{source}: non-finite values in {shown}")
 
 
+ALIGNMENT = 64  # bytes: what torch's CPU allocator gives, and what its kernels' results are reproducible at
+
+
+def aligned(t: torch.Tensor) -> torch.Tensor:
+    """``t``, or a copy of it in memory torch allocated when its data is not ``ALIGNMENT``-aligned (safetensors reads
+    each tensor where malloc puts it): a float32 matmul's result depends on its operands' alignment (the vectorized
+    kernel's order of summation), so a model must compute on its loaded weights what it computed before saving."""
+    return t if t.device.type != "cpu" or t.data_ptr() % ALIGNMENT == 0 else t.clone()
+
+
+_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+           "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+           "BOOL": torch.bool}
+
+
 def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """The tensors of a safetensors file (WeightsError naming the file when it is not one)."""
+    """The tensors of a safetensors file, each read straight from the file into memory torch allocates (aligned:
+    :func:`aligned`), one after another: a load holds the file's bytes once, never mapped beside a copy (a mapped
+    file's pages count in the resident memory as much as the copy does). The header is checked by safetensors'
+    own reader first (WeightsError naming the file when it is not a safetensors file)."""
+    import json
+    import sys
+
     try:
         check_regular(path)  # a FIFO or /dev/zero in a damaged cache would hang or fill the memory
-        return load_file(str(path))
-    except (SafetensorError, OSError) as e:
+        with safe_open(str(path), framework="pt") as f:  # safetensors validates the header and the offsets
+            names = list(f.keys())
+        with open(path, "rb") as raw:
+            size = int.from_bytes(raw.read(8), "little")
+            header = json.loads(raw.read(size))
+            start = 8 + size
+            tensors = {}
+            for name in names:
+                entry = header[name]
+                dtype = _DTYPES.get(entry["dtype"])
+                begin, end = entry["data_offsets"]
+                if dtype is None or sys.byteorder != "little":  # a kind this reader does not know: safetensors'
+                    with safe_open(str(path), framework="pt") as f:
+                        tensors[name] = aligned(f.get_tensor(name))
+                    continue
+                data = torch.empty(end - begin, dtype=torch.uint8)
+                raw.seek(start + begin)
+                if raw.readinto(memoryview(data.numpy())) != end - begin:
+                    raise OSError(f"tensor {name} is cut short")
+                tensors[name] = data.view(dtype).reshape(entry["shape"])
+            return tensors
+    except (SafetensorError, OSError, ValueError, KeyError) as e:
         raise WeightsError(f"{path}: not a readable safetensors file ({e})") from None
 
 
@@ -104,7 +200,7 @@ def load_weights(model: torch.nn.Module, path: str | os.PathLike, shown_as: str 
     check_state_dict(model, shapes, where)
     if verify is not None:
         verify()
-    load_state_dict_strict(model, load_file(str(path)), where)
+    load_state_dict_strict(model, read_state_dict(path), where)
 
 
 def unshared_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -119,4 +215,4 @@ def unshared_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
-__all__ = ["check_state_dict", "check_finite", "load_state_dict_strict", "read_state_dict", "load_weights", "unshared_state_dict"]
+__all__ = ["parameters_on_meta", "has_meta_parameters", "check_state_dict", "check_finite", "load_state_dict_strict", "read_state_dict", "load_weights", "unshared_state_dict"]

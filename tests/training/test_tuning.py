@@ -150,13 +150,15 @@ def test_the_plan_turns_checkpointing_on_when_only_that_makes_the_step_fit(tmp_p
     assert not plan_memory(model, cfg, shape, [], torch.device("cpu")).turned_on
 
 
-def test_a_micro_run_that_cannot_fit_is_refused_in_one_line_naming_what_fits(tmp_path, datasets):
+def test_a_micro_run_that_cannot_fit_is_refused_in_one_line_naming_what_fits(tmp_path, datasets, capsys):
     """The default tier's case of the two above: dpot-micro at batch 64 under 64 MiB (its activations are most of a
     step): refused before the model is built, in one line naming the smaller batch that fits."""
-    result = run_cli("finetune", "dpot-micro", "--data", str(datasets["heat"]), "--out", str(tmp_path / "cli"),
-                     "--steps", "1", "--batch-size", "64", "--max-memory", "0.0625")
-    assert result.returncode == 2 and not (tmp_path / "cli").exists()
-    error = [line for line in result.stderr.splitlines() if "error:" in line]
+    from opzoo.cli import main
+
+    code = main(["finetune", "dpot-micro", "--data", str(datasets["heat"]), "--out", str(tmp_path / "cli"),
+                 "--steps", "1", "--batch-size", "64", "--max-memory", "0.0625"])
+    assert code == 2 and not (tmp_path / "cli").exists()
+    error = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
     assert len(error) == 1 and re.match(r"^opzoo finetune: error: dpot-micro: a training step needs about 1\d\d MiB "
                                         r"at its peak \(.*activations 1\d\d MiB.*\), more than the 64 MiB "
                                         r"--max-memory 0.0625; it fits with --batch-size 16 \(", error[0]), error

@@ -1,0 +1,82 @@
+"""The peak resident memory of loading a checkpoint, over its weights' bytes (issue 69; docs/benchmarks.md, "Memory of a
+load"): each family's largest preset, saved at full size from random weights (a stand-in file of the real size:
+no network here), then loaded by opzoo.load in a fresh process whose peak resident memory (VmHWM, reset after the
+imports) is read. opzoo builds a model about to be loaded with its parameters on the meta device and takes the
+tensors read as its parameters (opzoo.model_io.weights): the bound is 1.3x the weights.
+
+    .venv/bin/python benchmarks/bench_load_memory.py [--keep DIR] [NAME ...]
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+LARGEST = ["dpot-h", "gphyt-xl", "poseidon-l", "pdet-mc-l", "morph-l", "mpp-avit-l", "well-unet-convnext-MHD_64",
+           "fno-3d", "nestor-b"]
+SAVE = r"""
+import sys, torch, opzoo
+from opzoo.evaluation.fit import neutral_statistics
+name, out = sys.argv[1], sys.argv[2]
+torch.manual_seed(0)
+model = opzoo.load(name, **(neutral_statistics(name, {}) or {}))
+model.save_pretrained(out)
+"""
+LOAD = r"""
+import json, sys, torch, opzoo
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")
+before = status("VmRSS")
+model = opzoo.load(sys.argv[1])
+weights = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+print(json.dumps({"before": before, "peak": status("VmHWM"), "after": status("VmRSS"), "weights": weights}))
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("names", nargs="*", default=LARGEST)
+    args = parser.parse_args()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    rows = []
+    for name in args.names:
+        directory = Path(tempfile.mkdtemp(prefix="opzoo-load-"))
+        try:
+            saved = subprocess.run([sys.executable, "-c", SAVE, name, str(directory / "repo")], capture_output=True,
+                                   text=True, env=env)
+            if saved.returncode:
+                rows.append({"model": name, "error": saved.stderr.strip().splitlines()[-1][:200]})
+                continue
+            # the imports first, then the load: the peak over the resident memory before the load
+            loaded = subprocess.run([sys.executable, "-c", "import opzoo.model_io.loading, opzoo\nopzoo.list_models()\n" + LOAD,
+                                     str(directory / "repo")], capture_output=True, text=True, env=env)
+            if loaded.returncode:
+                rows.append({"model": name, "error": loaded.stderr.strip().splitlines()[-1][:200]})
+                continue
+            m = json.loads(loaded.stdout.strip().splitlines()[-1])
+            rows.append({"model": name, "weights_mib": m["weights"] / 2**20,
+                         "load_peak_mib": (m["peak"] - m["before"]) / 2**20,
+                         "ratio": (m["peak"] - m["before"]) / m["weights"]})
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+        print(rows[-1], flush=True)
+    lines = ["| model | weights MiB | peak resident memory of the load, MiB | over the weights |", "|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['model']} | not measured: {r['error']} | | |" if "error" in r else
+                     f"| {r['model']} | {r['weights_mib']:.0f} | {r['load_peak_mib']:.0f} | {r['ratio']:.2f} |")
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "load_memory.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
