@@ -14,8 +14,9 @@ import sys
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
-LARGEST = ["dpot-h", "gphyt-xl", "poseidon-l", "pdet-mc-l", "morph-l", "mpp-avit-l", "well-unet-convnext-MHD_64",
-           "fno-3d"]
+LARGEST = ["dpot-h", "aot-pot-l", "nestor-s", "fno-3d", "gphyt-xl", "poseidon-l", "pdet-mc-l", "pdet-sc-l", "morph-l",
+           "mpp-avit-l", "well-fno-post_neutron_star_merger", "well-tfno-post_neutron_star_merger",
+           "well-unet-classic-MHD_64", "well-unet-convnext-MHD_64"]
 ONE = r"""
 import json, sys, torch, opzoo
 from opzoo.model_io.example_input import input_grid

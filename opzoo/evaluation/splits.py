@@ -307,6 +307,12 @@ def lineage_lines(pretrained_cfg: dict, own: str = "this model") -> list[str]:
         return []
     chain = list(dict.fromkeys(r.get("by") for r in reversed(records) if r.get("by")))
     lines = ["  lineage:    " + " -> ".join([*chain, own]) if chain else f"  lineage:    {own} (no base trained it)"]
+    tuning = (pretrained_cfg or {}).get("tuning")
+    if isinstance(tuning, dict) and tuning.get("mode"):  # what the last fine-tune trained (opzoo.training.tuning)
+        mode = f"lora rank {tuning.get('rank')}" if tuning["mode"] == "lora" else tuning["mode"]
+        lines.append(f"  tuned:      {mode}: {tuning.get('trainable_parameters', 0):,} of "
+                     f"{tuning.get('parameters', 0):,} parameters trained"
+                     + ("; the adapters merged into these weights" if tuning["mode"] == "lora" else ""))
 
     def span(part) -> str:
         if part is None:

@@ -147,7 +147,7 @@ def aligned(t: torch.Tensor) -> torch.Tensor:
 
 _DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
            "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
-           "BOOL": torch.bool}
+           "BOOL": torch.bool, "C64": torch.complex64, "C128": torch.complex128}
 
 
 def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:

@@ -118,6 +118,18 @@ def test_each_cells_command_is_its_run_config(data_file, tmp_path):
         assert argv[:2] == ["opzoo", "finetune"]
         args = build_parser().parse_args(argv[1:])
         assert finetune_run_config(args).to_dict() == cell_config(cell, [str(data_file)], tmp_path, options).to_dict()
+    # --tune: the cells from a model's weights train what it says; from random init and the baseline, every parameter
+    tuned = CompareOptions(trajectories=(2,), tune="lora:4", max_memory=3.5)
+    for cell, tune in ((Cell("dpot-micro", "pretrained", 2, 0), "lora:4"), (Cell("dpot-micro", "scratch", 2, 0), "full"),
+                       (Cell("fno-2d", "scratch", 2, 0, baseline=True), "full")):
+        cfg = cell_config(cell, [str(data_file)], tmp_path, tuned)
+        assert cfg.training.tune == tune and cfg.training.max_memory == 3.5
+        args = build_parser().parse_args(cell_command(cell, [str(data_file)], tmp_path, tuned)[1:])
+        assert finetune_run_config(args).to_dict() == cfg.to_dict()
+    with pytest.raises(opzoo.ConfigError, match="--tune: a LoRA rank is at least 1, got 0"):
+        CompareOptions(tune="lora:0")
+    with pytest.raises(opzoo.ConfigError, match="--tune: 'some' is not one of full, head, lora or lora:RANK"):
+        CompareOptions(tune="some")
 
 
 def test_finetune_takes_the_first_n_trajectories_and_a_list_index_in_set(data_file, tmp_path, capsys):

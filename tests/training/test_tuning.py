@@ -48,6 +48,11 @@ def test_lora_finetune_is_saved_merged_loads_without_peft_and_computes_the_adapt
     assert f"{tuning['trainable_parameters']:,} of {tuning['parameters']:,}" in said[0]
     assert 0 < tuning["trainable_parameters"] < tuning["parameters"] / 10
     assert (out / "adapter" / "adapter_config.json").is_file()
+    from opzoo.evaluation.splits import lineage_lines  # what `opzoo info` says of the saved model's lineage
+
+    assert (f"  tuned:      lora rank 4: {tuning['trainable_parameters']:,} of {tuning['parameters']:,} parameters "
+            "trained; the adapters merged into these weights") in lineage_lines(config["pretrained_cfg"])
+    assert "- what was trained: tune lora:4: " in (out / "model" / "README.md").read_text()
 
     x = _input()
     torch.save(x, tmp_path / "x.pt")
@@ -162,3 +167,33 @@ def test_a_micro_run_that_cannot_fit_is_refused_in_one_line_naming_what_fits(tmp
     assert len(error) == 1 and re.match(r"^opzoo finetune: error: dpot-micro: a training step needs about 1\d\d MiB "
                                         r"at its peak \(.*activations 1\d\d MiB.*\), more than the 64 MiB "
                                         r"--max-memory 0.0625; it fits with --batch-size 16 \(", error[0]), error
+
+
+@pytest.mark.slow  # 12 s: three short LoRA runs
+def test_a_lora_run_resumes_to_the_losses_and_weights_of_an_uninterrupted_one(tmp_path, datasets, monkeypatch):
+    """The adapters are in the run's checkpoints: a LoRA run stopped after step 3 resumes from its step-2 checkpoint
+    to the losses and the merged weights of a run never stopped."""
+    from opzoo.training.trainer import Trainer
+    from tests.training.conftest import train_losses
+
+    def config(out):
+        return finetune_config("dpot-micro", [str(datasets["heat"])], str(out), steps=4, batch_size=2, tune="lora:4",
+                               overrides={"checkpoint.every": 2, "training.log_every": 1})
+
+    Trainer(config(tmp_path / "whole"), show_progress=False).fit()
+    real_step = Trainer._step
+
+    def stop_after_three(self, i, batch, logger):
+        if i == 3:
+            raise KeyboardInterrupt
+        return real_step(self, i, batch, logger)
+
+    monkeypatch.setattr(Trainer, "_step", stop_after_three)
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(config(tmp_path / "cut"), show_progress=False).fit()
+    monkeypatch.setattr(Trainer, "_step", real_step)
+    result = Trainer(config(tmp_path / "cut"), show_progress=False).fit()
+    assert result.resumed_from == 2
+    assert train_losses(tmp_path / "cut") == train_losses(tmp_path / "whole")
+    whole, cut = (opzoo.load(str(tmp_path / d / "model")).state_dict() for d in ("whole", "cut"))
+    assert all(torch.equal(whole[k], cut[k]) for k in whole)

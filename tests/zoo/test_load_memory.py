@@ -13,7 +13,7 @@ from opzoo.training.memory import PeakTensorMemory, tensor_bytes
 
 def test_safetensors_are_read_exactly_and_aligned(tmp_path):
     tensors = {"a": torch.randn(3, 5), "b": torch.randn(7).to(torch.bfloat16), "c": torch.tensor([True, False]),
-               "d": torch.zeros(0, 4), "e": torch.arange(5), "f": torch.randn(2, 3, dtype=torch.float64)[:, 1:]}
+               "d": torch.zeros(0, 4), "e": torch.arange(5), "f": torch.randn(2, 3, dtype=torch.float64)[:, 1:], "g": torch.randn(4, 3, dtype=torch.complex64)}
     save_file({k: v.contiguous() for k, v in tensors.items()}, tmp_path / "x.safetensors")
     read = read_state_dict(tmp_path / "x.safetensors")
     assert set(read) == set(tensors)
