@@ -173,7 +173,8 @@ def _chosen_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
 
 LAYOUT_HELP = ("the data files' layout when detection cannot tell (see `opzoo data inspect`): canonical, "
                "pdebench-groups, pdebench-cfd, pdebench-tensor, fno-mat, the-well, array (.npy/.npz/.pt as "
-               "[N, *S, T, C]) or array:<axes>, e.g. array:NTXYC (default: detected)")
+               "[N, *S, T, C]) or array:<axes>, e.g. array:NTXYC, or a layout a plugin registers (`opzoo plugins` "
+               "lists them) (default: detected)")
 FIELDS_HELP = ("the names of a plain array's channels (or of a canonical file's that names none), in order, "
                "comma-separated (e.g. u,v); a .npz or .pt with one array per field names them itself")
 

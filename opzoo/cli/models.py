@@ -268,9 +268,16 @@ def cmd_plugins(args) -> int:
     if args.json:
         print(json.dumps({"loaded": [p.__dict__ for p in host.loaded], "failed": [p.__dict__ for p in host.failed]}, indent=2))
         return 0
+    from ..registry.registry import get_registry
+
+    registry = get_registry()
     print(f"opzoo {__version__}")
     for p in host.loaded:
         print(f"  {p.distribution} {p.version}  (entry point {p.name!r})")
+        for kind, what in (("reader", "data layouts (--layout)"), ("metric", "metrics")):  # what a command lists none of
+            names = [n for n in registry.names(kind) if registry.owner(kind, n) == p.distribution]
+            if names:
+                print(f"    {what}: {', '.join(names)}")
     if not host.loaded:
         print("  no plugins loaded")
     for p in host.failed:

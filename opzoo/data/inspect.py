@@ -66,6 +66,13 @@ def field_statistics(source: TrajectorySource, max_samples: int | None = None,
     return stats, len(picks)
 
 
+def stored_axes(source) -> str:
+    """``stored as [N, T, C, H, W], `` where a reader keeps the stored order in ``source.axes`` (the core's array
+    readers), else nothing: ``SourceInfo.axis_note`` alone says how the order was decided."""
+    axes = getattr(source, "axes", None)
+    return f"stored as [{', '.join(axes)}], " if axes else ""
+
+
 def inspect_file(path: str | os.PathLike, layout: str | None = None, max_samples: int | None = None,
                  fields: list[str] | None = None) -> str:
     """The text ``opzoo data inspect`` prints: layout, shapes, fields, time steps and statistics."""
@@ -76,7 +83,7 @@ def inspect_file(path: str | os.PathLike, layout: str | None = None, max_samples
             f"file:     {source.path} ({os.path.getsize(source.path) / 2**20:.1f} MiB)",
             f"layout:   {info.layout}",
             f"shape:    [{', '.join(axes)}] = {describe_shape(info.shape)}",
-            *([f"axes:     stored as [{', '.join(source.axes)}], {info.axis_note}"] if info.axis_note else []),
+            *([f"axes:     {stored_axes(source)}{info.axis_note}"] if info.axis_note else []),
             f"fields:   {', '.join(info.fields)}",
             f"time:     T = {info.n_steps} frames"
             + (f", dt = {info.dt:g}" if info.dt is not None else "")

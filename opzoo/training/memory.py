@@ -145,7 +145,6 @@ def estimate_step_memory(model: torch.nn.Module, shape: tuple[int, ...], *, out_
     params = list(model.parameters())
     trainable = [p for p in params if p.requires_grad]
     weights = sum(p.numel() * p.element_size() for p in params)
-    grads = sum(p.numel() * p.element_size() for p in trainable)
     buffers = sum(b.numel() * b.element_size() for b in model.buffers())
     c, t_out = shape[-1], out_frames if out_frames is not None else getattr(model.config, "out_timesteps", 1)
     x_bytes = 4 * int(torch.Size(shape).numel())
@@ -156,7 +155,8 @@ def estimate_step_memory(model: torch.nn.Module, shape: tuple[int, ...], *, out_
     if hasattr(model, "set_grad_checkpointing") and grad_checkpointing != was_checkpointing:
         model.set_grad_checkpointing(grad_checkpointing)
     try:
-        x = torch.empty(shape, device=device)
+        # values only where they are real (a model may refuse a constant window: RevIN)
+        x = torch.empty(shape, device=device) if device.type == "meta" else torch.randn(shape, device=device)
         run = forward or model
         kept: list[int] = []
 
@@ -168,6 +168,9 @@ def estimate_step_memory(model: torch.nn.Module, shape: tuple[int, ...], *, out_
             return out
 
         activations = saved_activation_bytes(step, params)
+        # gradients (and their optimizer state) exist for the trainable parameters the loss reaches, only; with
+        # routers, which experts a batch reaches changes from batch to batch, and every one has its state after a few
+        reached = trainable if _routes(model) else _reached(step, trainable)
         if grad_checkpointing:  # one block's activations come back at a time in backward
             model.set_grad_checkpointing(False)
             full = saved_activation_bytes(step, params)
@@ -180,6 +183,7 @@ def estimate_step_memory(model: torch.nn.Module, shape: tuple[int, ...], *, out_
     # the output and its loss's temporaries (the difference, its square, a mask broadcast) live beside the activations
     activations += 3 * max(kept[0], y_bytes)
     moments = OPTIMIZER_MOMENTS.get(optimizer, 2)
+    grads = sum(p.numel() * p.element_size() for p in reached)
     return StepMemory(weights=weights, buffers=buffers, gradients=grads, optimizer=moments * grads,
                       activations=activations, batch=batch, ema=weights + buffers if ema else 0,
                       trainable=sum(p.numel() for p in trainable), parameters=sum(p.numel() for p in params),
@@ -272,6 +276,24 @@ class StepPeak:
         logger.log({"kind": "memory", "step": step, "estimated": estimate, "measured": peak}, flush=True)
         logging.getLogger("opzoo").info(f"memory: measured peak {gib(peak)} over the first {len(self.peaks)} step(s) "
                                         f"(estimated {gib(estimate) if estimate is not None else 'not'}; memory.json)")
+
+
+def _routes(model: torch.nn.Module) -> bool:
+    from ..contracts.routing import Router
+
+    return any(isinstance(m, Router) for m in model.modules())
+
+
+def _reached(forward: Callable[[], torch.Tensor], trainable: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The parameters of ``trainable`` a loss on ``forward()`` gives a gradient (on meta: no memory, no arithmetic):
+    The Well's published FNO computes nothing with its blocks' weights, and AdamW keeps no state for them."""
+    if not trainable:
+        return []
+    out = forward()
+    if not out.requires_grad:
+        return []
+    grads = torch.autograd.grad(out.sum(), trainable, allow_unused=True)
+    return [p for p, g in zip(trainable, grads) if g is not None]
 
 
 def _blocks(model: torch.nn.Module) -> int:

@@ -47,6 +47,8 @@ def test_installed_plugin_is_listed_by_the_cli(installed_plugin):
                         env={"PYTHONPATH": str(installed_plugin), **env_enabling("opzoo-example-plugin")})
     assert result.returncode == 0, result.stderr
     assert "opzoo-example-plugin 0.3.1" in result.stdout
+    # a plugin's layouts and metrics, which no other command lists (issue 70, item 10)
+    assert "    data layouts (--layout): lab-traj\n    metrics: MAE" in result.stdout
 
 
 LAB_FILE_RUN = """
@@ -81,6 +83,8 @@ def test_a_plugin_reads_its_own_file_format_and_adds_its_metric_to_every_table(i
                         env={"PYTHONPATH": str(installed_plugin), **env_enabling("opzoo-example-plugin")})
     assert result.returncode == 0, result.stderr
     assert "layout:   lab-traj" in result.stdout and "fields:   u, v" in result.stdout
+    # a reader's axis_note without the core readers' `axes` (issue 70, item 6: it crashed `data inspect`)
+    assert "axes:     [N, T, C, H, W] as the lab's solver writes every .labtraj file" in result.stdout
     assert "PDEBench's metrics and the plugins' (MAE) at the file's grid 16x16" in result.stdout
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert list(out["eval"])[-1] == "MAE" and 0 < out["eval"]["MAE"] < out["eval"]["max_error"]

@@ -108,8 +108,19 @@ def open_h5(path: str | os.PathLike, audit: bool = True) -> h5py.File:
 class TrajectorySource(abc.ABC):
     """A read-only view of one file as ``N`` trajectories shaped ``[*S, T, C]``.
 
-    The HDF5 handle is opened lazily and re-opened after a fork, so a source can be handed to
-    DataLoader workers. Subclasses set ``self.info`` in ``_validate`` and implement ``_read``.
+    The protocol a reader implements (docs/plugins.md, "A reader"):
+
+    - ``_h5() -> handle``: opens the file once per process and returns what ``_validate`` and ``_read`` receive as
+      their first argument. The base class opens HDF5 read-only (``h5py.File``, audited) and keeps it in
+      ``self._file``; a reader of another format overrides it, keeping its own handle (an ``np.memmap``, an open file)
+      in ``self._file`` and reopening it when ``self._pid != os.getpid()`` (a source is pickled for DataLoader
+      workers without ``self._file``).
+    - ``_validate(handle) -> SourceInfo``: checks the file and says what it holds; called once, by ``__init__``.
+    - ``_read(handle, sample, t_start, t_stop) -> array [*S, t, C]``: the frames asked for (indices already checked);
+      the base class checks the shape, the values' finiteness, maps and fills channels.
+    - ``close()`` closes ``self._file`` if it has a ``close`` method; override it only when a handle needs more.
+    - ``SourceInfo.axis_note``: how the stored axes' order was decided, printed by ``opzoo data inspect``; a reader
+      that keeps the stored order as ``self.axes`` (a string such as ``"NTCHW"``) has it printed too.
     """
 
     layout: str = ""
@@ -410,7 +421,8 @@ class TrajectorySource(abc.ABC):
     def close(self) -> None:
         if self._file is not None:
             try:
-                self._file.close()
+                if callable(getattr(self._file, "close", None)):  # an np.memmap has none: dropping it closes it
+                    self._file.close()
             finally:
                 self._file = None
 

@@ -58,7 +58,8 @@ class LabTrajSource(TrajectorySource):
 
     def _validate(self, values) -> SourceInfo:
         n, t, _, h, w = values.shape
-        return SourceInfo(layout=self.layout, n_samples=n, spatial_shape=(h, w), n_steps=t, fields=self.file_fields)
+        return SourceInfo(layout=self.layout, n_samples=n, spatial_shape=(h, w), n_steps=t, fields=self.file_fields,
+                          axis_note="[N, T, C, H, W] as the lab's solver writes every .labtraj file")
 
     def _read(self, values, sample: int, t_start: int, t_stop: int) -> np.ndarray:
         return np.asarray(values[sample, t_start:t_stop]).transpose(2, 3, 0, 1)  # [t, C, H, W] -> [H, W, t, C]
