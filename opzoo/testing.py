@@ -110,6 +110,52 @@ class FamilyConformance:
                 got = sum(p.numel() for p in model.parameters())
                 assert got == count, f"{variant.name}: {got} parameters, its row says {count}"
 
+    def presets(self) -> list[str]:
+        """Every preset the family registers: its table's rows, and the presets its distribution registers on the
+        family's backbone outside the table (a micro preset with weights in the package, an alias size)."""
+        from .registry.registry import get_registry
+
+        registry, table = get_registry(), self.table()
+        owner = registry.preset(table.variants[0].name).owner
+        return [n for n in registry.list_models() if registry.preset(n).family == self.family
+                or (registry.preset(n).owner == owner and registry.preset(n).backbone == table.backbone)]
+
+    def test_every_preset_with_weights_here_loads_offline_and_runs(self, monkeypatch):
+        """Every preset of :meth:`presets` builds on meta; one whose weights are here without a network (in its
+        package, in a directory, or in the Hugging Face cache) loads them, passing its load checks, and runs on a
+        small input to a finite output. A preset whose arguments no longer fit its weights fails here."""
+        import torch
+        from huggingface_hub import constants
+
+        from .errors import HubError
+        from .model_io.example_input import example_input, grid_step, input_grid
+        from .model_io.loading import load
+        from .registry.registry import get_registry
+
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+        registry, loaded = get_registry(), []
+        for name in self.presets():
+            with torch.device("meta"):
+                meta = load(name)
+            if registry.preset(name).pretrained is None:
+                continue
+            try:
+                model = load(name, pretrained=True)
+            except HubError:  # not here: a download this check does not make
+                continue
+            except OpzooError as e:
+                pytest.fail(f"{name}: its weights are here, but the preset does not load them: {e}")
+            assert not model.training, f"{name}: a pretrained load must be in eval mode"
+            grid, _ = input_grid(meta, None)
+            step = max(grid_step(meta), 8)
+            small = [min(g, max(step, 16)) for g in grid] if getattr(meta.config, "img_size", None) is None else grid
+            with torch.no_grad():
+                out = model(example_input(model, 1, small))
+            assert bool(torch.isfinite(out).all()), f"{name}: its published weights give a non-finite output"
+            loaded.append(name)
+        if not loaded:
+            pytest.skip(f"{self.family}: no preset has its weights here without a network")
+
     def test_every_preset_has_its_card_provenance_and_the_familys_contract(self):
         from .registry.registry import get_registry
 

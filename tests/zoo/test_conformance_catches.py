@@ -96,3 +96,23 @@ def test_an_unused_parameter_is_named():
 
     with pytest.raises(AssertionError, match=r"parameter spare\.weight gets no gradient"):
         Unused().test_every_trainable_parameter_gets_a_gradient()
+
+
+def test_a_preset_whose_shipped_weights_no_longer_fit_its_arguments_fails(monkeypatch):
+    """Issue 70, item 3: the suite loads every preset of the family whose weights are here (dpot-micro's are in
+    opzoo-fourier's package). A preset whose arguments were changed away from its shipped weights fails, naming it."""
+    import dataclasses
+
+    from opzoo.registry.registry import get_registry
+
+    registry = get_registry()
+    micro = registry.preset("dpot-micro")
+    assert micro.pretrained is not None
+    refit = dataclasses.replace(micro, name="dpot-micro-refit", args={**micro.args, "width": micro.args.get("width",
+                                                                                                     128) * 2})
+    monkeypatch.setitem(registry._presets, refit.name, refit)
+    suite = conformance.TestDPOT()
+    assert "dpot-micro-refit" in suite.presets() and "dpot-micro" in suite.presets()
+    with pytest.raises(pytest.fail.Exception, match=r"dpot-micro-refit: its weights are here, but the preset does "
+                                                     r"not load them: .*mis-shaped"):
+        suite.test_every_preset_with_weights_here_loads_offline_and_runs(monkeypatch)
