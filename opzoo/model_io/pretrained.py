@@ -13,7 +13,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from ..config import CONFIG_NAME, read_config
-from ..errors import CheckpointError, ConfigError, HubError, OpzooError, OpzooNotice
+from ..errors import CheckpointError, ConfigError, HubError, OpzooError, OpzooNotice, WeightsError
 from ..registry.provenance import PretrainedArtifacts, refuse_failed, run_checks, snapshot_revision
 from ..registry.registry import Preset, PretrainedSource, get_registry
 from .builder import build_model
@@ -249,11 +249,13 @@ def load_checkpoint_file(model: "nn.Module", preset: Preset, path: Path) -> None
         raise HubError(f"checkpoint_path: {path} is not a file")
     src = preset.pretrained
     if path.suffix == ".safetensors":
-        state_dict = read_state_dict(path)
+        from ..tensor_files import safetensors_names
+
         # opzoo's names (save_pretrained) load as they are; a published safetensors file in the preset's own format
-        # (other names) goes through its converter
-        if src is None or src.converter is None or set(state_dict) & set(model.state_dict()):
-            load_state_dict_strict(model, state_dict, str(path))
+        # (other names) goes through its converter. The names are read from the header: the file is read once
+        names = safetensors_names(path, WeightsError)
+        if src is None or src.converter is None or set(names) & set(model.state_dict()):
+            load_state_dict_strict(model, read_state_dict(path), str(path))
             return
     if src is None or src.converter is None:
         raise ConfigError(f"checkpoint_path: {path} is not a .safetensors file, and preset {preset.name!r} has no "

@@ -17,6 +17,7 @@ from safetensors import SafetensorError, safe_open
 
 from ..errors import WeightsError
 from ..files import check_regular
+from ..tensor_files import aligned
 
 SHOWN = 8  # tensors named per kind in a mismatch message
 
@@ -73,8 +74,9 @@ def has_meta_parameters(model: torch.nn.Module) -> bool:
 
 def load_state_dict_strict(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor], source: str) -> None:
     """Check names, shapes and kinds of number first, so a bad state dict changes nothing; then load. A model built
-    with :func:`parameters_on_meta` takes the tensors themselves as its parameters (cast to its own dtypes; shared
-    parameters stay shared); any other is copied into."""
+    with :func:`parameters_on_meta` takes the tensors themselves as its parameters (cast to its own dtypes and
+    aligned, in ``state_dict`` itself when it is a dict: its entries become the model's tensors; shared parameters
+    stay shared); any other is copied into."""
     check_state_dict(model, {k: tuple(v.shape) for k, v in state_dict.items()}, source)
     check_dtypes(model, state_dict, source)
     check_finite(state_dict, source)
@@ -82,7 +84,11 @@ def load_state_dict_strict(model: torch.nn.Module, state_dict: Mapping[str, torc
         model.load_state_dict(state_dict, strict=True)
         return
     own = model.state_dict(keep_vars=True)
-    cast = {k: aligned(v.to(own[k].dtype)) for k, v in state_dict.items()}
+    # each tensor replaced in the mapping as it is cast or aligned, so that the one it replaces is freed at once: the
+    # weights are held once, plus one tensor (a converter's torch.load gives unaligned storages)
+    cast = state_dict if isinstance(state_dict, dict) else dict(state_dict)
+    for k in list(cast):
+        cast[k] = aligned(cast[k].to(own[k].dtype))
     shared: dict[int, list[str]] = {}
     for name, param in model.named_parameters(remove_duplicate=False):
         shared.setdefault(id(param), []).append(name)
@@ -135,54 +141,12 @@ def check_finite(state_dict: Mapping[str, torch.Tensor], source: str) -> None:
         raise WeightsError(f"{source}: non-finite values in {shown}")
 
 
-ALIGNMENT = 64  # bytes: what torch's CPU allocator gives, and what its kernels' results are reproducible at
-
-
-def aligned(t: torch.Tensor) -> torch.Tensor:
-    """``t``, or a copy of it in memory torch allocated when its data is not ``ALIGNMENT``-aligned (safetensors reads
-    each tensor where malloc puts it): a float32 matmul's result depends on its operands' alignment (the vectorized
-    kernel's order of summation), so a model must compute on its loaded weights what it computed before saving."""
-    return t if t.device.type != "cpu" or t.data_ptr() % ALIGNMENT == 0 else t.clone()
-
-
-_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-           "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
-           "BOOL": torch.bool, "C64": torch.complex64, "C128": torch.complex128}
-
-
 def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """The tensors of a safetensors file, each read straight from the file into memory torch allocates (aligned:
-    :func:`aligned`), one after another: a load holds the file's bytes once, never mapped beside a copy (a mapped
-    file's pages count in the resident memory as much as the copy does). The header is checked by safetensors'
-    own reader first (WeightsError naming the file when it is not a safetensors file)."""
-    import json
-    import sys
+    """The tensors of a safetensors file, read straight into aligned memory (:func:`opzoo.tensor_files.read_safetensors`;
+    WeightsError naming the file when it is not a safetensors file)."""
+    from ..tensor_files import read_safetensors
 
-    try:
-        check_regular(path)  # a FIFO or /dev/zero in a damaged cache would hang or fill the memory
-        with safe_open(str(path), framework="pt") as f:  # safetensors validates the header and the offsets
-            names = list(f.keys())
-        with open(path, "rb") as raw:
-            size = int.from_bytes(raw.read(8), "little")
-            header = json.loads(raw.read(size))
-            start = 8 + size
-            tensors = {}
-            for name in names:
-                entry = header[name]
-                dtype = _DTYPES.get(entry["dtype"])
-                begin, end = entry["data_offsets"]
-                if dtype is None or sys.byteorder != "little":  # a kind this reader does not know: safetensors'
-                    with safe_open(str(path), framework="pt") as f:
-                        tensors[name] = aligned(f.get_tensor(name))
-                    continue
-                data = torch.empty(end - begin, dtype=torch.uint8)
-                raw.seek(start + begin)
-                if raw.readinto(memoryview(data.numpy())) != end - begin:
-                    raise OSError(f"tensor {name} is cut short")
-                tensors[name] = data.view(dtype).reshape(entry["shape"])
-            return tensors
-    except (SafetensorError, OSError, ValueError, KeyError) as e:
-        raise WeightsError(f"{path}: not a readable safetensors file ({e})") from None
+    return read_safetensors(path, WeightsError)
 
 
 def load_weights(model: torch.nn.Module, path: str | os.PathLike, shown_as: str | os.PathLike | None = None,

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..contracts.hookspecs import hookimpl
 from ..errors import CheckpointError, ConfigError, UpstreamUnavailable
+from ..tensor_files import read_safetensors  # a converter reads upstream's safetensors files with it
 from .family import CheckpointFamily
 from .provenance import CheckFailed, PretrainedArtifacts, PretrainedCheck
 
@@ -263,4 +264,4 @@ class FamilyPlugin:
         return f"FamilyPlugin({', '.join(f.name for f in self.families)})"
 
 
-__all__ = ["FamilyPlugin", "Renames", "check_field_statistics", "file_args_agree", "import_from_checkout", "strip_prefix", "tensor_shape", "tensors_under"]
+__all__ = ["read_safetensors", "FamilyPlugin", "Renames", "check_field_statistics", "file_args_agree", "import_from_checkout", "strip_prefix", "tensor_shape", "tensors_under"]

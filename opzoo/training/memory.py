@@ -169,8 +169,10 @@ def estimate_step_memory(model: torch.nn.Module, shape: tuple[int, ...], *, out_
 
         activations = saved_activation_bytes(step, params)
         # gradients (and their optimizer state) exist for the trainable parameters the loss reaches, only; with
-        # routers, which experts a batch reaches changes from batch to batch, and every one has its state after a few
-        reached = trainable if _routes(model) else _reached(step, trainable)
+        # routers, which experts a batch reaches changes from batch to batch: a step's gradients are those it reaches,
+        # and the optimizer holds a state for every expert (each is chosen some time in a run)
+        reached = _reached(step, trainable)
+        stateful = trainable if _routes(model) else reached
         if grad_checkpointing:  # one block's activations come back at a time in backward
             model.set_grad_checkpointing(False)
             full = saved_activation_bytes(step, params)
@@ -184,23 +186,35 @@ def estimate_step_memory(model: torch.nn.Module, shape: tuple[int, ...], *, out_
     activations += 3 * max(kept[0], y_bytes)
     moments = OPTIMIZER_MOMENTS.get(optimizer, 2)
     grads = sum(p.numel() * p.element_size() for p in reached)
-    return StepMemory(weights=weights, buffers=buffers, gradients=grads, optimizer=moments * grads,
+    state = sum(p.numel() * p.element_size() for p in stateful)
+    return StepMemory(weights=weights, buffers=buffers, gradients=grads, optimizer=moments * state,
                       activations=activations, batch=batch, ema=weights + buffers if ema else 0,
                       trainable=sum(p.numel() for p in trainable), parameters=sum(p.numel() for p in params),
                       grad_checkpointing=grad_checkpointing)
 
 
-def measured_step_peak(model: torch.nn.Module, shape: tuple[int, ...], steps: int = 2, seed: int = 0) -> int:
+def measured_step_peak(model: torch.nn.Module, shape: tuple[int, ...], steps: int = 2, seed: int = 0,
+                       steady: bool = False) -> int:
     """The peak bytes of tensors alive during ``steps`` training steps of ``model`` (as it is: its trainable
     parameters, its checkpointing) on random batches of ``shape``, as a run's step computes them (denoising noise,
     masked relative L2 plus any auxiliary loss, backward, gradient clipping, AdamW): what :class:`StepPeak` records
-    in a run, for the benchmark and the tests of :func:`estimate_step_memory`."""
+    in a run, for the benchmark and the tests of :func:`estimate_step_memory`. ``steady``: AdamW's state made first for
+    every trainable parameter (a step of zero gradients at lr 0), as a long run holds it: a routed model's first steps
+    reach only the experts its router chose."""
     from ..evaluation.l2 import relative_l2_loss
 
     g = torch.Generator().manual_seed(seed)
     model.train()
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable)
+    if steady:
+        for p in trainable:
+            p.grad = torch.zeros_like(p)
+        lr = optimizer.param_groups[0]["lr"]
+        optimizer.param_groups[0]["lr"] = 0.0
+        optimizer.step()
+        optimizer.param_groups[0]["lr"] = lr
+        optimizer.zero_grad(set_to_none=True)
     c = model.config
     x = torch.randn(shape, generator=g)
     y = torch.randn(*shape[:-2], c.out_timesteps, shape[-1], generator=g)

@@ -63,3 +63,20 @@ def test_a_load_holds_the_weights_once(name, tmp_path):
     with PeakTensorMemory() as mode:
         opzoo.load(name, pretrained=True)
     assert mode.peak <= 1.3 * weights, f"{name} (shipped weights): {mode.peak:,} B for {weights:,} B"
+
+
+def test_an_upstream_safetensors_file_is_read_once_through_its_converter(tmp_path):
+    """checkpoint_path= with The Well's own safetensors file (other tensor names: its converter reads it): the names
+    are told from the header, and the file's tensors are read once (reading it whole to look at its names, then again
+    in the converter, held it twice)."""
+    from tests.zoo.test_conformance import TestWellUNetConvNext
+
+    suite = TestWellUNetConvNext()
+    model = suite.tiny_model()
+    path = suite.write_upstream(model, tmp_path / "upstream", lambda state: None)
+    preset = suite.table().variants[0].name
+    weights = tensor_bytes(model.state_dict().values())
+    with PeakTensorMemory() as mode:
+        loaded = opzoo.load(preset, checkpoint_path=path, **suite.tiny)
+    assert mode.peak <= 1.3 * weights, f"{mode.peak:,} B of tensors at once for {weights:,} B of weights"
+    assert all(torch.equal(loaded.state_dict()[k], v) for k, v in model.state_dict().items())

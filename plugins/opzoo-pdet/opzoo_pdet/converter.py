@@ -13,8 +13,6 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file
 
 import opzoo
 from opzoo import kit
@@ -152,10 +150,7 @@ def convert_pde_transformer(path) -> opzoo.ConvertedCheckpoint:
     path = Path(path)
     config, weights = repo_files(path)
     doc = read_config(config)
-    try:
-        sd = load_file(str(weights))
-    except (SafetensorError, OSError) as e:
-        raise opzoo.CheckpointError(f"{weights}: not a readable safetensors file ({e})") from None
+    sd = kit.read_safetensors(weights)
     args = model_args(doc, sd, config)
     foreign = sorted(k for k in sd if not k.startswith("model."))
     if foreign:

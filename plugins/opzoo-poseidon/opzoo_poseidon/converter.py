@@ -106,13 +106,7 @@ def read_tensors(path: Path) -> dict[str, torch.Tensor]:
 
 
 def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    try:
-        return load_file(str(path))
-    except (SafetensorError, OSError) as e:
-        raise opzoo.CheckpointError(f"{path}: not a readable safetensors file ({e})") from None
+    return kit.read_safetensors(path)
 
 
 def convert_poseidon(path) -> opzoo.ConvertedCheckpoint:

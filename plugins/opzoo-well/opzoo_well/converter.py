@@ -23,11 +23,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file
 
 import opzoo
-from opzoo import CheckFailed, PretrainedArtifacts, PretrainedCheck, read_json
+from opzoo import CheckFailed, PretrainedArtifacts, PretrainedCheck, kit, read_json
 
 from .architectures import ARCHITECTURES, backbone_name, model_args, preset_name, pretrained_cfg
 from .backbones import BACKBONES, WellFnoConfig
@@ -77,10 +75,7 @@ def read_init_args(config: Path | None) -> dict[str, Any]:
 
 
 def read_state_dict(weights: Path) -> dict[str, torch.Tensor]:
-    try:
-        return load_file(str(weights))
-    except (SafetensorError, OSError) as e:
-        raise opzoo.CheckpointError(f"{weights}: not a readable safetensors file ({e})") from None
+    return kit.read_safetensors(weights)  # the one reader: each tensor straight into aligned memory, held once
 
 
 def detect_architecture(sd: Mapping[str, torch.Tensor], where: Path) -> str:
