@@ -31,8 +31,8 @@ def build_model(backbone: str, args: Mapping[str, Any], source: str, overrides: 
     machine has is refused before anything is allocated (:mod:`opzoo.model_io.size_check`; the override
     ``allow_oversize=True`` builds it anyway), and one the backbone cannot be built from is a
     ConfigError naming ``source``, not a traceback from inside the model. ``weights_follow``: the caller loads weights
-    into it next (:func:`opzoo.model_io.weights.load_state_dict_strict`): its parameters are built on the ``meta``
-    device (:func:`opzoo.model_io.weights.parameters_on_meta`), so that the load holds them once.
+    into it next (:func:`opzoo.model_io.weights.load_state_dict_strict`): it is built on the ``meta`` device
+    (:func:`opzoo.model_io.weights.build_for_weights`), so that the load holds its weights once.
     """
     overrides = dict(overrides or {})
     allow_oversize = bool(overrides.pop("allow_oversize", False))
@@ -45,12 +45,12 @@ def build_model(backbone: str, args: Mapping[str, Any], source: str, overrides: 
     from .size_check import build_within_memory
 
     where = override_source if overrides else source
-    import contextlib
-
-    from .weights import parameters_on_meta
+    from .weights import build_for_weights
 
     try:
-        with parameters_on_meta() if weights_follow else contextlib.nullcontext():
+        if weights_follow:
+            model = build_for_weights(lambda: build_within_memory(cls, config, where, allow_oversize))
+        else:
             model = build_within_memory(cls, config, where, allow_oversize)
     except (ZeroDivisionError, ValueError, OverflowError, IndexError, RuntimeError) as e:
         if isinstance(e, ConfigError):

@@ -1,9 +1,10 @@
 """Weights: reading a safetensors file and loading it into a model strictly, every name and shape checked before any
 parameter changes (a mismatch names the tensors at fault).
 
-A model about to receive its weights is built with its parameters on the ``meta`` device (:func:`parameters_on_meta`:
-no random initialization, no memory), and the tensors read are then its parameters (``load_state_dict(assign=True)``):
-a load holds the weights once, not a random copy beside them (docs/benchmarks.md, "Memory of a load")."""
+A model about to receive its weights is built on the ``meta`` device (:func:`build_for_weights`: wholly, or its
+parameters alone where it computes other tensors; no random initialization, no memory), and the tensors read are then
+its parameters (``load_state_dict(assign=True)``): a load holds the weights once, not a random copy beside them
+(docs/benchmarks.md, "Memory of a load")."""
 
 from __future__ import annotations
 
@@ -68,6 +69,38 @@ def parameters_on_meta():
         torch.nn.Module.register_parameter = original
 
 
+def build_for_weights(build):
+    """``build()`` for a model whose weights are loaded next, allocating as little as it can: entirely on the ``meta``
+    device when nothing but its parameters and persistent buffers (which the file holds) is left without values;
+    else with its parameters alone on meta (:func:`parameters_on_meta`), its other tensors (tables, masks, grids it
+    computes) built as usual. A build that cannot run on meta (it reads a value) is the second kind too."""
+    try:
+        with torch.device("meta"):
+            model = build()
+    except (RuntimeError, NotImplementedError, TypeError, ValueError):
+        model = None
+    if model is not None and not _unloaded_meta_tensors(model):
+        return model
+    with parameters_on_meta():
+        return build()
+
+
+def _unloaded_meta_tensors(model: torch.nn.Module) -> list[str]:
+    """The meta tensors of ``model`` that no weights file fills: non-persistent buffers, and tensors kept as plain
+    attributes (a scale, a table not registered)."""
+    persistent = set(model.state_dict(keep_vars=True))
+    left = [n for n, b in model.named_buffers() if b.is_meta and n not in persistent]
+    registered = {id(t) for t in [*model.parameters(), *model.buffers()]}
+    for prefix, module in model.named_modules():
+        for key, value in vars(module).items():
+            values = value if isinstance(value, (list, tuple)) else value.values() if isinstance(value, dict) else \
+                [value]
+            for v in values:
+                if isinstance(v, torch.Tensor) and v.is_meta and id(v) not in registered:
+                    left.append(f"{prefix}.{key}" if prefix else key)
+    return left
+
+
 def has_meta_parameters(model: torch.nn.Module) -> bool:
     return any(p.is_meta for p in model.parameters())
 
@@ -98,7 +131,8 @@ def load_state_dict_strict(model: torch.nn.Module, state_dict: Mapping[str, torc
         for name in names[1:]:
             owner, _, leaf = name.rpartition(".")
             setattr(model.get_submodule(owner) if owner else model, leaf, first)
-    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta] + \
+        _unloaded_meta_tensors(model)
     if left:
         raise WeightsError(f"{source}: {type(model).__name__} holds tensors no file fills ({', '.join(left[:SHOWN])}): "
                            f"built on the meta device, they have no values")
@@ -179,4 +213,4 @@ def unshared_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
-__all__ = ["parameters_on_meta", "has_meta_parameters", "check_state_dict", "check_finite", "load_state_dict_strict", "read_state_dict", "load_weights", "unshared_state_dict"]
+__all__ = ["parameters_on_meta", "build_for_weights", "has_meta_parameters", "check_state_dict", "check_finite", "load_state_dict_strict", "read_state_dict", "load_weights", "unshared_state_dict"]
