@@ -197,3 +197,33 @@ def test_a_lora_run_resumes_to_the_losses_and_weights_of_an_uninterrupted_one(tm
     assert train_losses(tmp_path / "cut") == train_losses(tmp_path / "whole")
     whole, cut = (opzoo.load(str(tmp_path / d / "model")).state_dict() for d in ("whole", "cut"))
     assert all(torch.equal(whole[k], cut[k]) for k in whole)
+
+
+@pytest.mark.parametrize("tune", [pytest.param("head", marks=pytest.mark.slow), "lora:2"])
+def test_tensors_adapted_to_new_channels_are_always_trained(tmp_path, tune):
+    """A 3-channel file for dpot-micro's 2 channels: the fit adapts its input and output layers; under --tune head or
+    lora those tensors are trainable and trained (they hold rows no pretraining trained), the blocks are not."""
+    import numpy as np
+
+    from opzoo.training.trainer import Trainer
+    from tests.training.conftest import heat_trajectories, write_canonical
+
+    data = np.concatenate([heat_trajectories(8, 32, 14, seed=s) for s in range(3)], axis=-1)
+    path = write_canonical(tmp_path / "three.h5", data, ["a", "b", "c"], "heat")
+    cfg = finetune_config("dpot-micro", [str(path)], str(tmp_path / "run"), steps=2, batch_size=2, tune=tune)
+    trainer = Trainer(cfg, show_progress=False)
+    adapted = trainer.tuning.adapted
+    assert adapted and trainer.model.config.in_channels == 3
+    params = dict(trainer.model.named_parameters())
+
+    def param(name):
+        return params[name] if name in params else params[name.rpartition(".")[0] + ".base_layer." +
+                                                          name.rpartition(".")[2]]
+
+    before = {n: param(n).detach().clone() for n in adapted}
+    assert all(param(n).requires_grad for n in adapted)
+    assert f"{len(adapted)} tensor(s) adapted to the data always trained" in trainer.tuning.line()
+    trainer.fit()
+    assert all(not torch.equal(param(n), before[n]) for n in adapted), "an adapted tensor was not trained"
+    frozen = [n for n, p in params.items() if not p.requires_grad]
+    assert frozen and "blocks.0.mixer.w1" in frozen
