@@ -23,6 +23,24 @@ from pathlib import Path
 
 warnings.filterwarnings("ignore")
 
+
+HIDDEN = ("peft", "kernels")  # opzoo[lora]'s peft, and the kernels its transformers brings
+
+
+def _without_peft() -> None:
+    """diffusers 0.33.1 imports peft where it finds it (its LoRA loaders), and transformers 4.52.4 kernels; the ones
+    opzoo's test environment has (opzoo[lora]) need a newer huggingface_hub than this process's 0.33.0.
+    pdetransformer 0.1.11's networks use neither, and its environment of the time had neither: they are told they are
+    not installed."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    importlib.util.find_spec = lambda name, package=None: None if name.split(".")[0] in HIDDEN else \
+        find_spec(name, package)
+
+
+_without_peft()
+
 import torch  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 
