@@ -73,7 +73,8 @@ class CheckpointFamily:
 
     ``backbone`` builds every row, with ``args`` updated by the row's; ``repo_id``/``revision``/``converter`` say
     where and in which format the weights are published (``repo_id=None`` and no row's ``repo_id``: no weights, unless
-    ``download_page`` names where each row's file, ``Variant.weights``, is downloaded by hand);
+    ``download_page`` names where each row's file, ``Variant.weights``, is downloaded by hand, or ``directory`` where
+    the family ships it, in its package);
     ``card`` is the family's card template (a file), filled per row with ``card_fields``; ``contract`` what the
     family's weights take from a user's data (:class:`opzoo.DataContract`), said and applied by the one fit."""
 
@@ -95,8 +96,14 @@ class CheckpointFamily:
     card_fields: PerVariant[Mapping[str, str]] = dataclasses.field(default_factory=dict)
     contract: DataContract | None = None  # what every row takes from a user's data (docs/data-contract.md)
     download_page: str | None = None  # weights not on the Hub: the page users download each row's file from by hand
+    # weights the family ships itself: the directory (a package resource, ``files(pkg) / "weights"``, or a path; or a
+    # function of the row) holding each row's file, ``Variant.weights``, in the family's own format (its converter)
+    directory: PerVariant[Traversable | Path | None] = None
 
     def __post_init__(self) -> None:
+        if self.directory is not None and (self.repo_id is not None or self.download_page is not None):
+            raise ValueError(f"checkpoint family {self.name!r}: give one of repo_id (the Hub), download_page (a page "
+                             f"to download from by hand) and directory (files the family ships itself)")
         if self.contract is not None and not isinstance(self.contract, DataContract):
             raise TypeError(f"checkpoint family {self.name!r}: contract must be opzoo.DataContract, got "
                             f"{type(self.contract).__name__}")

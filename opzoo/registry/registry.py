@@ -363,9 +363,10 @@ class Registry:
             for v in family.variants:
                 repo_id = v.repo_id or family.repo_id
                 page = None if repo_id is not None else family.download_page
-                pretrained = None if repo_id is None and page is None else PretrainedSource(
-                    repo_id, v.weights, revision=v.revision or family.revision, converter=family.converter,
-                    download_page=page,
+                shipped = family.rule("directory", v) if repo_id is None and page is None else None
+                pretrained = None if repo_id is None and page is None and shipped is None else PretrainedSource(
+                    repo_id, v.weights, revision=None if shipped is not None else v.revision or family.revision,
+                    converter=family.converter, download_page=page, directory=shipped,
                     converter_options={**family.converter_options, **v.converter_options},
                     extra_files=(*family.rule("extra_files", v), *v.extra_files),
                     checks=tuple(family.rule("checks", v)), fallback_filenames=tuple(family.fallback_filenames))
