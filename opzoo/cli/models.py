@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from .._version import __version__
-from ..console import parse_overrides
+from ..console import parse_overrides, say
 from ..errors import ConfigError
 
 
@@ -285,6 +285,15 @@ def cmd_plugins(args) -> int:
     return 0
 
 
+def cmd_new_plugin(args) -> int:
+    from ..plugin_template import write_plugin
+
+    root = write_plugin(args.name, args.out, args.force)
+    say(f"wrote {root}: pip install -e '{root}[test]', then run pytest in it (opzoo's conformance suite on its family, "
+        f"its reader and metric); docs/plugins.md says what to change")
+    return 0
+
+
 def cmd_export(args) -> int:
     from ..model_io.loading import load
     from ..model_io.pretrained import resolve_weights
@@ -409,6 +418,14 @@ def add_commands(subparsers) -> None:
     p = subparsers.add_parser("plugins", help="list loaded plugins with versions, and those that failed")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plugins)
+
+    p = subparsers.add_parser("new-plugin", help="write a plugin package to start from: a checkpoint family, a data "
+                                                 "reader and a metric, with tests that opzoo's conformance suite "
+                                                 "passes as written (docs/plugins.md)")
+    p.add_argument("name", help="the plugin's name, e.g. my-net: the package opzoo-my-net, the family my-net")
+    p.add_argument("--out", help="the directory to write (default: ./opzoo-NAME)")
+    p.add_argument("--force", action="store_true", help="write into a directory that is not empty")
+    p.set_defaults(func=cmd_new_plugin)
 
     p = subparsers.add_parser("export", help="save a model as an opzoo repo (save_pretrained), or one step of it as "
                                              "ONNX or a torch.export program, checked against the model "
