@@ -46,7 +46,7 @@ def _plugin_distributions() -> list[str]:
     return sorted({ep.dist.name if ep.dist is not None else ep.name for ep in entry_points(group=PROJECT_NAME)})
 
 
-CORE_COMMANDS = frozenset({"list", "info", "verify", "plugins", "export", "convert", "push", "data", "pretrain",
+CORE_COMMANDS = frozenset({"list", "info", "verify", "plugins", "new-plugin", "export", "convert", "push", "data", "pretrain",
                            "finetune", "eval", "rollout", "validate", "fit", "benchmark", "compare", "cards"})
 
 
