@@ -30,7 +30,8 @@ class ConvertedCheckpoint:
     card: str | None = None  # a model card template (opzoo.model_io.model_card) for the repo; default: the preset's
 
 
-def safe_torch_load(path: str | os.PathLike, allow: Iterable[type] = (), placeholders: bool = False) -> Any:
+def safe_torch_load(path: str | os.PathLike, allow: Iterable[type] = (), placeholders: bool = False,
+                    mapped: bool = False) -> Any:
     """``torch.load(weights_only=True)`` with only the classes in ``allow`` added to the allow-list.
 
     Never falls back to full unpickling: a file that needs anything else is refused with a
@@ -40,7 +41,9 @@ def safe_torch_load(path: str | os.PathLike, allow: Iterable[type] = (), placeho
     what it needs (tensors) and checks it. A zip checkpoint's records are checked first (each one's CRC-32,
     reading the file once), and the tensors are read whole, not memory-mapped: torch's reader then checks that each
     record holds as many bytes as its tensor needs (a memory-mapped load reads a short record's missing bytes from
-    whatever follows it in the file).
+    whatever follows it in the file). ``mapped``: the tensors of a zip checkpoint memory-mapped instead, for a caller
+    that reads what the file records beside them (a config) and their shapes, never their values (a load check of a
+    file whose tensors are already held: reading them again would hold the weights twice).
     """
     path = Path(path)
     if not path.is_file():
@@ -74,7 +77,7 @@ def safe_torch_load(path: str | os.PathLike, allow: Iterable[type] = (), placeho
     stand_ins = placeholder_classes(path) if placeholders and zipped else []
     try:
         with torch.serialization.safe_globals([*allow, *stand_ins]):
-            return torch.load(path, map_location="cpu", weights_only=True, mmap=False)
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=mapped and zipped)
     except (KeyboardInterrupt, MemoryError):
         raise
     except Exception as e:  # noqa: BLE001 - whatever torch's reader raises on a hostile or damaged file: one line

@@ -71,9 +71,10 @@ def strip_prefixes(name: str) -> str:
     return name
 
 
-def read_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], Mapping[str, Any] | None]:
-    """``(model_state_dict without prefixes, the recorded config or None)``; nothing is executed."""
-    payload = opzoo.safe_torch_load(path, allow=[pathlib.PosixPath, pathlib.WindowsPath])
+def read_checkpoint(path: Path, mapped: bool = False) -> tuple[dict[str, torch.Tensor], Mapping[str, Any] | None]:
+    """``(model_state_dict without prefixes, the recorded config or None)``; nothing is executed. ``mapped``: the
+    tensors memory-mapped, not read (for their shapes and the config only)."""
+    payload = opzoo.safe_torch_load(path, allow=[pathlib.PosixPath, pathlib.WindowsPath], mapped=mapped)
     sd = kit.tensors_under(payload, "model_state_dict", str(path), "GPhyT", "upstream's Trainer")
     config = payload.get("config")
     if config is not None and not isinstance(config, Mapping):
@@ -241,7 +242,7 @@ def file_args(artifacts: opzoo.PretrainedArtifacts) -> dict[str, Any]:
     the Euler preset, whatever the tensors say; and the normalization it records."""
     c = artifacts.model_config
     path = next(iter(artifacts.files.values()))
-    raw, config = read_checkpoint(path)
+    raw, config = read_checkpoint(path, mapped=True)  # its tensors are held already: their shapes and the config
     try:
         args = model_args(to_opzoo_names(raw, path), config, str(path))
     except opzoo.CheckpointError as e:

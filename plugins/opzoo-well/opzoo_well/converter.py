@@ -328,11 +328,19 @@ class Draw:
                 f"(init {self.kurtosis_expected:.1f}), mean {self.mean_z:+.1f} s.e.")
 
 
+MOMENT_CHUNK = 1 << 20  # values per float64 pass: the check's copies stay small beside the weights it reads
+
+
 def _measure(name: str, values: torch.Tensor, std: float, kurtosis: float) -> Draw:
-    x = values.detach().double().flatten()
-    n = x.numel()
-    mean, sd = x.mean().item(), x.std().item()
-    kurt = (((x - mean) ** 4).mean() / max(sd, 1e-300) ** 4).item() if n > 1 else kurtosis
+    pieces = values.detach().reshape(-1).split(MOMENT_CHUNK)  # a tensor's moments in float64, a chunk at a time
+
+    def total(f) -> float:
+        return sum(float(f(p.double()).sum()) for p in pieces)
+
+    n = values.numel()
+    mean = total(lambda p: p) / n
+    sd = math.sqrt(total(lambda p: (p - mean) ** 2) / max(n - 1, 1))
+    kurt = total(lambda p: (p - mean) ** 4) / n / max(sd, 1e-300) ** 4 if n > 1 else kurtosis
     return Draw(name, n, sd / std, math.sqrt(max(kurtosis - 1.0, 0.5) / (4.0 * n)), mean / (std / math.sqrt(n)),
                 kurt, kurtosis)
 
