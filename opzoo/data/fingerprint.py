@@ -23,8 +23,72 @@ BLOCK_BYTES = 64 << 10
 SAMPLES = 64
 
 
-def content_hash(path: str | os.PathLike) -> str:
-    """``sha256:<hex>`` of a small file, ``sha256-sampled:<hex>`` of a large one (see the module doc)."""
+def content_hash(data) -> str:
+    """What identifies ``data``'s content: a file's ``sha256:<hex>`` (small) or ``sha256-sampled:<hex>`` (large; see
+    the module doc). ``data`` is a path, or an opened :class:`~opzoo.data.TrajectorySource`; a dataset of several files
+    (a directory, or a reader's :meth:`~opzoo.data.TrajectorySource.files`) is ``sha256-files:<hex>`` over each
+    member's name (relative to the dataset) and content hash, so that an edit of any member changes it."""
+    members = dataset_files(data)
+    if len(members) > 1 or members[0] != Path(_path_of(data)).expanduser().resolve():
+        root = dataset_root(data)
+        h = hashlib.sha256(b"opzoo dataset files;")
+        for name, member in sorted((_relative(m, root), m) for m in members):
+            h.update(f"{name}\0{_file_hash(member)}\n".encode())
+        return f"sha256-files:{h.hexdigest()}"
+    return _file_hash(members[0])
+
+
+def _path_of(data) -> str:
+    return os.fspath(data.path if hasattr(data, "files") else data)
+
+
+def dataset_root(data) -> Path:
+    """The directory a dataset's members are named relative to: the dataset itself when it is a directory, else the
+    directory of the file named."""
+    p = Path(_path_of(data)).expanduser().resolve()
+    return p if p.is_dir() else p.parent
+
+
+def _relative(member: Path, root: Path) -> str:
+    try:
+        return member.relative_to(root).as_posix()
+    except ValueError:  # a member outside the dataset's directory: named in full
+        return member.as_posix()
+
+
+def dataset_files(data) -> list[Path]:
+    """Every file that holds ``data`` (a path, or an opened source: its reader's ``files()``), resolved; a path that is
+    a directory lists every file under it (as :meth:`~opzoo.data.TrajectorySource.files` does). DataFormatError,
+    naming the reader, when a member is missing or not a regular file."""
+    from opzoo.data.errors import DataFormatError
+    from opzoo.data.readers.base import directory_files
+
+    named = _path_of(data)
+    where = f"{named}: the {getattr(data, 'layout', 'directory')} reader's files()"
+    if hasattr(data, "files"):
+        try:
+            listed = data.files()
+        except DataFormatError:
+            raise
+        except Exception as e:  # a plugin's reader: one line naming it, not a traceback
+            raise DataFormatError(f"{where} raised {type(e).__name__}: {e}") from None
+    else:
+        listed = directory_files(named) if os.path.isdir(named) else [named]
+    if not isinstance(listed, (list, tuple)) or not listed:
+        raise DataFormatError(f"{where} named no file (it returns the files that hold the dataset)")
+    out = []
+    for m in listed:
+        if not isinstance(m, (str, os.PathLike)):
+            raise DataFormatError(f"{where} returned {type(m).__name__} {m!r}, not a path")
+        p = Path(m).expanduser().resolve()
+        if not p.is_file():
+            raise DataFormatError(f"{where} names {os.fspath(m)}, which is "
+                                  f"{'a directory' if p.is_dir() else 'missing'}: a member must be a regular file")
+        out.append(p)
+    return out
+
+
+def _file_hash(path: str | os.PathLike) -> str:
     path = Path(path)
     size = path.stat().st_size
     h = hashlib.sha256()
@@ -80,8 +144,14 @@ def file_fingerprint(path: str | os.PathLike, source=None) -> dict:
     :func:`content_hash`, and with ``source`` every trajectory's :func:`values_hash` (the file read once, whole:
     an edit of any trajectory, wherever it lies, is seen, where the sampled content hash may miss it)."""
     p = Path(path).expanduser().resolve()
-    st = p.stat()
-    out = {"path": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "content": content_hash(p)}
+    members = dataset_files(source if source is not None else p)
+    stats = [m.stat() for m in members]
+    out = {"path": str(p), "size": sum(st.st_size for st in stats), "mtime_ns": max(st.st_mtime_ns for st in stats),
+           "content": content_hash(source if source is not None else p)}
+    if len(members) > 1 or members[0] != p:
+        root = dataset_root(p)
+        out["files"] = {_relative(m, root): {"size": st.st_size, "content": _file_hash(m)}
+                        for m, st in zip(members, stats)}
     if source is not None:
         out.update(layout=source.layout, shape=[int(n) for n in source.shape], fields=list(source.fields),
                    trajectories=[source.trajectory_hash(i) for i in range(len(source))])
@@ -102,6 +172,13 @@ def fingerprint_changes(old: dict, new: dict) -> list[str]:
         changes.append(f"fields {old.get('fields')} -> {new.get('fields')}")
     if old.get("size") != new.get("size"):
         changes.append(f"size {old.get('size')} -> {new.get('size')} bytes")
+    before, now = old.get("files"), new.get("files")
+    if before is not None and now is not None and before != now:
+        gone, added = sorted(set(before) - set(now)), sorted(set(now) - set(before))
+        edited = sorted(n for n in set(before) & set(now) if before[n] != now[n])
+        for what, names in (("file(s) gone", gone), ("file(s) added", added), ("file(s) edited", edited)):
+            if names:
+                changes.append(f"{what}: {', '.join(names[:8])}{', ...' if len(names) > 8 else ''}")
     if old.get("content") != new.get("content"):
         changes.append(f"content ({old.get('content', '?')[:23]}... -> {new.get('content', '?')[:23]}...)")
     before, now = old.get("trajectories"), new.get("trajectories")
@@ -113,13 +190,16 @@ def fingerprint_changes(old: dict, new: dict) -> list[str]:
 
 
 def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
-    """Whether two paths name the same data: the same resolved path, or files with the same content hash."""
+    """Whether two paths name the same data: the same resolved path, or files (or directories) with the same content
+    hash."""
     pa, pb = Path(a).expanduser(), Path(b).expanduser()
     if pa.resolve() == pb.resolve():
         return True
+    if pa.is_dir() and pb.is_dir():
+        return content_hash(pa) == content_hash(pb)
     if not (pa.is_file() and pb.is_file()) or pa.stat().st_size != pb.stat().st_size:
         return False
     return content_hash(pa) == content_hash(pb)
 
 
-__all__ = ["content_hash", "same_file", "file_fingerprint", "fingerprint_changes", "generation_recipe"]
+__all__ = ["content_hash", "dataset_files", "same_file", "file_fingerprint", "fingerprint_changes", "generation_recipe"]

@@ -66,6 +66,15 @@ def field_statistics(source: TrajectorySource, max_samples: int | None = None,
     return stats, len(picks)
 
 
+def describe_size(source) -> str:
+    """``12.3 MiB``, or ``12.3 MiB in 40 files`` for a dataset of several (its reader's ``files()``)."""
+    from opzoo.data.fingerprint import dataset_files
+
+    members = dataset_files(source)
+    size = f"{sum(m.stat().st_size for m in members) / 2**20:.1f} MiB"
+    return size if len(members) == 1 and not os.path.isdir(source.path) else f"{size} in {len(members)} files"
+
+
 def stored_axes(source) -> str:
     """``stored as [N, T, C, H, W], `` where a reader keeps the stored order in ``source.axes`` (the core's array
     readers), else nothing: ``SourceInfo.axis_note`` alone says how the order was decided."""
@@ -80,7 +89,7 @@ def inspect_file(path: str | os.PathLike, layout: str | None = None, max_samples
         info = source.info
         axes = ["N", *(d.upper() for d in ["x", "y", "z"][: len(info.spatial_shape)]), "T", "C"]
         lines = [
-            f"file:     {source.path} ({os.path.getsize(source.path) / 2**20:.1f} MiB)",
+            f"file:     {source.path} ({describe_size(source)})",
             f"layout:   {info.layout}",
             f"shape:    [{', '.join(axes)}] = {describe_shape(info.shape)}",
             *([f"axes:     {stored_axes(source)}{info.axis_note}"] if info.axis_note else []),

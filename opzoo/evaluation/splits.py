@@ -70,7 +70,7 @@ def training_record(datasets: Sequence[Any], trains: Sequence[Any], tests: Seque
 def _entry(path, source, **parts) -> dict[str, Any]:
     """One file's record: its name, content hash, trajectory count, the split's parts and hashes, and (for a file an
     opzoo generator wrote) its generation recipe."""
-    entry = {"file": Path(path).name, "content_hash": content_hash(path), "trajectories": int(source.n_samples),
+    entry = {"file": Path(path).name, "content_hash": content_hash(source), "trajectories": int(source.n_samples),
              **parts}
     recipe = generation_recipe(source)
     if recipe is not None:
@@ -99,7 +99,7 @@ def record_for(model, path: str, source=None) -> dict[str, Any] | None:
     records = [r for r in _records(model) if not r.get("by")]
     if not records:
         return None
-    digest = content_hash(path)
+    digest = content_hash(source if source is not None else path)
     found = next((r for r in records if r.get("content_hash") == digest), None)
     if found is not None or source is None:
         return found
@@ -107,6 +107,24 @@ def record_for(model, path: str, source=None) -> dict[str, Any] | None:
     found = next((r for r in records if recipe is not None and r.get("recipe") == recipe
                   and r.get("trajectories") == source.n_samples), None)
     return None if found is None else {**found, "matched": "recipe"}
+
+
+def changed_since_training(model, path: str, file) -> tuple[dict[str, Any], list[int], list[int]] | None:
+    """For a file the model records by name (and trajectory count) but not by content: ``(record, trained, held)``,
+    the positions whose values differ from those the model recorded, among those it trained on and those it held
+    out; None when no record names the file so, or no recorded trajectory changed."""
+    name, n = Path(path).name, file.n_samples
+    for r in _records(model):
+        if r.get("by") or r.get("file") != name or r.get("trajectories") != n:
+            continue
+        changed: dict[str, list[int]] = {"train": [], "test": []}
+        for part in changed:
+            idx, hashes = _indices(r.get(part), n, n, f"{path}: its training record"), r.get(f"{part}_hashes") or []
+            if len(idx) == len(hashes):
+                changed[part] = [i for i, h in zip(idx, hashes) if file.trajectory_hash(i) != h]
+        if changed["train"] or changed["test"]:
+            return r, changed["train"], changed["test"]
+    return None
 
 
 def describe_recipe(recipe: dict[str, Any]) -> str:
@@ -204,9 +222,17 @@ def choose_split(model, source, split: str | None, test_fraction: float | None,
     seen = seen_in(model, source)
     record = record_for(model, path, source.source)
     if record is None:
-        asked, none = split or "all", "the model records no training on this file"
+        asked, none, changed = split or "all", "the model records no training on this file", ""
+        edited = changed_since_training(model, path, source.source)
+        if edited is not None:  # the file it trained on, edited since: an edited training trajectory is still seen
+            was, trained, held = edited
+            for i in trained:
+                seen.setdefault(i, "this model (before the file changed)")
+            changed = (f"; THE FILE CHANGED since the model trained on it as {was['file']} ({was.get('content_hash')}):"
+                       f" {_describe(sorted(trained + held))} hold(s) other values than the model recorded"
+                       + (f", {_describe(trained)} of them trained on" if trained else ""))
         if asked == "all":
-            idx, label = list(range(n)), f"all {n} trajectories" + ("" if seen else f" ({none})")
+            idx, label = list(range(n)), f"all {n} trajectories" + ("" if seen else f" ({none})") + changed
         else:
             fraction = 0.1 if test_fraction is None else test_fraction
             try:
@@ -215,7 +241,7 @@ def choose_split(model, source, split: str | None, test_fraction: float | None,
                 raise ConfigError(f"{path}: {e}") from None
             idx = list(test) if asked == "test" else list(train)
             label = (f"{asked} split: {_describe(idx)} of {n} (test = the last {fraction:g} of the file, training's "
-                     f"rule{'' if seen else '; ' + none})")
+                     f"rule{'' if seen else '; ' + none}){changed}")
         return _without_seen(path, idx, label, seen, include_training)
     if record.get("trajectories") not in (None, n):
         raise ConfigError(f"{path}: has {n} trajectories, but the model's record of this file ({record['file']}) says "
@@ -331,5 +357,5 @@ def lineage_lines(pretrained_cfg: dict, own: str = "this model") -> list[str]:
     return lines
 
 
-__all__ = ["training_record", "record_for", "describe_recipe", "seen_hashes", "seen_in", "trained_by", "choose_split", "split_to_score", "lineage_lines",
+__all__ = ["training_record", "record_for", "changed_since_training", "describe_recipe", "seen_hashes", "seen_in", "trained_by", "choose_split", "split_to_score", "lineage_lines",
            "drop_seen_from_tests"]

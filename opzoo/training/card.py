@@ -138,18 +138,19 @@ def _fmt(x: float | None) -> str:
     return "—" if x is None else f"{x:.4g}"
 
 
-def split_text(path: str, test) -> str:
-    """Which trajectories of ``path`` are the test split (``test``: its TrajectoryDataset), by file name and
-    content hash (a card is meant for publishing: no local path)."""
+def split_text(data, test) -> str:
+    """Which trajectories of ``data`` (a training file's path, or its opened source) are the test split (``test``: its
+    TrajectoryDataset), by file name and content hash (a card is meant for publishing: no local path)."""
     from ..data.fingerprint import content_hash
 
+    path = getattr(data, "path", data)
     idx = list(test.indices)
     if str(test.path) != str(path):
-        return (f"train: all of `{Path(path).name}` ({content_hash(path)}); test: all {len(idx)} trajectories of "
-                f"`{Path(test.path).name}` ({content_hash(test.path)})")
+        return (f"train: all of `{Path(path).name}` ({content_hash(data)}); test: all {len(idx)} trajectories of "
+                f"`{Path(test.path).name}` ({content_hash(test.source)})")
     train = f"trajectories 0–{idx[0] - 1}" if idx[0] > 0 else "none"
-    return (f"train: {train} of `{Path(path).name}` ({content_hash(path)}); test: trajectories {idx[0]}–{idx[-1]} "
-            f"({len(idx)}, the last ones of the file)")
+    return (f"train: {train} of `{Path(path).name}` ({content_hash(test.source)}); test: trajectories "
+            f"{idx[0]}–{idx[-1]} ({len(idx)}, the last ones of the file)")
 
 
 def portable_command(command: str | None) -> str | None:
@@ -189,7 +190,7 @@ def run_card(*, model_name: "str | ModelReference", from_scratch: bool, base_wei
              tuning: str | None = None) -> str:
     """The card template (``${parameters}``, ``${config}`` are filled by :func:`opzoo.model_io.model_card.render_card`).
 
-    ``datasets``: ``(path, test TrajectoryDataset)`` per file; ``fit``: the fit block of the data to the model;
+    ``datasets``: ``(training file: its path or opened source, test TrajectoryDataset)`` per file; ``fit``: the fit block of the data to the model;
     ``tuning``: what the run trained (:meth:`opzoo.training.tuning.Tuning.line`).
     """
     zero = {r.name: r for r in zero_shot or []}
@@ -203,7 +204,7 @@ def run_card(*, model_name: "str | ModelReference", from_scratch: bool, base_wei
     if not from_scratch and not local:  # a local fine-tune has no Hub id to name: the body says what it is
         front += [f"base_model: {base_model_id(model_name)}", "base_model_relation: finetune"]
     front.append("---")
-    files = ", ".join(f"`{Path(p).name}`" for p, _ in datasets)
+    files = ", ".join(f"`{Path(getattr(p, 'path', p)).name}`" for p, _ in datasets)
     lines = [*front, f"# {Path(given_name(model_name)).name} {kind} on {files}", "",
              f"An opzoo model with ${{parameters}} parameters, {kind} by `opzoo` on the data below.", "",
              "## Base model", "",
@@ -211,7 +212,7 @@ def run_card(*, model_name: "str | ModelReference", from_scratch: bool, base_wei
              + (f"`{ref.lineage_id}`, a local model (lineage: {_chain(ref)})" if local and not from_scratch else
                 f"`{base_model_id(model_name)}`") + f" ({_portable(base_weights, model_name)}).", "",
              "## Data", "",
-             *[f"- `{Path(p).name}` — {split_text(p, test)}" for p, test in datasets],
+             *[f"- `{Path(getattr(p, 'path', p)).name}` — {split_text(p, test)}" for p, test in datasets],
              f"- the model runs at {list(resolution)}, {channels} channel(s), T_in = {in_timesteps}"
              + ("" if all(list(test.spatial) == list(resolution) for _, test in datasets) else
                 "; a file at another grid is resampled to it for the model, and its predictions back: the scores "

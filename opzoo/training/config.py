@@ -287,14 +287,18 @@ def _check_values(cfg: RunConfig, base: Path | None, source: str) -> None:
             if p is None:
                 continue
             resolved = resolve_path(p, base)
-            if not resolved.is_file():
+            if resolved.is_dir():  # a dataset when a reader of directories claims it
+                from ..data.errors import DataFormatError
+                from ..data.readers import directory_layout
+
+                try:
+                    directory_layout(resolved, d.layout)
+                except DataFormatError as e:
+                    fail(f"{where}.{key}: {e}")
+            elif not resolved.is_file():
                 if key == "path" and d.generate is not None:
                     setattr(d, key, str(Path(os.path.expandvars(p)).expanduser()))  # made before training
                     continue
-                if resolved.is_dir():
-                    from ..data.readers import directory_refusal
-
-                    fail(f"{where}.{key}: {directory_refusal(resolved)}")
                 fail(f"{where}.{key}: file {str(resolved)!r} does not exist"
                      + (" (add a 'generate' entry to make it)" if key == "path" else ""))
             setattr(d, key, str(resolved))

@@ -111,7 +111,7 @@ def run_model_card(cfg: RunConfig, data: RunData, from_scratch: bool, zero_shot:
 
     name = cfg.model.reference
     shape = data.frame_shape
-    datasets = [(d.path, te) for d, (_, te) in zip(cfg.data.datasets, data.test)]
+    datasets = [(tr.source, te) for tr, (_, te) in zip(data.train.datasets, data.test)]
     return run_card(model_name=name, from_scratch=from_scratch, base_weights=base, datasets=datasets,
                     steps=cfg.training.steps, lr=cfg.optimizer.lr, batch_size=cfg.training.batch_size, seed=cfg.seed,
                     zero_shot=zero_shot, final=final or [], command=command, resolution=shape.resolution,

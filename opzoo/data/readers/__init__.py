@@ -74,6 +74,11 @@ def detect_layout(path: str | os.PathLike) -> str:
     """Name of the layout a file is in; UnknownLayoutError listing what was found otherwise."""
     path = os.fspath(path)
     readers = registered_readers()
+    if os.path.isdir(path):
+        for name, cls in readers.items():
+            if getattr(cls, "reads_directories", False) and _asked(cls.claims_directory, name, path):
+                return name
+        raise DataFormatError(directory_refusal(path))
     for name, cls in readers.items():  # a format of its own, told by the file's name (.npy, a plugin's .xyz)
         if cls.suffixes and path.lower().endswith(tuple(x.lower() for x in cls.suffixes)):
             return name
@@ -114,13 +119,29 @@ _SAID: set[str] = set()
 
 
 def directory_refusal(path: str | os.PathLike) -> str:
-    """Why a directory is not read as data, naming the files in it that could be."""
-    suffixes = DATA_SUFFIXES + tuple(x.lower() for cls in registered_readers().values() for x in cls.suffixes)
+    """Why a directory is not read as data, naming the files in it that could be, and the readers of directories."""
+    readers = registered_readers()
+    suffixes = DATA_SUFFIXES + tuple(x.lower() for cls in readers.values() for x in cls.suffixes)
     readable = sorted(p.name for p in Path(path).iterdir() if p.is_file() and p.suffix.lower() in suffixes)
     listed = ", ".join(readable[:8]) + (f" and {len(readable) - 8} more" if len(readable) > 8 else "")
+    of_directories = [name for name, cls in readers.items() if getattr(cls, "reads_directories", False)]
     return (f"{os.fspath(path)} is a directory, not a data file; name the file(s) to read"
-            + (f": {listed} (several can follow one --data)" if readable else " (it holds no .h5/.hdf5/.mat/.npy/.npz/"
-               ".pt file)"))
+            + (f": {listed} (several can follow one --data)" if readable else " (it holds no "
+               f"{'/'.join(sorted(set(suffixes)))} file)")
+            + (f"; no reader of a directory claims it (layouts that read one: {', '.join(of_directories)}; name one "
+               f"with --layout)"
+               if of_directories else ""))
+
+
+def directory_layout(path: str | os.PathLike, layout: str | None = None) -> str:
+    """The layout that reads the directory ``path``: ``layout`` when its reader reads directories, else the first
+    reader that claims it; DataFormatError (:func:`directory_refusal`) otherwise."""
+    if layout is None:
+        return detect_layout(path)
+    cls = registered_readers().get(layout.partition(":")[0])
+    if cls is None or not getattr(cls, "reads_directories", False):
+        raise DataFormatError(f"{directory_refusal(path)}. The {layout} layout reads a file, not a directory")
+    return layout
 
 
 DATA_SUFFIXES = (*HDF5_SUFFIXES, *ARRAY_SUFFIXES)  # the core's (a directory's refusal adds plugins')
@@ -133,7 +154,7 @@ def open_source(path: str | os.PathLike, layout: str | None = None, **options) -
     ``options`` go to the reader (``check_finite``, and ``prepend_initial`` for ``fno-mat``).
     """
     if os.path.isdir(path):
-        raise DataFormatError(directory_refusal(path))
+        layout = directory_layout(path, layout)
     if layout is None:
         layout = detect_layout(path)
     fields = options.pop("fields", None)
@@ -204,4 +225,5 @@ __all__ = [
     "ArraySource",
     "LAYOUT_OPTION",
     "registered_readers",
+    "directory_layout",
 ]

@@ -121,6 +121,12 @@ class TrajectorySource(abc.ABC):
     - ``close()`` closes ``self._file`` if it has a ``close`` method; override it only when a handle needs more.
     - ``SourceInfo.axis_note``: how the stored axes' order was decided, printed by ``opzoo data inspect``; a reader
       that keeps the stored order as ``self.axes`` (a string such as ``"NTCHW"``) has it printed too.
+    - ``files() -> [path, ...]``: every file that holds the dataset (default: the file named, or every file under a
+      directory); fingerprints, training records and ``opzoo data inspect``'s size cover all of them. A reader whose
+      dataset spans several files (a sidecar naming frame files) returns them all.
+    - ``reads_directories`` / ``claims_directory(path)``: a reader of a directory says so; a directory is a dataset
+      when such a reader claims it (by default: its name ends in one of the reader's ``suffixes``), or ``--layout``
+      names that reader.
     """
 
     layout: str = ""
@@ -129,6 +135,8 @@ class TrajectorySource(abc.ABC):
     #: File-name endings that are this layout's alone (a format of its own, not HDF5: ``.npy``); empty for an HDF5
     #: layout, told by :meth:`detect` on the open file. A reader of another format overrides ``_h5`` to open its file.
     suffixes: tuple[str, ...] = ()
+    #: Whether a dataset of this layout is a directory (of frame files, shards, ...), not one file.
+    reads_directories: bool = False
 
     def __init__(self, path: str | os.PathLike, check_finite: bool = True):
         self.path = os.fspath(path)
@@ -444,6 +452,20 @@ class TrajectorySource(abc.ABC):
             f"shape [N, *S, T, C] = {describe_shape(self.shape)}, fields={self.fields})"
         )
 
+    @classmethod
+    def claims_directory(cls, path: str | os.PathLike) -> bool:
+        """Whether the directory ``path`` is a dataset of this layout: by default, for a reader that
+        :attr:`reads_directories`, when its name ends in one of :attr:`suffixes` (``run7.frames/``). Override it to
+        tell by the directory's content (a sidecar file in it)."""
+        name = os.fspath(path).rstrip("/\\").lower()
+        return cls.reads_directories and any(name.endswith(x.lower()) for x in cls.suffixes)
+
+    def files(self) -> list[str]:
+        """Every file that holds this dataset: the file named, or every file under a directory (sorted; names that
+        start with ``.`` left out). A reader whose dataset spans several files (a sidecar and the frame files it
+        names) returns them all, so that an edit of any of them is seen (:func:`opzoo.data.fingerprint.content_hash`)."""
+        return directory_files(self.path) if os.path.isdir(self.path) else [self.path]
+
     # -- helpers for subclasses -----------------------------------------------------------------
     def _h5(self) -> h5py.File:
         if self._file is None or self._pid != os.getpid():
@@ -480,6 +502,16 @@ class TrajectorySource(abc.ABC):
 
     def _fail(self, message: str) -> DataFormatError:
         return DataFormatError(f"{self.path}: {message}")
+
+
+def directory_files(path: str | os.PathLike) -> list[str]:
+    """Every file under the directory ``path``, sorted, names that start with ``.`` left out (with what is under
+    them)."""
+    out = []
+    for root, dirs, names in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        out += [os.path.join(root, n) for n in sorted(names) if not n.startswith(".")]
+    return out
 
 
 def _stat_stamp(path: str) -> tuple[int, int] | None:
