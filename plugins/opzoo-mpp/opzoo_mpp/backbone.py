@@ -34,6 +34,13 @@ STATE_NAMES = ("swe.h", "incompNS.Vx", "incompNS.Vy", "incompNS.particles", "dif
 USED_SLOTS = STATE_NAMES[:10]
 UNUSED_SLOTS = STATE_NAMES[10:]  # never trained on data; a new field takes one before new slots are appended
 DEFAULT_FIELDS = ("compNS.Vx", "compNS.Vy", "compNS.density", "compNS.pressure")
+# The fewest patches per axis the commands run MPP at. Its RMS instance norms divide each map by its std over the patch
+# grid plus 1e-8 (models/spatial_modules.py RMSInstanceNorm2d): over 2x2 or 3x3 patches a map flat to float32 rounding
+# is multiplied by up to 1e8, the residual stream grows by that factor at each such step, and a float32 rollout
+# overflows (the attention's LayerNorm of values near 1e26) within a few steps; float64 only overflows later. Measured
+# at random init (docs/models.md, MPP): 32x32 and 48x48 turn non-finite within 3-15 steps, 64x64 and 96x96 not in 30;
+# upstream pretrained at 8x8 patches (128x128) and more.
+MIN_PATCHES = 4
 
 
 @dataclasses.dataclass
@@ -159,14 +166,32 @@ class MppAViT(opzoo.Backbone):
         return {"stem": r"^net\.(?:space_bag|embed)\.", "blocks": r"^net\.blocks\.(\d+)\."}
 
     def grid_for(self, data_grid) -> tuple[tuple[int, ...], str]:
-        """The data's own grid, or on each axis the nearest larger multiple of the patch 16: nothing in the weights
-        is tied to a grid (relative position biases)."""
-        p = AViTNet.patch_size
-        grid = tuple(-(-int(n) // p) * p for n in data_grid)
+        """The data's own grid, or on each axis the nearest larger multiple of the patch 16, and at least
+        :data:`MIN_PATCHES` patches: nothing in the weights is tied to a grid (relative position biases)."""
+        p, least = AViTNet.patch_size, MIN_PATCHES * AViTNet.patch_size
+        rounded = tuple(-(-int(n) // p) * p for n in data_grid)
+        grid = tuple(max(n, least) for n in rounded)
         if grid == tuple(int(n) for n in data_grid):
-            return grid, f"{self._name()} runs at any grid whose axes are multiples of its patch {p}"
+            return grid, (f"{self._name()} runs at any grid whose axes are multiples of its patch {p}, at least "
+                          f"{least}")
+        if grid != rounded:
+            return grid, (f"at least {MIN_PATCHES} patches of {p} on each axis: {self._few_patches}")
         return grid, (f"the data's grid rounded up on each axis to a multiple of {self._name()}'s patch {p} (it runs at "
                       f"multiples of it)")
+
+    _few_patches = ("over fewer, its RMS instance norms (std over the patch grid + 1e-8, as upstream) multiply a map "
+                    "flat over those few patches by up to 1e8, and a float32 rollout overflows within a few steps")
+
+    def check_window(self, x: Tensor) -> None:
+        """Refuses a grid of fewer than :data:`MIN_PATCHES` patches on an axis (the network itself, as upstream's,
+        takes any multiple of the patch)."""
+        p, least = AViTNet.patch_size, MIN_PATCHES * AViTNet.patch_size
+        if any(int(n) < least for n in x.shape[1:3]):
+            grid = "x".join(str(int(n)) for n in x.shape[1:3])
+            runs = " ".join(str(max(-(-int(n) // p) * p, least)) for n in x.shape[1:3])
+            raise opzoo.ConfigError(f"{self._name()} does not run at {grid}: it needs at least {MIN_PATCHES} patches "
+                                    f"of {p} ({least}) on each axis; {self._few_patches}. --resolution {runs} runs it "
+                                    f"(the default grid for this file)")
 
     @classmethod
     def io_layout(cls, old: MppConfig, new: MppConfig) -> dict:

@@ -63,7 +63,9 @@ CONTRACT = opzoo.DataContract(
                         "(" + at("data_utils/datasets.py", TRAINED) + " MixedDataset._build_subset_dict, use_all_fields; "
                         "appended datasets grow the projections: " + at("train_basic.py") + " L201-207)",
     grid="any grid whose axes are multiples of its patch 16 (relative position biases: nothing in the weights is tied "
-         "to a grid); upstream pretrained at PDEBench's 128x128 and 512x512",
+         "to a grid), at least 64 (4 patches) on each axis: over fewer patches its RMS instance norms amplify a map "
+         "flat over them by up to 1e8 and float32 rollouts overflow; upstream pretrained at PDEBench's 128x128 and "
+         "512x512",
     resample="bilinear",
     resample_source="to the data's grid rounded up to multiples of the patch (opzoo's)",
     boundary="periodic=True or False for both axes (upstream's bcs, given with each batch): follows what the files "
@@ -79,7 +81,8 @@ CONTRACT = opzoo.DataContract(
                "upstream); inside, its RMS instance norms divide each map by its std over the patches plus 1e-8 "
                "(" + at("models/spatial_modules.py", TRAINED) + " RMSInstanceNorm2d), so a map nearly constant over "
                "few patches (a 32x32 grid has 2x2) is amplified up to 1e8, and a rollout can outgrow float32 within "
-               "a few steps (upstream's float64 overflows later): the step it turns non-finite is said"),
+               "a few steps (upstream's float64 overflows later): the commands run it at 4 patches per axis or more, and "
+               "where a rollout turns non-finite the step is said"),
 )
 
 
