@@ -94,9 +94,24 @@ def build_within_memory(cls: type, config: Any, where: str, allow_oversize: bool
     if not counted:
         check_size(cls, config, where, allow_oversize, allocating=torch.get_default_device().type == "cpu")
         return cls(config)
-    model = cls(config)
+    try:
+        model = cls(config)
+    except (OverflowError, MemoryError) as e:
+        raise _overflow(config, where, e) from None
     check_size(cls, config, where, allow_oversize, params=sum(p.numel() for p in model.parameters()))
     return model
+
+
+def _sizes(config: Any) -> str:
+    """``width=.., depth=..``: the fields that size a model, as its config holds them."""
+    return ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(config).items()
+                     if k in ("width", "depth", "n_layers", "hidden_channels", "mlp_ratio", "img_size", "modes",
+                              "image_size", "patch_size", "window_size") and v is not None)
+
+
+def _overflow(config: Any, where: str, e: BaseException) -> ConfigError:
+    return ConfigError(f"{where}: the sizes ({_sizes(config)}) overflow while building ({type(e).__name__}: {e}); "
+                       f"check these fields")
 
 
 def check_size(cls: type, config: Any, where: str, allow_oversize: bool = False, params: int | None = None,
@@ -107,10 +122,7 @@ def check_size(cls: type, config: Any, where: str, allow_oversize: bool = False,
     count of a model already built on meta, else estimated)."""
     if allow_oversize or os.environ.get(ENV_ALLOW):
         return
-    sizes = ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(config).items()
-                      if k in ("width", "depth", "n_layers", "hidden_channels", "mlp_ratio", "img_size", "modes",
-                               "image_size", "patch_size", "window_size")
-                      and v is not None)
+    sizes = _sizes(config)
     along = None
     buffers = config.buffer_bytes() if callable(getattr(config, "buffer_bytes", None)) else 0
     if buffers > machine_memory():
@@ -125,8 +137,7 @@ def check_size(cls: type, config: Any, where: str, allow_oversize: bool = False,
     except ConfigError:
         raise
     except (OverflowError, MemoryError) as e:
-        raise ConfigError(f"{where}: the sizes ({sizes}) overflow while building ({type(e).__name__}: {e}); check "
-                          f"these fields") from None
+        raise _overflow(config, where, e) from None
     except Exception:  # a model that cannot be built on meta: its own construction reports what is wrong
         return
     need, have = params * BYTES_PER_PARAMETER, machine_memory()
