@@ -28,14 +28,20 @@ def content_hash(data) -> str:
     the module doc). ``data`` is a path, or an opened :class:`~opzoo.data.TrajectorySource`; a dataset of several files
     (a directory, or a reader's :meth:`~opzoo.data.TrajectorySource.files`) is ``sha256-files:<hex>`` over each
     member's name (relative to the dataset) and content hash, so that an edit of any member changes it."""
-    members = dataset_files(data)
-    if len(members) > 1 or members[0] != Path(_path_of(data)).expanduser().resolve():
-        root = dataset_root(data)
-        h = hashlib.sha256(b"opzoo dataset files;")
-        for name, member in sorted((_relative(m, root), m) for m in members):
-            h.update(f"{name}\0{_file_hash(member)}\n".encode())
-        return f"sha256-files:{h.hexdigest()}"
-    return _file_hash(members[0])
+    return _content(data, dataset_files(data))[0]
+
+
+def _content(data, members: list[Path]) -> tuple[str, dict[str, str] | None]:
+    """``(content hash, {member name: its hash})`` of ``data`` held in ``members``; the names are None for a
+    dataset of one file (hashed as a file)."""
+    if len(members) == 1 and members[0] == Path(_path_of(data)).expanduser().resolve():
+        return _file_hash(members[0]), None
+    root = dataset_root(data)
+    hashes = {name: _file_hash(m) for name, m in sorted((_relative(m, root), m) for m in members)}
+    h = hashlib.sha256(b"opzoo dataset files;")
+    for name, digest in hashes.items():
+        h.update(f"{name}\0{digest}\n".encode())
+    return f"sha256-files:{h.hexdigest()}", hashes
 
 
 def _path_of(data) -> str:
@@ -144,14 +150,16 @@ def file_fingerprint(path: str | os.PathLike, source=None) -> dict:
     :func:`content_hash`, and with ``source`` every trajectory's :func:`values_hash` (the file read once, whole:
     an edit of any trajectory, wherever it lies, is seen, where the sampled content hash may miss it)."""
     p = Path(path).expanduser().resolve()
-    members = dataset_files(source if source is not None else p)
+    data = source if source is not None else p
+    members = dataset_files(data)
     stats = [m.stat() for m in members]
+    content, hashes = _content(data, members)
     out = {"path": str(p), "size": sum(st.st_size for st in stats), "mtime_ns": max(st.st_mtime_ns for st in stats),
-           "content": content_hash(source if source is not None else p)}
-    if len(members) > 1 or members[0] != p:
-        root = dataset_root(p)
-        out["files"] = {_relative(m, root): {"size": st.st_size, "content": _file_hash(m)}
-                        for m, st in zip(members, stats)}
+           "content": content}
+    if hashes is not None:
+        root = dataset_root(data)
+        sizes = {_relative(m, root): st.st_size for m, st in zip(members, stats)}
+        out["files"] = {name: {"size": sizes[name], "content": digest} for name, digest in hashes.items()}
     if source is not None:
         out.update(layout=source.layout, shape=[int(n) for n in source.shape], fields=list(source.fields),
                    trajectories=[source.trajectory_hash(i) for i in range(len(source))])
