@@ -50,8 +50,13 @@ def init_distributed(backend: str = "auto", device: torch.device | None = None, 
     return DistEnv(rank, world, local, True)
 
 
-def shutdown(env: DistEnv) -> None:
+def shutdown(env: DistEnv, finished: bool = False) -> None:
+    """Destroys the process group this process made. ``finished`` (every rank ends normally): first waits for every
+    rank to get past its last collective, since a rank destroying its gloo group while a peer's work is in flight
+    aborts the peer at exit ("terminate called without an active exception"); after a failure it does not wait."""
     if env.initialized_here and dist.is_initialized():
+        if finished:
+            dist.barrier()
         dist.destroy_process_group()
 
 

@@ -183,7 +183,7 @@ class Trainer:
         """Run (or resume) the job in ``output_dir``. ``new``: move what the directory holds aside
         first (to ``<dir>.replaced-<time>``) and start fresh. See :mod:`opzoo.training.run_dir`."""
         t = self.cfg.training
-        lock = None
+        lock, finished = None, False
         try:
             plan, lock = rundir.take_run_dir(
                 self.run_dir, self.cfg.to_dict(), rundir.flatten_config(RunConfig().to_dict()), is_main=self.env.is_main,
@@ -193,6 +193,7 @@ class Trainer:
                 early = f" (stopped early on validation at step {done})" if done < t.steps else ""
                 self._say(f"{self.run_dir} holds this run, finished: {done} of {t.steps} steps done{early}, model in "
                           f"{self.run_dir / 'model'}. Nothing to do (pass --new to start it again from step 0)")
+                finished = True
                 return TrainResult(self.run_dir, t.steps, already_finished=True, model_dir=self.run_dir / "model")
             self.home = rundir.RunHome(self.run_dir)
             if self.env.is_main:
@@ -216,11 +217,12 @@ class Trainer:
                                      {**({"divergence": result.divergence} if result.divergence else {}),
                                       **({"steps_done": result.steps, "selection": result.selection}
                                          if result.selection else {})})
+            finished = True
             return result
         finally:
             if lock is not None:
                 lock.release()
-            shutdown(self.env)
+            shutdown(self.env, finished)
 
     def _start(self, plan: rundir.RunPlan) -> int:
         """The first step to run: 0, or the resumed checkpoint's (its state restored)."""

@@ -62,6 +62,7 @@ def main(out):
         save_file(tensors, os.path.join(out, "grads.safetensors"))
         with open(os.path.join(out, "calls.json"), "w") as f:
             json.dump(all_calls, f)
+    dist.barrier()  # no rank tears down while a peer's work is in flight (opzoo.training.distributed.shutdown)
     dist.destroy_process_group()
 
 

@@ -51,6 +51,7 @@ def main() -> None:
     if rank == 0:
         with open(out, "w") as f:
             json.dump({"max_abs_diff": diff, "max_abs_grad": scale, "warnings": caught}, f)
+    dist.barrier()  # no rank tears down while a peer's work is in flight (opzoo.training.distributed.shutdown)
     dist.destroy_process_group()
 
 
