@@ -67,7 +67,6 @@ def dataset_files(data) -> list[Path]:
     a directory lists every file under it (as :meth:`~opzoo.data.TrajectorySource.files` does). DataFormatError,
     naming the reader, when a member is missing or not a regular file."""
     from opzoo.data.errors import DataFormatError
-    from opzoo.data.readers.base import directory_files
 
     named = _path_of(data)
     where = f"{named}: the {getattr(data, 'layout', 'directory')} reader's files()"
@@ -91,6 +90,16 @@ def dataset_files(data) -> list[Path]:
             raise DataFormatError(f"{where} names {os.fspath(m)}, which is "
                                   f"{'a directory' if p.is_dir() else 'missing'}: a member must be a regular file")
         out.append(p)
+    return out
+
+
+def directory_files(path: str | os.PathLike) -> list[str]:
+    """Every file under the directory ``path``, sorted, names that start with ``.`` left out (with what is under
+    them)."""
+    out = []
+    for root, dirs, names in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        out += [os.path.join(root, n) for n in sorted(names) if not n.startswith(".")]
     return out
 
 

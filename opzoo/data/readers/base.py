@@ -464,6 +464,8 @@ class TrajectorySource(abc.ABC):
         """Every file that holds this dataset: the file named, or every file under a directory (sorted; names that
         start with ``.`` left out). A reader whose dataset spans several files (a sidecar and the frame files it
         names) returns them all, so that an edit of any of them is seen (:func:`opzoo.data.fingerprint.content_hash`)."""
+        from opzoo.data.fingerprint import directory_files
+
         return directory_files(self.path) if os.path.isdir(self.path) else [self.path]
 
     # -- helpers for subclasses -----------------------------------------------------------------
@@ -502,16 +504,6 @@ class TrajectorySource(abc.ABC):
 
     def _fail(self, message: str) -> DataFormatError:
         return DataFormatError(f"{self.path}: {message}")
-
-
-def directory_files(path: str | os.PathLike) -> list[str]:
-    """Every file under the directory ``path``, sorted, names that start with ``.`` left out (with what is under
-    them)."""
-    out = []
-    for root, dirs, names in os.walk(path):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        out += [os.path.join(root, n) for n in sorted(names) if not n.startswith(".")]
-    return out
 
 
 def _stat_stamp(path: str) -> tuple[int, int] | None:
