@@ -110,19 +110,22 @@ def record_for(model, path: str, source=None) -> dict[str, Any] | None:
 
 
 def changed_since_training(model, path: str, file) -> tuple[dict[str, Any], list[int], list[int]] | None:
-    """For a file the model records by name (and trajectory count) but not by content: ``(record, trained, held)``,
-    the positions whose values differ from those the model recorded, among those it trained on and those it held
-    out; None when no record names the file so, or no recorded trajectory changed."""
+    """For a file the model records by name (and trajectory count) but not by content, and that still holds some of
+    the recorded trajectories where the record has them (an edited file, not another file of that name):
+    ``(record, trained, held)``, the positions whose values differ from those the model recorded, among those it
+    trained on and those it held out; None otherwise."""
     name, n = Path(path).name, file.n_samples
     for r in _records(model):
         if r.get("by") or r.get("file") != name or r.get("trajectories") != n:
             continue
         changed: dict[str, list[int]] = {"train": [], "test": []}
+        kept = 0
         for part in changed:
             idx, hashes = _indices(r.get(part), n, n, f"{path}: its training record"), r.get(f"{part}_hashes") or []
             if len(idx) == len(hashes):
                 changed[part] = [i for i, h in zip(idx, hashes) if file.trajectory_hash(i) != h]
-        if changed["train"] or changed["test"]:
+                kept += len(idx) - len(changed[part])
+        if kept and (changed["train"] or changed["test"]):
             return r, changed["train"], changed["test"]
     return None
 
