@@ -78,7 +78,7 @@ def dataset_files(data) -> list[Path]:
         except Exception as e:  # a plugin's reader: one line naming it, not a traceback
             raise DataFormatError(f"{where} raised {type(e).__name__}: {e}") from None
     else:
-        listed = directory_files(named) if os.path.isdir(named) else [named]
+        listed = files_at(named)
     if not isinstance(listed, (list, tuple)) or not listed:
         raise DataFormatError(f"{where} named no file (it returns the files that hold the dataset)")
     out = []
@@ -93,9 +93,11 @@ def dataset_files(data) -> list[Path]:
     return out
 
 
-def directory_files(path: str | os.PathLike) -> list[str]:
-    """Every file under the directory ``path``, sorted, names that start with ``.`` left out (with what is under
-    them)."""
+def files_at(path: str | os.PathLike) -> list[str]:
+    """The files a path holds: the file itself, or every file under a directory, sorted, names that start with ``.``
+    left out (with what is under them)."""
+    if not os.path.isdir(path):
+        return [os.fspath(path)]
     out = []
     for root, dirs, names in os.walk(path):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))

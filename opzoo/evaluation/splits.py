@@ -110,13 +110,13 @@ def record_for(model, path: str, source=None) -> dict[str, Any] | None:
 
 
 def changed_since_training(model, path: str, file) -> tuple[dict[str, Any], list[int], list[int]] | None:
-    """For a file the model records by name (and trajectory count) but not by content, and that still holds some of
-    the recorded trajectories where the record has them (an edited file, not another file of that name):
-    ``(record, trained, held)``, the positions whose values differ from those the model recorded, among those it
-    trained on and those it held out; None otherwise."""
+    """For a file the model (or an ancestor: the record's ``by``) records by name and trajectory count but not by
+    content, and that still holds some of the recorded trajectories where the record has them (an edited file, not
+    another file of that name): ``(record, trained, held)``, the positions whose values differ from those recorded,
+    among those trained on and those held out; None otherwise."""
     name, n = Path(path).name, file.n_samples
     for r in _records(model):
-        if r.get("by") or r.get("file") != name or r.get("trajectories") != n:
+        if r.get("file") != name or r.get("trajectories") != n:
             continue
         changed: dict[str, list[int]] = {"train": [], "test": []}
         kept = 0
@@ -190,6 +190,10 @@ def seen_in(model, source, own: str = "this model") -> dict[int, str]:
             who = seen.get(file.trajectory_hash(i))
             if who:
                 out.setdefault(i, who)
+        edited = changed_since_training(model, file.path, file)
+        if edited is not None:  # trained on in an earlier form: still not held-out data
+            for i in edited[1]:
+                out.setdefault(i, f"{edited[0].get('by') or own} (before the file changed)")
     return out
 
 
@@ -227,11 +231,10 @@ def choose_split(model, source, split: str | None, test_fraction: float | None,
     if record is None:
         asked, none, changed = split or "all", "the model records no training on this file", ""
         edited = changed_since_training(model, path, source.source)
-        if edited is not None:  # the file it trained on, edited since: an edited training trajectory is still seen
+        if edited is not None:  # seen_in holds its edited training trajectories as seen; the label says why
             was, trained, held = edited
-            for i in trained:
-                seen.setdefault(i, "this model (before the file changed)")
-            changed = (f"; THE FILE CHANGED since the model trained on it as {was['file']} ({was.get('content_hash')}):"
+            changed = (f"; THE FILE CHANGED since {was.get('by') or 'the model'} trained on it as {was['file']} "
+                       f"({was.get('content_hash')}):"
                        f" {_describe(sorted(trained + held))} hold(s) other values than the model recorded"
                        + (f", {_describe(trained)} of them trained on" if trained else ""))
         if asked == "all":

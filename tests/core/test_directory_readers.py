@@ -162,6 +162,12 @@ def test_an_edited_member_is_seen_by_a_resumed_run_and_by_eval(frames_reader, fr
     assert "trajectory 2 hold(s) other values than the model recorded, trajectory 2 of them trained on" in out
     scored = json.loads((tmp_path / "e2" / "eval.json").read_text())["datasets"]["wave"]["n_trajectories"]
     assert scored == 2  # trajectories 0-3 left out as trained on, the edited one with them
+    # the one rule every command's split uses (eval's, finetune's held-out split): the edited trajectory is seen
+    from opzoo.evaluation.splits import seen_in
+
+    with open_source(frames) as source:
+        seen = seen_in(opzoo.load(model), source)
+    assert seen == {0: "this model", 1: "this model", 2: "this model (before the file changed)", 3: "this model"}
     # another dataset that happens to have the same name and count: not "changed", simply not trained on
     other = write_frames(tmp_path / "elsewhere" / "wave.frames", np.random.default_rng(5).normal(
         size=(N, H, W, T)).astype(np.float32))

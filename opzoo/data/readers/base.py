@@ -464,9 +464,9 @@ class TrajectorySource(abc.ABC):
         """Every file that holds this dataset: the file named, or every file under a directory (sorted; names that
         start with ``.`` left out). A reader whose dataset spans several files (a sidecar and the frame files it
         names) returns them all, so that an edit of any of them is seen (:func:`opzoo.data.fingerprint.content_hash`)."""
-        from opzoo.data.fingerprint import directory_files
+        from opzoo.data.fingerprint import files_at
 
-        return directory_files(self.path) if os.path.isdir(self.path) else [self.path]
+        return files_at(self.path)
 
     # -- helpers for subclasses -----------------------------------------------------------------
     def _h5(self) -> h5py.File:
