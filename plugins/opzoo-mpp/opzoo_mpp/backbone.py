@@ -35,10 +35,10 @@ USED_SLOTS = STATE_NAMES[:10]
 UNUSED_SLOTS = STATE_NAMES[10:]  # never trained on data; a new field takes one before new slots are appended
 DEFAULT_FIELDS = ("compNS.Vx", "compNS.Vy", "compNS.density", "compNS.pressure")
 # The fewest patches per axis the commands run MPP at. Its RMS instance norms divide each map by its std over the patch
-# grid plus 1e-8 (models/spatial_modules.py RMSInstanceNorm2d): over 2x2 or 3x3 patches a map flat to float32 rounding
-# is multiplied by up to 1e8, the residual stream grows by that factor at each such step, and a float32 rollout
-# overflows (the attention's LayerNorm of values near 1e26) within a few steps; float64 only overflows later. Measured
-# at random init (docs/models.md, MPP): 32x32 and 48x48 turn non-finite within 3-15 steps, 64x64 and 96x96 not in 30;
+# grid plus 1e-8 (models/spatial_modules.py RMSInstanceNorm2d @ 38eefb1): over 2x2 or 3x3 patches a map flat to
+# float32 rounding is multiplied by up to 1e8, the residual stream grows by that factor at each such step, and a
+# float32 rollout overflows (the attention's LayerNorm of values near 1e26) within a few steps; float64's range holds
+# them (finite over 60 steps). Measured at random init (docs/models.md, MPP): 32x32 and 48x48 turn non-finite within 3-15 steps, 64x64 and 96x96 not in 30;
 # upstream pretrained at 8x8 patches (128x128) and more.
 MIN_PATCHES = 4
 
