@@ -42,6 +42,10 @@ class FamilyConformance:
     tiny: dict[str, Any] = {}  # arguments over the family's first preset that make a small network
     other: dict[str, Any] = {}  # arguments over ``tiny`` that make another size of the family (its file is refused)
     grid: tuple[int, ...] | None = None  # the input grid of the tiny model (default: its config's, or 16 per axis)
+    # arguments over ``tiny`` that make the network's output a function of its input alone, for the checks that run it
+    # twice or compare two forms of it: a family whose upstream draws random numbers at inference sets them (Walrus's
+    # jitter: {"jitter": False}); test_a_seeded_run_repeats checks the family's own defaults under a seed
+    deterministic: dict[str, Any] = {}
 
     def write_upstream(self, model, path: Path, edit: Callable[[dict], None]) -> Path | None:
         """Write ``model``'s weights to ``path`` as the family's upstream writes its files, after ``edit(state)`` on
@@ -61,7 +65,24 @@ class FamilyConformance:
         from .model_io.loading import load
 
         torch.manual_seed(seed)
-        return load(self.table().variants[0].name, **{**self.tiny, **changes})
+        return load(self.table().variants[0].name, **{**self.tiny, **self.deterministic, **changes})
+
+    def test_a_seeded_run_repeats(self):
+        """With the family's own defaults (random draws at inference included), the same input under the same seed
+        gives the same output."""
+        import torch
+
+        from .model_io.loading import load
+
+        torch.manual_seed(0)
+        model = load(self.table().variants[0].name, **self.tiny).double().eval()
+        x = self.example_input(model).double()
+        with torch.no_grad():
+            torch.manual_seed(5)
+            first = model(x)
+            torch.manual_seed(5)
+            again = model(x)
+        assert torch.equal(first, again), f"{self.family}: the same input under the same seed gives another output"
 
     def example_input(self, model):
         """``[1, *S, T_in, C_in]`` for ``model``."""

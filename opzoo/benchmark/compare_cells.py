@@ -337,13 +337,14 @@ def score_cell(cell: Cell, data: Sequence[str], out: Path, options, predicted_fr
 def test_sources(cfg, model):
     """The run's test splits fitted to ``model`` (a cell's fine-tuned model): ``(sources, frame_shape, fit lines)``."""
     from ..evaluation.fit import fit_data
+    from ..model_io.adapt import BOUNDARY_FIELDS
     from ..training.build import open_datasets
 
     opened = open_datasets(cfg)
     tests = [o.test for o in opened]
     fitted = fit_data(model, tests, cfg.data.resolution, "data.resolution",
                       field_map=[o.spec.field_map for o in opened], training_set=[o.spec.training_set for o in opened],
-                      name=cfg.model.name, keep_boundary="periodic" in cfg.model.args)
+                      name=cfg.model.name, keep_boundary=bool(set(BOUNDARY_FIELDS) & set(cfg.model.args)))
     return fitted.sources, fitted.frame_shape, fitted.lines
 
 

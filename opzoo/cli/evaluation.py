@@ -20,10 +20,12 @@ from ..errors import OpzooError
 
 
 def _sets_boundary(model_args: Sequence[str] | None) -> bool:
-    """Whether ``--model-args`` set the model's boundary flag (kept then, where the data state another)."""
+    """Whether ``--model-args`` set the model's boundary (``periodic``, ``boundaries``: kept then, where the data
+    state another)."""
     from ..console import parse_overrides
+    from ..model_io.adapt import BOUNDARY_FIELDS
 
-    return "periodic" in parse_overrides(model_args)
+    return bool(set(BOUNDARY_FIELDS) & set(parse_overrides(model_args)))
 
 
 def _load_model(name: str, pretrained: bool | None, model_args: Sequence[str] | None = None):

@@ -104,6 +104,11 @@ class TrajectoryDataset(Dataset):
     def boundary(self) -> str | None:
         return self.source.info.boundary
 
+    @property
+    def axis_boundaries(self) -> tuple[str, ...] | None:
+        """Each spatial axis's boundary as the file states it (:attr:`opzoo.data.SourceInfo.axis_boundaries`)."""
+        return self.source.info.axis_boundaries
+
     def __len__(self) -> int:
         return len(self.indices)
 

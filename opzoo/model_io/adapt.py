@@ -39,7 +39,9 @@ from ..registry.registry import get_registry
 logger = logging.getLogger("opzoo")
 
 SHAPE_FIELDS = ("in_channels", "out_channels", "in_timesteps", "img_size")
-BOUNDARY_FIELDS = ("periodic",)  # config fields that change no tensor: the model is rebuilt, every tensor copied
+# config fields that change no tensor, the model rebuilt and every tensor copied: MPP's periodic flag, Walrus's
+# per-axis boundaries; a user who sets one keeps it where the data state another (the fit's boundary_plan)
+BOUNDARY_FIELDS = ("periodic", "boundaries")
 
 
 def _remap(old: Tensor, fresh: Tensor, maps: Sequence[DimMap], name: str) -> Tensor:
@@ -94,9 +96,9 @@ def adapt_model(model: nn.Module, *, seed: int = 0, config: Mapping[str, Any] | 
     if missing:
         raise ConfigError(f"adapt_model: {type(model).__name__}'s config has no {', '.join(missing)}")
     given_labels = {k: changes.pop(k) for k in labels if k in changes}
-    changes = {k: (tuple(v) if k == "img_size" else bool(v) if k in BOUNDARY_FIELDS else int(v))
+    changes = {k: (tuple(v) if k in ("img_size", "boundaries") else bool(v) if k in BOUNDARY_FIELDS else int(v))
                for k, v in changes.items()
-               if v is not None and (tuple(v) if k == "img_size" else v) != _as_cmp(getattr(old_cfg, k))}
+               if v is not None and (tuple(v) if k in ("img_size", "boundaries") else v) != _as_cmp(getattr(old_cfg, k))}
     relabelled = {}
     if changes.get("in_channels", old_cfg.in_channels) != old_cfg.in_channels:  # labels of the old channels go
         relabelled = {k: None for k in labels if getattr(old_cfg, k) is not None}

@@ -16,7 +16,8 @@ DEFAULT_GRID = 64  # per axis, for a model with no pretrained grid (the FNO pres
 
 def input_grid(model, resolution: Sequence[int] | None) -> tuple[list[int], str]:
     """The spatial grid a preset is run at: ``resolution`` if given, else the grid its weights were trained
-    at, else its own ``img_size``, else ``DEFAULT_GRID`` per axis (said in the note). A model whose config has no
+    at, else its own ``img_size``, else ``DEFAULT_GRID`` per axis, brought to the nearest grid the model takes
+    (:meth:`opzoo.Backbone.grid_for`; said in the note). A model whose config has no
     ``spatial_dims`` (one that takes any number of axes, e.g. MORPH) is run at the axes given."""
     c = model.config
     d = int(getattr(c, "spatial_dims", 2))
@@ -28,6 +29,9 @@ def input_grid(model, resolution: Sequence[int] | None) -> tuple[list[int], str]
     for grid in (model.pretrained_cfg.get("resolution"), getattr(c, "img_size", None), getattr(c, "resolution", None)):
         if grid:
             return list(grid), ""
+    taken, _ = model.grid_for([DEFAULT_GRID] * d) if hasattr(model, "grid_for") else (None, "")
+    if taken and list(taken) != [DEFAULT_GRID] * d:  # a stem that takes only some grids (Walrus: 32, 128, ... in 2-D)
+        return list(taken), f"no pretrained grid: {DEFAULT_GRID} per axis, as {model.preset_name or 'the model'} takes it"
     return [DEFAULT_GRID] * d, f"no pretrained grid: {DEFAULT_GRID} per axis"
 
 

@@ -131,7 +131,7 @@ def fit_run_data(model: nn.Module, cfg: RunConfig, opened: list[OpenDataset]):
     return fit_data(model, sources, cfg.data.resolution, "data.resolution", grid_from=[o.train for o in opened],
                     channels=cfg.data.channels, adapt_channels=cfg.model.adapt, field_map=maps, training_set=sets,
                     train=True, targets=targets, stats_from=[o.train for o in opened], seed=cfg.seed,
-                    name=cfg.model.name, keep_boundary="periodic" in cfg.model.args)
+                    name=cfg.model.name, keep_boundary=bool(set(BOUNDARY_FIELDS) & set(cfg.model.args)))
 
 
 def build_data(cfg: RunConfig, model: nn.Module, opened: list[OpenDataset] | None = None, fitted=None) -> RunData:

@@ -68,6 +68,9 @@ def small_overrides(name: str) -> dict[str, Any]:
                 "image_size": 32, "patch_size": 4, "window_size": 4}  # four levels also for the three of poseidon-micro
     if {"state_names", "drop_path"} <= set(known):  # MPP (opzoo-mpp): narrow, one block, no stochastic depth
         out |= {"dim": 32, "heads": 2, "depth": 1, "drop_path": 0.0}
+    if {"field_names", "boundaries", "jitter"} <= set(known):  # Walrus (opzoo-walrus): narrow, one block, and without
+        # upstream's random jitter at inference (these tests run a model twice; tests/walrus covers the jitter)
+        out |= {"hidden": 32, "heads": 2, "depth": 1, "inner": 8, "groups": 4, "drop_path": 0.0, "jitter": False}
     if "normalization" in known and "mean_delta" in known:
         out["normalization"] = "none"
     from opzoo.evaluation.fit import neutral_statistics
@@ -87,6 +90,8 @@ def small_input(model: opzoo.Backbone, batch: int = 2, seed: int = 1) -> tuple[t
     # a U-Net (opzoo-well) gets twice its down-sampling factor: BatchNorm statistics over the batch at a
     # 1^d bottleneck have 2 values per channel, too few for float32 and bf16 to track float64
     sizes = list(getattr(c, "img_size", None) or [max(8, 2 * getattr(model, "size_multiple", 1))] * d)
+    if hasattr(c, "boundaries") and hasattr(c, "field_names"):  # Walrus: its stem takes 32 per axis, 128, ... (2-D)
+        sizes = list(model.grid_for(sizes)[0])
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(batch, *sizes, c.in_timesteps, c.in_channels, generator=g)
     y = torch.randn(batch, *sizes, c.out_timesteps, c.out_channels, generator=g)
@@ -98,12 +103,12 @@ def all_presets() -> list[str]:
     only in channel counts and normalization stats) one per backbone and number of spatial dims is taken, and of
     PDE-Transformer's one per backbone (its S/B/L differ only in the sizes small_overrides replaces), and of MORPH's
     one per kind of position table (sliced or interpolated in time), and of GPhyT's and Poseidon's one (their sizes are
-    what small_overrides replaces), and of MPP's one."""
+    what small_overrides replaces), and of MPP's and Walrus's one."""
     registry, seen, out = opzoo.get_registry(), set(), []
     for name in opzoo.list_models():
         preset = registry.preset(name)
         if preset.owner in ("opzoo-well", "opzoo-pdet", "opzoo-morph", "opzoo-gphyt", "opzoo-poseidon",
-                             "opzoo-mpp"):
+                             "opzoo-mpp", "opzoo-walrus"):
             key = (preset.backbone, preset.args.get("spatial_dims"), preset.args.get("time_positions"))
             if key in seen:
                 continue

@@ -266,3 +266,21 @@ class TestWellUNetConvNext(FamilyConformance):
 
     def write_upstream(self, model, path, edit):
         return write_well_repo(model, path, edit)
+
+
+class TestWalrus(FamilyConformance):
+    family = "walrus"
+    tiny = _shrunk("walrus")
+    other = {"hidden": 64, "heads": 4}
+    grid = (32, 32)
+    deterministic = {"jitter": False}  # upstream rolls the grid and tokens by random amounts at inference too
+    no_gradient = {r"net\.(embed|debed)\.3\..*": "the 3-D stem and decoder: the tiny model runs 2-D data (upstream "
+                                                 "holds one pair per dimensionality, embed/debed '2' and '3')"}
+
+    def write_upstream(self, model, path, edit):  # as upstream's trainer coalesces a checkpoint: {"app": {"model"}}
+        from opzoo_walrus.converter import upstream_state
+
+        state = upstream_state(model)
+        edit(state)
+        torch.save({"app": {"model": state}}, path.with_suffix(".pt"))
+        return path.with_suffix(".pt")

@@ -39,6 +39,9 @@ class SourceInfo:
     coords: dict[str, np.ndarray] = field(default_factory=dict)
     attrs: dict[str, Any] = field(default_factory=dict)
     boundary: str | None = None  # the boundary conditions as the file states them (None: it does not say)
+    # each spatial axis's boundary in The Well's words: "periodic", "wall", "open", or "wall/open" (before/after);
+    # None: the file does not say per axis
+    axis_boundaries: tuple[str, ...] | None = None
     axis_note: str = ""  # how the stored axes' order was decided (readers.axes), for `opzoo data inspect`
 
     @property

@@ -86,6 +86,7 @@ class TheWellSource(TrajectorySource):
             coords={a: dims_group[a][()] for a in axes},
             attrs=dict(f.attrs),
             boundary=_boundary(f),
+            axis_boundaries=axis_boundaries(f, axes),
         )
 
     def _add_components(
@@ -143,6 +144,39 @@ def _plain(value):
     if isinstance(value, bytes):
         return value.decode("utf-8")
     return value
+
+
+BOUNDARY_KINDS = ("wall", "open", "periodic")  # The Well's codes 0, 1, 2 (the_well.data.datasets.BoundaryCondition)
+
+
+def axis_boundaries(f: h5py.File, axes: list[str]) -> tuple[str, ...] | None:
+    """Each axis's boundary, before and after, as The Well's own loader reads it (the_well 1.2.0
+    ``WellDataset._padding_bcs``): open unless a ``boundary_conditions`` group says otherwise on that side; a group's
+    type holds on a side where its ``mask`` marks any point of it, a wall only where it marks every point. As
+    ``"periodic"``, ``"wall"``, ``"open"``, or ``"wall/open"`` where the sides differ; None when the file has no
+    boundary groups or a group names an axis the file does not have."""
+    if "boundary_conditions" not in f or not len(f["boundary_conditions"]):
+        return None
+    sides = {a: ["open", "open"] for a in axes}
+    for bc in f["boundary_conditions"].values():
+        kind = decode_str(bc.attrs.get("bc_type", "")).lower()
+        dims = decode_str_list(bc.attrs.get("associated_dims", []))
+        if kind not in BOUNDARY_KINDS or not dims or any(d not in sides for d in dims) or "mask" not in bc:
+            return None
+        mask = np.asarray(bc["mask"][()], dtype=bool)
+        if mask.ndim < len(dims):
+            return None
+        mask = mask.reshape(mask.shape[mask.ndim - len(dims):]) if mask.ndim == len(dims) else mask[
+            (0,) * (mask.ndim - len(dims))]  # a sample- or time-varying mask: its first
+        agg = np.all if kind == "wall" else np.any
+        for i, d in enumerate(dims):
+            first = tuple(0 if j == i else slice(None) for j in range(len(dims)))
+            last = tuple(-1 if j == i else slice(None) for j in range(len(dims)))
+            if agg(mask[first]):
+                sides[d][0] = kind
+            if agg(mask[last]):
+                sides[d][1] = kind
+    return tuple(a if a == b else f"{a}/{b}" for a, b in (sides[d] for d in axes))
 
 
 def _boundary(f: h5py.File) -> str | None:

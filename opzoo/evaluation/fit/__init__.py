@@ -24,7 +24,7 @@ a user's files and says the block.
 
 from __future__ import annotations
 
-from .boundary import boundary_plan, stated_boundaries
+from .boundary import axis_boundary_plan, boundary_plan, stated_axis_boundaries, stated_boundaries
 from .channels import plan_channels
 from .compose import FittedData, fit_data
 from .contract import contract_of, derived_contract, model_fields, model_name, pad_value_of
@@ -49,9 +49,11 @@ from .normalization import (
     training_parts,
 )
 
-__all__ = ["FieldPlan", "FittedData", "GridChoice", "apply_plan", "array_order_lines", "boundary_plan", "choose_grid",
+__all__ = ["FieldPlan", "FittedData", "GridChoice", "apply_plan", "array_order_lines",
+           "axis_boundary_plan", "boundary_plan", "choose_grid",
            "contract_of", "derived_contract", "describe_parts", "field_statistics", "fit_data", "fit_files",
            "fit_files_block", "fitted_names", "frame_shape", "model_fields", "model_name", "model_resolution",
            "neutral_statistics", "normalization", "normalization_kind", "one_field_set", "open_trajectories",
            "pad_value_of", "plan_channels", "plan_fields", "plan_subset", "recognised_training_set", "say_block",
-           "select_model_fields", "stated_boundaries", "training_parts", "with_file_channels"]
+           "select_model_fields", "stated_axis_boundaries", "stated_boundaries", "training_parts",
+           "with_file_channels"]

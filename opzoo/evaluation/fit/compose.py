@@ -53,8 +53,8 @@ def fit_data(model: nn.Module, sources: list[TrajectoryDataset], resolution=None
     :func:`opzoo.model_io.adapt.adapt_model` (``in_timesteps``, ``img_size``, ``periodic``, labels per channel), made
     in the same rebuild. ``stats_from``: the trajectories a normalization's statistics come from (default: each file's
     training part by training's rule). ``name``: how the block names the model (default its preset's).
-    ``keep_boundary``: the user set the model's ``periodic`` flag (``model.args.periodic``, ``--model-args``): it is
-    kept where the data state another boundary (said); otherwise the flag follows the data (:func:`boundary_plan`). A
+    ``keep_boundary``: the user set the model's ``periodic`` flag or its per-axis ``boundaries``
+    (``model.args``, ``--model-args``): it is kept where the data state another boundary (said); otherwise the flag follows the data (:func:`boundary_plan`). A
     file that does not fit is a ConfigError naming the flag that fits it."""
     from ...model_io.adapt import adapt_model
 
@@ -72,7 +72,8 @@ def fit_data(model: nn.Module, sources: list[TrajectoryDataset], resolution=None
     config, norm_lines, norm_record = normalization(model, contract, plans, changes, stats_from, progress, name)
     config = {**config, **subset_config}
     c = model.config
-    user = targets["periodic"] if "periodic" in targets else getattr(c, "periodic", None) if keep_boundary else None
+    key = "boundaries" if hasattr(c, "boundaries") else "periodic"
+    user = targets[key] if key in targets else getattr(c, key, None) if keep_boundary else None
     boundary, boundary_words = boundary_plan(model, contract, plans, user, name, train, may_adapt)
     targets.update(boundary)
     channel_map = field_correspondence(model, contract, plans)
@@ -187,10 +188,13 @@ def check_dimensions(model: nn.Module, contract: DataContract, sources: list[Tra
             c = model.config
             shape = ", ".join([f"N={src.shape[0]}", *(f"{a}={n}" for a, n in zip("XYZ", src.spatial)),
                                f"T={src.n_steps}", f"C={src.channels}"])
-            raise ConfigError(f"{src.path}: {len(src.spatial)}-D data shaped [{shape}], but {name} is a {dims}-D "
+            d = len(src.spatial)
+            other = (f"{name} runs {d}-D data when built so: --model-args spatial_dims={d} (model.args in a run, "
+                     f"opzoo.load(..., spatial_dims={d}))" if d in contract.spatial_dims else f"use a {d}-D model")
+            raise ConfigError(f"{src.path}: {d}-D data shaped [{shape}], but {name} is a {dims}-D "
                               f"model that takes [N, {', '.join('XYZ'[:dims])}, T, C] with T_in={c.in_timesteps}, "
                               f"C={c.in_channels}; no adaptation changes the number of spatial dimensions: check the "
-                              f"file's axis order (--layout array:<axes>) or use a {len(src.spatial)}-D model")
+                              f"file's axis order (--layout array:<axes>) or {other}")
         if dims is None and len(src.spatial) not in contract.spatial_dims:
             takes = " or ".join(f"{d}-D" for d in contract.spatial_dims)
             raise ConfigError(f"{src.path}: {len(src.spatial)}-D data, but {name} takes {takes} data; no adaptation "

@@ -1,0 +1,128 @@
+"""Walrus's data contract on files of The Well's layout: fields by name into the slots, each axis's boundary from the
+file (as The Well's own loader reads it), 2-D embedded in 3-D, the grid the stem takes, and the fit block saying each
+decision."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+import opzoo
+from opzoo.data import open_source
+from opzoo.evaluation.fit import fit_files_block
+
+from .test_walrus_plugin import TINY
+
+
+def write_well(path: Path, spatial=(32, 128), steps: int = 8, n: int = 2, sides=(("WALL",), ("PERIODIC",)),
+               name: str = "toy_flow") -> Path:
+    """A file of The Well's layout: density and pressure (t0), velocity (t1), a boundary group per axis and side kind
+    (``sides[axis]``: one kind for both ends, or two for before/after)."""
+    rng = np.random.default_rng(0)
+    axes = ["x", "y", "z"][:len(spatial)]
+    with h5py.File(path, "w") as f:
+        f.attrs.update(dataset_name=name, grid_type="cartesian", n_spatial_dims=len(spatial), n_trajectories=n,
+                       simulation_parameters=[])
+        dims = f.create_group("dimensions")
+        dims.attrs["spatial_dims"] = axes
+        dims.create_dataset("time", data=np.linspace(0, 1, steps, dtype=np.float32))
+        for a, size in zip(axes, spatial):
+            dims.create_dataset(a, data=np.linspace(0, 1, size, dtype=np.float32))
+        bcs = f.create_group("boundary_conditions")
+        for a, size, kinds in zip(axes, spatial, sides):
+            for i, kind in enumerate(dict.fromkeys(kinds)):
+                g = bcs.create_group(f"{a}_{kind.lower()}")
+                g.attrs.update(bc_type=kind, associated_dims=[a], associated_fields=[], sample_varying=False,
+                               time_varying=False)
+                mask = np.zeros(size, dtype=bool)
+                if len(set(kinds)) == 1:
+                    mask[[0, -1]] = True
+                else:
+                    mask[[0] if i == 0 else [-1]] = True
+                g.create_dataset("mask", data=mask)
+        t0 = f.create_group("t0_fields")
+        t0.attrs["field_names"] = ["density", "pressure"]
+        for fld, mean in (("density", 1.0), ("pressure", 2.0)):
+            d = t0.create_dataset(fld, data=(mean + 0.1 * rng.standard_normal((n, steps, *spatial))).astype("f4"))
+            d.attrs.update(sample_varying=True, time_varying=True)
+        t1 = f.create_group("t1_fields")
+        t1.attrs["field_names"] = ["velocity"]
+        d = t1.create_dataset("velocity", data=rng.standard_normal((n, steps, *spatial, len(spatial))).astype("f4"))
+        d.attrs.update(sample_varying=True, time_varying=True)
+        f.create_group("t2_fields").attrs["field_names"] = []
+        f.create_group("scalars").attrs["field_names"] = []
+    return path
+
+
+def test_the_well_reader_states_each_axis_boundary_as_the_wells_loader(tmp_path):
+    f = write_well(tmp_path / "a.hdf5", sides=(("WALL", "OPEN"), ("PERIODIC",)))
+    assert open_source(str(f)).info.axis_boundaries == ("wall/open", "periodic")
+    g = write_well(tmp_path / "b.hdf5", spatial=(16, 16, 16), sides=(("OPEN",), ("WALL",), ("PERIODIC",)))
+    assert open_source(str(g)).info.axis_boundaries == ("open", "wall", "periodic")
+
+
+def fitted(tmp_path, **file_args):
+    lines = []
+    path = write_well(tmp_path / "flow.hdf5", **file_args)
+    model = opzoo.load("walrus", **TINY).eval()
+    block = fit_files_block(model, [str(path)], say=lines.append)
+    return block, lines
+
+
+def test_a_well_file_is_read_by_name_with_its_boundaries(tmp_path):
+    block, lines = fitted(tmp_path, sides=(("WALL", "OPEN"), ("PERIODIC",)))
+    model = block.model
+    assert model.config.fields == ("density", "pressure", "velocity_x", "velocity_y")
+    assert tuple(model.config.boundaries) == ("wall/open", "periodic")
+    assert model.slots.tolist()[-1] == 6  # velocity_z: the zero component 2-D data gets in 3-D
+    text = "\n".join(lines)
+    assert "boundaries=wall/open,periodic for walrus, as the data states" in text
+
+
+def test_a_grid_the_stem_does_not_take_is_resampled_up_and_said(tmp_path):
+    block, lines = fitted(tmp_path, spatial=(48, 100))
+    assert tuple(block.grid.resolution) == (128, 128)
+    assert any("nearest larger grid" in line for line in lines)
+
+
+def test_the_fitted_model_predicts_the_file_at_its_grid(tmp_path):
+    block, _ = fitted(tmp_path)
+    model, shape = block.model.double(), block.frame_shape
+    x = torch.from_numpy(np.stack([block.sources[0].source.read(0, 0, 6)])).double()  # [1, X, Y, 6, C]
+    with torch.no_grad():
+        y = model(x)
+    assert y.shape == (1, 32, 128, 1, 4) and torch.isfinite(y).all()
+    assert shape is not None
+
+
+def test_files_of_different_boundaries_are_refused(tmp_path):
+    a = write_well(tmp_path / "a.hdf5", sides=(("WALL",), ("PERIODIC",)))
+    b = write_well(tmp_path / "b.hdf5", sides=(("OPEN",), ("PERIODIC",)))
+    model = opzoo.load("walrus", **TINY).eval()
+    with pytest.raises(opzoo.ConfigError, match="state different boundaries"):
+        fit_files_block(model, [str(a), str(b)], say=lambda line: None)
+
+
+def test_boundaries_the_user_sets_are_kept_and_the_difference_said(tmp_path):
+    path = write_well(tmp_path / "flow.hdf5")
+    lines = []
+    model = opzoo.load("walrus", **TINY, boundaries=("open", "open")).eval()
+    block = fit_files_block(model, [str(path)], say=lines.append, keep_boundary=True)
+    assert tuple(block.model.config.boundaries) == ("open", "open")
+    assert any("boundaries=open,open as the model args set them, although the data states wall,periodic" in line
+               for line in lines)
+
+
+def test_a_3d_file_runs_with_the_3d_build_and_the_2d_one_says_how(tmp_path):
+    path = write_well(tmp_path / "cube.hdf5", spatial=(16, 16, 16), steps=4, n=1,
+                      sides=(("OPEN",), ("WALL",), ("PERIODIC",)))
+    with pytest.raises(opzoo.ConfigError, match=r"walrus runs 3-D data when built so: --model-args spatial_dims=3"):
+        fit_files_block(opzoo.load("walrus", **TINY).eval(), [str(path)], say=lambda line: None)
+    block = fit_files_block(opzoo.load("walrus", **TINY, spatial_dims=3, in_timesteps=2).eval(), [str(path)],
+                            say=lambda line: None)
+    assert tuple(block.model.config.boundaries) == ("open", "wall", "periodic")
+    assert block.model.config.fields == ("density", "pressure", "velocity_x", "velocity_y", "velocity_z")
