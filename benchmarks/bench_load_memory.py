@@ -20,7 +20,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = Path(__file__).resolve().parents[1]
 LARGEST = ["dpot-h", "aot-pot-l", "nestor-s", "fno-3d", "gphyt-xl", "poseidon-l", "pdet-mc-l", "pdet-sc-l", "morph-l",
            "mpp-avit-l", "well-fno-post_neutron_star_merger", "well-tfno-post_neutron_star_merger",
-           "well-unet-classic-MHD_64", "well-unet-convnext-MHD_64"]
+           "well-unet-classic-MHD_64", "well-unet-convnext-MHD_64", "walrus"]
 SAVE = r"""
 import sys, torch, opzoo
 from opzoo.evaluation.fit import neutral_statistics

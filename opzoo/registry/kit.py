@@ -18,6 +18,7 @@ import importlib
 import os
 import re
 import sys
+import types
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -148,19 +149,25 @@ def check_field_statistics(config: Any, source: str, zero_std: bool = False) -> 
 
 
 def import_from_checkout(env: str, module: str, *, family: str, url: str, marker: str, repo: str | os.PathLike |
-                         None = None, at: str = "") -> Any:
+                         None = None, at: str = "", root: str = "", package_init: bool = True) -> Any:
     """The module ``module`` of upstream's code, from the checkout ``repo`` (default: the environment variable
     ``env``), or :class:`opzoo.UpstreamUnavailable` saying what to set. ``marker``, a file of the checkout, tells a
-    checkout of the right layout; the checkout's root is on ``sys.path`` only while importing."""
+    checkout of the right layout; the checkout's root (or its subdirectory ``root``, where the package lies) is on
+    ``sys.path`` only while importing. ``package_init=False``: the top package's ``__init__`` is not run (one that
+    imports upstream's whole training stack: its data pipeline, hydra, wandb), only the modules ``module`` needs."""
     repo = repo if repo is not None else os.environ.get(env)
     where = f" at {at}" if at else ""
     if not repo:
         raise UpstreamUnavailable(f"{family}'s code is not on the package index: set {env} to a checkout of {url}"
                                   f"{where}")
-    root = Path(repo)
-    if not (root / marker).is_file():
+    if not (Path(repo) / marker).is_file():
         raise UpstreamUnavailable(f"{env}={repo}: {marker} does not exist (a checkout of {url}{where} is needed)")
+    root = Path(repo) / root
     top = module.partition(".")[0]
+    if not package_init and top not in sys.modules:
+        package = types.ModuleType(top)
+        package.__path__ = [str(root / top)]
+        sys.modules[top] = package
     loaded = sys.modules.get(top)
     if loaded is not None and all(Path(p).resolve() != (root / top).resolve() for p in getattr(loaded, "__path__", [])):
         raise UpstreamUnavailable(f"another package named {top!r} is already imported ({loaded}); run in a fresh "

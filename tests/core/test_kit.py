@@ -66,6 +66,25 @@ def test_upstream_code_comes_from_the_checkout_an_environment_variable_names(tmp
         sys.modules.pop(name)
 
 
+def test_a_checkout_whose_package_init_imports_its_training_stack_is_read_without_it(tmp_path):
+    """``package_init=False``: the package lies under ``root`` of the checkout and its ``__init__`` (which would import
+    the whole training stack) is not run; the modules asked for are."""
+    pkg = tmp_path / "src" / "heavynet"
+    (pkg / "models").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("raise ImportError('hydra is not installed')\n")
+    (pkg / "models" / "__init__.py").write_text("")
+    (pkg / "models" / "block.py").write_text("class Block:\n    pass\n")
+    where = dict(family="Heavy", url="https://example.org/heavy", marker="src/heavynet/models/block.py")
+    with pytest.raises(opzoo.UpstreamUnavailable, match="hydra is not installed"):
+        kit.import_from_checkout("HEAVY_REPO", "heavynet.models.block", repo=tmp_path, root="src", **where)
+    sys.modules.pop("heavynet", None)
+    module = kit.import_from_checkout("HEAVY_REPO", "heavynet.models.block", repo=tmp_path, root="src",
+                                      package_init=False, **where)
+    assert module.Block.__module__ == "heavynet.models.block" and str(tmp_path / "src") not in sys.path
+    for name in ("heavynet.models.block", "heavynet.models", "heavynet"):
+        sys.modules.pop(name, None)
+
+
 @dataclasses.dataclass
 class _Config:
     width: int = 8

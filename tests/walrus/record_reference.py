@@ -73,7 +73,19 @@ def import_fork(root: Path):
     pkg = types.ModuleType("walrus_steering")
     pkg.__path__ = [str(root / "walrus_steering" / "walrus_steering")]
     sys.modules["walrus_steering"] = pkg
-    return types.SimpleNamespace(**{k: v for k, v in locals().items() if k[0].isupper() or k.startswith("choose")})
+    from walrus_steering.models.decoders import vstride_decoder
+    from walrus_steering.models.encoders import vstride_encoder
+    from walrus_steering.models.shared_utils import flexi_utils, normalization
+    from walrus_steering.models.spatial_blocks import full_attention
+    from walrus_steering.models.spatiotemporal_blocks import space_time_split
+    from walrus_steering.models.temporal_blocks import axial_time_attention
+    return types.SimpleNamespace(
+        AdaptiveDVstrideDecoder=vstride_decoder.AdaptiveDVstrideDecoder,
+        AdaptiveDVstrideEncoder=vstride_encoder.AdaptiveDVstrideEncoder,
+        choose_kernel_size_deterministic=flexi_utils.choose_kernel_size_deterministic,
+        RMSGroupNorm=normalization.RMSGroupNorm, FullAttention=full_attention.FullAttention,
+        SpaceTimeSplitBlock=space_time_split.SpaceTimeSplitBlock,
+        AxialTimeAttention=axial_time_attention.AxialTimeAttention)
 
 
 def fork_parts(f, s: dict, device=None):

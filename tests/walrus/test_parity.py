@@ -179,3 +179,26 @@ def test_the_recording_reruns_live(tmp_path):
         if key.endswith(".f64"):
             assert close(live[key], value, 1e-12), key
     assert json.loads((tmp_path / "reference.json").read_text())["published_parameters"] == META["published_parameters"]
+
+
+@pytest.mark.slow
+def test_the_benchmarks_upstream_is_the_forks_parts_on_the_same_weights():
+    """`opzoo benchmark`'s upstream (needs $OPZOO_WALRUS_FORK): the fork's stem, blocks and decoder holding the model's
+    weights give opzoo's prediction of the last frame; a periodic axis is refused (the fork's decoder does not wrap)."""
+    from opzoo_walrus.upstream import build_upstream_walrus
+
+    if not os.environ.get("OPZOO_WALRUS_FORK"):
+        pytest.skip("OPZOO_WALRUS_FORK does not name a checkout of PolymathicAI/walrus_steering at e963fad")
+    torch.manual_seed(0)
+    model = opzoo.load("walrus", hidden=32, heads=2, depth=2, inner=8, groups=4, drop_path=0.0, jitter=False,
+                       boundaries=("wall", "open/wall")).double().eval()
+    x = torch.randn(1, 128, 32, 6, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    up = build_upstream_walrus(model, x)
+    with torch.no_grad():
+        theirs = up.outputs(up.module(up.inputs(x)))[0]
+        v = model.to_upstream(x)
+        h, plan = model.net.encode(v / model.rms(v)[0], model.slots, model.bcs, None)
+        mine = model.net.debed["2"](model.net.process(h, model.bcs, None)[-1], model.slots, plan[1], [False] * 3)
+    assert close(mine, theirs, 1e-12)
+    with pytest.raises(opzoo.UpstreamUnavailable, match="no periodic wrap"):
+        build_upstream_walrus(opzoo.load("walrus", hidden=32, heads=2, depth=1, inner=8, groups=4), x.float())

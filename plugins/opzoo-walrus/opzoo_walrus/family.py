@@ -20,6 +20,7 @@ from .backbone import DEFAULT_FIELDS, RMS_FLOOR, Walrus
 from .converter import ANY_FILE_CFG, HUB_REPO, HUB_REVISION, UPSTREAM, WEIGHTS_FILE, at, convert_walrus, file_args
 from .fields import FIELD_INDEX_MAP
 from .network import parameter_count
+from .upstream import build_upstream_walrus
 
 LICENSE = "MIT (code and weights: the Hub repo's license tag and the repositories' LICENSE)"
 CITATION = ("McCabe, Mukhopadhyay, Marwah, Régaldo-Saint Blancard, Rozet, Ohana, Golkar, Cranmer, Ho et al. "
@@ -154,6 +155,7 @@ WALRUS = opzoo.CheckpointFamily(
     card=files("opzoo_walrus") / "model_cards" / "walrus.md", card_fields=card_fields, contract=CONTRACT,
 )
 
-PLUGIN = kit.FamilyPlugin(WALRUS, backbones={"walrus": Walrus}, converters={"walrus": convert_walrus})
+PLUGIN = kit.FamilyPlugin(WALRUS, backbones={"walrus": Walrus}, converters={"walrus": convert_walrus},
+                          upstreams={"walrus-fork": ("walrus", build_upstream_walrus)})
 
 __all__ = ["CONTRACT", "WALRUS", "PLUGIN", "facts"]
