@@ -340,6 +340,11 @@ class Backbone(nn.Module, metaclass=abc.ABCMeta):
         default takes any. The fit calls it on each file's first windows, so that ``opzoo fit`` refuses, in the same
         words, what ``eval`` or ``finetune`` would refuse once running."""
 
+    def random_inference(self) -> str:
+        """What this model draws at random when it predicts in eval mode, in a line the fit block says (``""``, the
+        default: nothing; Walrus's jitter, as its upstream runs it at inference)."""
+        return ""
+
     @property
     def in_timesteps(self) -> int:
         return self.config.in_timesteps

@@ -36,9 +36,28 @@ from torch.utils._pytree import tree_flatten
 OPTIMIZER_MOMENTS = {"adamw": 2, "adam": 2, "sgd": 1}
 
 
+class FusedAttentionOnMeta(torch.overrides.TorchFunctionMode):
+    """``F.scaled_dot_product_attention`` on the meta device as a real device runs it: a fused kernel that keeps the
+    output and the softmax's log-sum-exp for backward (CPU's flash attention; a GPU's flash or memory-efficient one),
+    not the attention matrix the meta device's math path keeps (``[B, heads, L, L]``: measured 35 MiB against 4 MiB
+    at 1024 tokens of 4 heads of 32)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.scaled_dot_product_attention:
+            q, k, v = args[:3]
+            if q.device.type == "meta" and q.dim() == 4 and k.dim() == 4 and v.dim() == 4 and len(args) == 3 and \
+                    set(kwargs) <= {"attn_mask", "dropout_p", "is_causal", "scale"}:
+                return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                    q, k, v, kwargs.get("dropout_p", 0.0), kwargs.get("is_causal", False),
+                    attn_mask=kwargs.get("attn_mask"), scale=kwargs.get("scale"))[0]
+        return func(*args, **kwargs)
+
+
 def saved_activation_bytes(forward: Callable[[], torch.Tensor], parameters: Iterable[torch.Tensor]) -> int:
     """Bytes of the tensors autograd keeps from ``forward()`` for backward (each storage once, the parameters
-    left out): the activation memory of a training step, at the dtype it runs in."""
+    left out): the activation memory of a training step, at the dtype it runs in. On the meta device, attention keeps
+    what a real device's fused kernel keeps (:class:`FusedAttentionOnMeta`)."""
     params = {p.untyped_storage()._cdata for p in parameters}
     kept: dict[int, torch.UntypedStorage] = {}
 
@@ -48,7 +67,7 @@ def saved_activation_bytes(forward: Callable[[], torch.Tensor], parameters: Iter
             kept[storage._cdata] = storage
         return t
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), FusedAttentionOnMeta():
         out = forward()
     nbytes = sum(s.nbytes() for s in kept.values())
     del out

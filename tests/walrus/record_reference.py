@@ -52,6 +52,7 @@ NETWORK_CASES = {
                                                                   [OPEN, OPEN]]),
 }
 JITTER_CASE = "2d-wall-periodic-32x128"
+ROLLOUT_CASE, ROLLOUT_STEPS = "2d-wall-periodic-32x128", 3
 JITTER_SEED = 7
 
 
@@ -231,6 +232,23 @@ def write_checkpoint(model_sd: dict, path: Path, optimizer: bool = False) -> Non
         dcp_to_torch_save(tmp, str(path))
 
 
+def fork_normalization(root: Path):
+    """The fork's ``SamplewiseRevNormalization`` (and its stats dataclass), read from ``trainer/training.py`` and
+    defined here: that module imports wandb, FSDP and its data pipeline, which the normalization does not need."""
+    import ast
+    from dataclasses import dataclass
+    from typing import Optional
+
+    path = root / "walrus_steering" / "walrus_steering" / "trainer" / "training.py"
+    text = path.read_text()
+    scope = {"torch": torch, "dataclass": dataclass, "Optional": Optional}
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.ClassDef) and node.name in ("SamplewiseNormalizationStats",
+                                                             "SamplewiseRevNormalization"):
+            exec(compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec"), scope)
+    return scope["SamplewiseRevNormalization"]
+
+
 # ---- the port ------------------------------------------------------------------------------------------------------
 def record_port(port: Path, jax_path: str, out: Path) -> dict:
     sys.path.append(jax_path)
@@ -278,6 +296,28 @@ def record_port(port: Path, jax_path: str, out: Path) -> dict:
         tensors[f"{name}.input"] = x.float()
         tensors[f"{name}.f64"] = torch.from_numpy(y.copy()) if grid[2] != 1 else torch.from_numpy(y.copy())[..., None]
         cases[name] = {"T": t, "B": b, "grid": list(grid), "labels": labels, "bcs": bcs}
+
+    # a rollout as upstream's trainer runs one (rollout_model, validation): each step the window's statistics by the
+    # fork's SamplewiseRevNormalization (in float32, as its compute_stats casts), the port's network on the normalized
+    # window, the last frame plus the denormalized change (the padded field zeroed), the window slid forward
+    revin = fork_normalization(Path(os.environ["OPZOO_WALRUS_FORK"]))()
+    t, b, grid, labels, bcs = NETWORK_CASES[ROLLOUT_CASE]
+    window = tensors[f"{ROLLOUT_CASE}.input"].double()[..., 0]  # [T, B, C, H, W]
+    window = torch.cat([window, torch.zeros_like(window[:, :, :1])], dim=2)  # velocity_z, as 2-D data is padded
+    labels = labels + [6]
+    meta = types.SimpleNamespace(n_spatial_dims=2)
+    frames = []
+    for _ in range(ROLLOUT_STEPS):
+        stats = revin.compute_stats(window, meta)
+        normalized = revin.normalize_stdmean(window, stats)
+        xj = jnp.moveaxis(jnp.swapaxes(jnp.asarray(normalized.numpy()), 0, 1), 2, -1)
+        y = np.moveaxis(np.swapaxes(np.asarray(model(xj, jnp.asarray(labels), bcs[:2])), 0, 1), -1, 2)
+        nxt = window[-1:].float() + revin.denormalize_delta(torch.from_numpy(y[-1:].copy()), stats)
+        nxt[:, :, -1] = 0.0  # velocity_z: a padded field, zeroed as rollout_model's field_mask does
+        frames.append(nxt)
+        window = torch.cat([window[1:], nxt.double()])
+    tensors["rollout.f32"] = torch.cat(frames)[..., None]  # [steps, B, C + 1, H, W, 1]
+    cases["rollout"] = {"case": ROLLOUT_CASE, "steps": ROLLOUT_STEPS, "labels": labels}
 
     # the jitter: the padded, flagged and rolled grid the port's _jitter_forward makes, and the rolls it drew
     t, b, grid, labels, bcs = NETWORK_CASES[JITTER_CASE]

@@ -29,7 +29,7 @@ DATA = Path(__file__).parent / "data"
 RECORDED = load_file(str(DATA / "reference.safetensors"))
 META = json.loads((DATA / "reference.json").read_text())
 SMALL = META["small"]
-NETWORK_CASES = [c for c in META["port_cases"] if c != "jitter"]
+NETWORK_CASES = [c for c in META["port_cases"] if c not in ("jitter", "rollout")]
 
 
 def converted(path=DATA / "walrus-small.pt"):
@@ -202,3 +202,22 @@ def test_the_benchmarks_upstream_is_the_forks_parts_on_the_same_weights():
     assert close(mine, theirs, 1e-12)
     with pytest.raises(opzoo.UpstreamUnavailable, match="no periodic wrap"):
         build_upstream_walrus(opzoo.load("walrus", hidden=32, heads=2, depth=1, inner=8, groups=4), x.float())
+
+
+def test_a_rollout_is_upstreams_window_slid_forward():
+    """Three steps as upstream's trainer rolls out (rollout_model): the fork's SamplewiseRevNormalization (float32
+    statistics, as its compute_stats casts) around the port's network, the last frame plus the denormalized change, the
+    window slid forward. Within float32 rounding: upstream's normalization computes in float32."""
+    r = META["port_cases"]["rollout"]
+    c = META["port_cases"][r["case"]]
+    u = RECORDED[f"port.{r['case']}.input"].double()  # [T, B, C, H, W, 1]
+    names = [FIELD_INDEX_MAP[i] for i in c["labels"]]
+    model = converted_model(fields=tuple(names), in_channels=len(names), out_channels=len(names),
+                            in_timesteps=u.shape[0], boundaries=("wall", "periodic"), jitter=False)
+    assert model.slots.tolist() == r["labels"]  # velocity_z appended, as upstream pads 2-D data
+    x = u[..., 0].permute(1, 3, 4, 0, 2)  # -> [B, X, Y, T, C]
+    want = RECORDED["port.rollout.f32"][:, :, :len(names), ..., 0].permute(1, 3, 4, 0, 2).double()
+    for dtype in (torch.float64, torch.float32):
+        with torch.no_grad():
+            y = model.to(dtype).rollout(x.to(dtype), steps=r["steps"])
+        assert close(y, want, 2e-5), dtype

@@ -19,7 +19,7 @@ from .test_walrus_plugin import TINY
 
 
 def write_well(path: Path, spatial=(32, 128), steps: int = 8, n: int = 2, sides=(("WALL",), ("PERIODIC",)),
-               name: str = "toy_flow") -> Path:
+               name: str = "toy_flow", scalars=("density", "pressure"), vector: str = "velocity") -> Path:
     """A file of The Well's layout: density and pressure (t0), velocity (t1), a boundary group per axis and side kind
     (``sides[axis]``: one kind for both ends, or two for before/after)."""
     rng = np.random.default_rng(0)
@@ -45,13 +45,13 @@ def write_well(path: Path, spatial=(32, 128), steps: int = 8, n: int = 2, sides=
                     mask[[0] if i == 0 else [-1]] = True
                 g.create_dataset("mask", data=mask)
         t0 = f.create_group("t0_fields")
-        t0.attrs["field_names"] = ["density", "pressure"]
-        for fld, mean in (("density", 1.0), ("pressure", 2.0)):
+        t0.attrs["field_names"] = list(scalars)
+        for fld, mean in zip(scalars, (1.0, 2.0)):
             d = t0.create_dataset(fld, data=(mean + 0.1 * rng.standard_normal((n, steps, *spatial))).astype("f4"))
             d.attrs.update(sample_varying=True, time_varying=True)
         t1 = f.create_group("t1_fields")
-        t1.attrs["field_names"] = ["velocity"]
-        d = t1.create_dataset("velocity", data=rng.standard_normal((n, steps, *spatial, len(spatial))).astype("f4"))
+        t1.attrs["field_names"] = [vector]
+        d = t1.create_dataset(vector, data=rng.standard_normal((n, steps, *spatial, len(spatial))).astype("f4"))
         d.attrs.update(sample_varying=True, time_varying=True)
         f.create_group("t2_fields").attrs["field_names"] = []
         f.create_group("scalars").attrs["field_names"] = []
@@ -81,6 +81,7 @@ def test_a_well_file_is_read_by_name_with_its_boundaries(tmp_path):
     assert model.slots.tolist()[-1] == 6  # velocity_z: the zero component 2-D data gets in 3-D
     text = "\n".join(lines)
     assert "boundaries=wall/open,periodic for walrus, as the data states" in text
+    assert "inference: jitter on, as upstream runs Walrus" in text
 
 
 def test_a_grid_the_stem_does_not_take_is_resampled_up_and_said(tmp_path):
@@ -126,3 +127,14 @@ def test_a_3d_file_runs_with_the_3d_build_and_the_2d_one_says_how(tmp_path):
                             say=lambda line: None)
     assert tuple(block.model.config.boundaries) == ("open", "wall", "periodic")
     assert block.model.config.fields == ("density", "pressure", "velocity_x", "velocity_y", "velocity_z")
+
+
+def test_a_file_of_other_names_is_read_through_a_field_map(tmp_path):
+    path = write_well(tmp_path / "lab.hdf5", scalars=("rho", "p"), vector="u")
+    model = opzoo.load("walrus", **TINY).eval()
+    lines = []
+    block = fit_files_block(model, [str(path)], say=lines.append,
+                            field_map="rho=density,p=pressure,u_x=velocity_x,u_y=velocity_y")
+    assert block.model.config.fields == ("density", "pressure", "velocity_x", "velocity_y")
+    with pytest.raises(opzoo.ConfigError, match="rho"):
+        fit_files_block(model, [str(path)], say=lambda line: None)

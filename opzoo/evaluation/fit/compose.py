@@ -97,6 +97,9 @@ def fit_data(model: nn.Module, sources: list[TrajectoryDataset], resolution=None
     lines.append(grid.line(sources, training=train, mode=shape.resample, source=contract.resample_source))
     lines.append(boundary_words)
     lines += norm_lines
+    drawn = adapted.random_inference() if hasattr(adapted, "random_inference") else ""
+    if drawn:
+        lines.append(f"inference: {drawn}")
     record = {"model": name, "contract": contract.name, "files": [s.path for s in dict.fromkeys(
         s for s, _ in plans)], "fields": names, "training_sets": sorted(
         {p.training_set.name for _, p in plans if p.training_set}), "grid": list(grid.resolution),

@@ -250,6 +250,14 @@ class Walrus(opzoo.Backbone):
         return grid, (f"the nearest larger grid {self._name()}'s stem takes on each axis ({', '.join(map(str, sizes))}: "
                       f"{tokens_per_axis(full)} tokens per axis)")
 
+    def random_inference(self) -> str:
+        if not self.config.jitter:
+            return ""
+        return ("jitter on, as upstream runs Walrus (jitter_patches: true, at inference too): each prediction rolls "
+                "the padded grid and, before each block, the tokens along every periodic axis by random amounts "
+                "(torch's generator: torch.manual_seed repeats a prediction); --model-args jitter=false runs the "
+                "deterministic network")
+
     def check_window(self, x: Tensor) -> None:
         self.check_grid(x.shape[1:1 + self.config.spatial_dims])
 
