@@ -29,14 +29,14 @@ NormalizationKind = Literal["per-sample", "constants", "training-split", "none"]
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_.:\-]*"
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
-_EXPRESSION = re.compile(rf"^\s*(?:(?P<number>{_NUMBER})|(?P<neg>-)?\s*(?P<a>{_NAME})"
-                         rf"(?:\s*(?P<op>[-+*/])\s*(?:(?P<b>{_NAME})|(?P<c>{_NUMBER})))?)\s*$")
+_EXPRESSION = re.compile(rf"^\s*(?:(?P<number>{_NUMBER})|(?P<func>log10)\(\s*(?P<fa>{_NAME})\s*\)|(?P<neg>-)?\s*"
+                         rf"(?P<a>{_NAME})(?:\s*(?P<op>[-+*/])\s*(?:(?P<b>{_NAME})|(?P<c>{_NUMBER})))?)\s*$")
 
 
 @dataclasses.dataclass(frozen=True)
 class Expression:
-    """One model field computed from a file's fields: ``a``, ``-a``, ``a op b``, ``a op number`` or a number
-    (``op`` one of ``+ - * /``). ``text`` is how it was written (said to the user)."""
+    """One model field computed from a file's fields: ``a``, ``-a``, ``a op b``, ``a op number``, ``log10(a)`` or a
+    number (``op`` one of ``+ - * /``). ``text`` is how it was written (said to the user)."""
 
     text: str
     a: Optional[str] = None
@@ -44,6 +44,7 @@ class Expression:
     b: Optional[str] = None
     number: Optional[float] = None
     negate: bool = False
+    func: Optional[str] = None  # "log10": the base-10 logarithm of ``a`` (Walrus's astrophysical sets)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -59,8 +60,10 @@ def parse_expression(text: str, where: str = "expression") -> Expression:
     """``"momentum_x / density"`` -> :class:`Expression`; ValueError naming ``where`` for anything else."""
     m = _EXPRESSION.match(str(text))
     if m is None or (m["neg"] and m["op"]):
-        raise ValueError(f"{where}: {text!r} is not a field, -field, a number, or 'field OP field|number' with OP one "
-                         f"of + - * /")
+        raise ValueError(f"{where}: {text!r} is not a field, -field, a number, log10(field), or 'field OP field|number' "
+                         f"with OP one of + - * /")
+    if m["func"]:
+        return Expression(str(text).strip(), a=m["fa"], func=m["func"])
     if m["number"] is not None:
         return Expression(str(text).strip(), number=float(m["number"]))
     return Expression(str(text).strip(), a=m["a"], op=m["op"], b=m["b"],

@@ -40,17 +40,25 @@ class FusedAttentionOnMeta(torch.overrides.TorchFunctionMode):
     """``F.scaled_dot_product_attention`` on the meta device as a real device runs it: a fused kernel that keeps the
     output and the softmax's log-sum-exp for backward (CPU's flash attention; a GPU's flash or memory-efficient one),
     not the attention matrix the meta device's math path keeps (``[B, heads, L, L]``: measured 35 MiB against 4 MiB
-    at 1024 tokens of 4 heads of 32)."""
+    at 1024 tokens of 4 heads of 32). Dropout, or a mask that needs a gradient (a learned position bias), takes the
+    math path on a real CPU too, and is left to it."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is torch.nn.functional.scaled_dot_product_attention:
-            q, k, v = args[:3]
-            if q.device.type == "meta" and q.dim() == 4 and k.dim() == 4 and v.dim() == 4 and len(args) == 3 and \
-                    set(kwargs) <= {"attn_mask", "dropout_p", "is_causal", "scale"}:
-                return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-                    q, k, v, kwargs.get("dropout_p", 0.0), kwargs.get("is_causal", False),
-                    attn_mask=kwargs.get("attn_mask"), scale=kwargs.get("scale"))[0]
+        if func is torch.nn.functional.scaled_dot_product_attention and len(args) == 3 and \
+                set(kwargs) <= {"attn_mask", "dropout_p", "is_causal", "scale"}:
+            q, k, v = args
+            mask = kwargs.get("attn_mask")
+            # a real CPU's rule: dropout or a mask that needs a gradient (a learned position bias) take the math path
+            if q.device.type == "meta" and q.dim() == k.dim() == v.dim() in (3, 4) and \
+                    not kwargs.get("dropout_p", 0.0) and (mask is None or not mask.requires_grad):
+                one = q.dim() == 3  # the fused kernel takes [B, heads, L, c]
+                if one:
+                    q, k, v = q[None], k[None], v[None]
+                    mask = mask[None] if mask is not None and mask.dim() == 3 else mask
+                out = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                    q, k, v, 0.0, kwargs.get("is_causal", False), attn_mask=mask, scale=kwargs.get("scale"))[0]
+                return out[0] if one else out
         return func(*args, **kwargs)
 
 

@@ -79,6 +79,28 @@ def test_saved_activations_are_counted_once_and_without_the_parameters():
     assert c.flops == real.flops > 0 and c.bytes == real.bytes
 
 
+def test_attention_on_meta_keeps_what_a_cpus_attention_keeps():
+    """The meta device's scaled_dot_product_attention would keep the [B, heads, L, L] matrix (its math path); the
+    estimate keeps what the CPU's kernel keeps: the fused one's output and log-sum-exp, and the math path where the CPU
+    takes it too (dropout, a mask that needs a gradient)."""
+    import torch.nn.functional as F
+
+    def saved(device: str, dims: int = 4, **kwargs) -> int:
+        g = torch.Generator().manual_seed(0)
+        shape = (2, 4, 128, 16)[4 - dims:]
+        q = torch.randn(shape, generator=g).to(device).requires_grad_()
+        if "attn_mask" in kwargs:
+            kwargs["attn_mask"] = kwargs["attn_mask"].to(device).requires_grad_(kwargs.pop("learned", False))
+        return saved_activation_bytes(lambda: F.scaled_dot_product_attention(q * 1, q * 2, q * 3, **kwargs), [q])
+
+    mask = torch.randn(1, 4, 128, 128)
+    for kwargs in ({}, {"is_causal": True}, {"attn_mask": mask}, {"attn_mask": mask, "learned": True},
+                   {"dropout_p": 0.1}):
+        assert saved("meta", **dict(kwargs)) == saved("cpu", **dict(kwargs)), kwargs
+    assert saved("meta", dims=3) == saved("cpu", dims=3)
+    assert saved("meta") < saved("meta", dropout_p=0.1)  # the fused kernel keeps no [L, L] matrix
+
+
 def test_interleaved_rounds_rotate_and_ratios_pair_rounds():
     calls = []
     times = interleaved_medians({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, repeats=3, warmup=1)

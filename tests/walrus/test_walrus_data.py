@@ -138,3 +138,23 @@ def test_a_file_of_other_names_is_read_through_a_field_map(tmp_path):
     assert block.model.config.fields == ("density", "pressure", "velocity_x", "velocity_y")
     with pytest.raises(opzoo.ConfigError, match="rho"):
         fit_files_block(model, [str(path)], say=lambda line: None)
+
+
+def test_the_sets_upstream_transformed_are_read_as_upstream_read_them(tmp_path):
+    """supernova_explosion_128's density and temperature as log10_density, log10_temperature; an acoustic set's density
+    as the zeros of zeros_like_density (the published config's field_transforms)."""
+    astro = write_well(tmp_path / "sn.hdf5", spatial=(16, 16, 16), steps=4, n=1, name="supernova_explosion_128",
+                       scalars=("density", "temperature"), sides=(("OPEN",),) * 3)
+    model = opzoo.load("walrus", **TINY, spatial_dims=3, in_timesteps=2).eval()
+    lines = []
+    block = fit_files_block(model, [str(astro)], say=lines.append)
+    assert block.model.config.fields[:2] == ("log10_density", "log10_temperature")
+    x = block.sources[0].read(0, 0, 2)  # [X, Y, Z, T, C]
+    with h5py.File(astro) as f:
+        rho = f["t0_fields/density"][0, :2]
+    np.testing.assert_allclose(x[..., 0].permute(3, 0, 1, 2).numpy(), np.log10(rho), rtol=1e-5)
+    assert any("read as walrus's upstream read its training set supernova_explosion_128" in line for line in lines)
+    sound = write_well(tmp_path / "ac.hdf5", name="acoustic_scattering_maze", scalars=("density", "pressure"))
+    block = fit_files_block(opzoo.load("walrus", **TINY).eval(), [str(sound)], say=lambda line: None)
+    assert "density" not in block.model.config.fields and "zeros_like_density" in block.model.config.fields
+    assert not block.sources[0].read(0, 0, 2)[..., block.model.config.fields.index("zeros_like_density")].any()

@@ -299,7 +299,8 @@ class TrajectorySource(abc.ABC):
         if self._transpose:
             window = np.swapaxes(window, 0, 1)
         have = self._all_fields
-        if all(not isinstance(s, float) and not s.constant and s.op is None and not s.negate for s in self._plan):
+        if all(not isinstance(s, float) and not s.constant and s.op is None and not s.negate and s.func is None
+               for s in self._plan):
             return window[..., [have.index(s.a) for s in self._plan]]
         window = np.asarray(window, dtype=np.float32)
         out = np.empty((*window.shape[:-1], len(self._plan)), dtype=np.float32)
@@ -318,7 +319,8 @@ class TrajectorySource(abc.ABC):
 
     def file_channels(self) -> tuple[list[tuple[str, int]], list[str]]:
         """``([(file field, channel it is read into)], left)`` in the file's field order: the file's fields a read
-        channel holds (read as the field itself, or as an invertible expression of it: ``-a``, ``a + 2.5``, ``a / 3``),
+        channel holds (read as the field itself, or as an invertible expression of it: ``-a``, ``a + 2.5``, ``a / 3``,
+        ``log10(a)``),
         and the channels that hold no field of the file (an expression of two fields, a fill value), by name."""
         if self._plan is None:
             return [(f, j) for j, f in enumerate(self._all_fields)], []
@@ -348,6 +350,8 @@ class TrajectorySource(abc.ABC):
             value, step = frames[..., j], self._plan[j]
             inverse = {"+": lambda v: v - step.number, "-": lambda v: v + step.number,
                        "*": lambda v: v / step.number, "/": lambda v: v * step.number}.get(step.op, lambda v: v)
+            if step.func == "log10":
+                inverse = lambda v: torch.pow(10.0, v)  # noqa: E731
             value = inverse(value)
             out.append(-value if step.negate else value)
         names = [f for f, _ in channels]
@@ -540,6 +544,9 @@ def evaluate(expression, window: np.ndarray, names: list[str]) -> np.ndarray:
     if expression.constant:
         return np.full(window.shape[:-1], expression.number, dtype=np.float32)
     a = window[..., names.index(expression.a)]
+    if expression.func == "log10":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.log10(a)  # a non-positive value gives -inf or NaN, which the read refuses, naming the channel
     if expression.negate:
         return -a
     if expression.op is None:

@@ -36,9 +36,26 @@ PRETRAINING = ("active_matter", "planetswe", "acoustic_scattering_maze", "acoust
                "turbulence_gravity_cooling", "turbulent_radiative_layer_3D", "MHD_64", "rayleigh_taylor_instability",
                "flowbench_FPO_NS_2D_512x128_harmonics")
 
+# How upstream read the pretraining sets whose fields it transformed (the published config's well_dataset_info
+# field_transforms, renamed by MixedWellDataset's update_field_names: "<transform>_<field>"); every other set's fields
+# are read by their own names. step_downsample_factor 0.5 halves those sets' history (3 frames of the 6).
+TRANSFORMS = NOTEBOOK + " (data.module_parameters.well_dataset_info field_transforms); " + at(
+    "walrus_steering/walrus_steering/data/multidataset.py") + " (update_field_names)"
+HALF_HISTORY = "upstream pretrained on 3 frames of history for this set (step_downsample_factor 0.5)"
+TRAINING_SETS = tuple(
+    [opzoo.TrainingSet(name, {"zeros_like_density": "density * 0"}, source=TRANSFORMS,
+                       note="density: torch.zeros_like, read as the slot zeros_like_density (the field is dropped)")
+     for name in ("acoustic_scattering_maze", "acoustic_scattering_inclusions", "acoustic_scattering_discontinuous")]
+    + [opzoo.TrainingSet(name, {"log10_density": "log10(density)", "log10_temperature": "log10(temperature)"},
+                         source=TRANSFORMS, note="density, temperature: torch.log10; " + HALF_HISTORY)
+       for name in ("supernova_explosion_128", "turbulence_gravity_cooling", "turbulent_radiative_layer_3D")]
+    + [opzoo.TrainingSet(name, {}, source=TRANSFORMS, note=HALF_HISTORY)
+       for name in ("MHD_64", "rayleigh_taylor_instability")])
+
 CONTRACT = opzoo.DataContract(
     name="walrus",
     fields=FIELD_INDEX_MAP[3:],
+    training_sets=TRAINING_SETS,
     units="each sample's own: the network divides each field by its RMS over the history and grid itself; 64 field "
           "slots shared by every dataset (The Well's names), any subset of them per sample",
     other_fields="subset",
