@@ -158,3 +158,22 @@ def test_the_sets_upstream_transformed_are_read_as_upstream_read_them(tmp_path):
     block = fit_files_block(opzoo.load("walrus", **TINY).eval(), [str(sound)], say=lambda line: None)
     assert "density" not in block.model.config.fields and "zeros_like_density" in block.model.config.fields
     assert not block.sources[0].read(0, 0, 2)[..., block.model.config.fields.index("zeros_like_density")].any()
+
+
+def test_a_new_field_gains_a_slot_when_fine_tuning_and_every_other_tensor_is_kept(tmp_path):
+    """As upstream's align_checkpoint_with_field_to_index_map (the notebook's 'blubber'): the file's unknown field is
+    appended to the slots, its stem column and decoder row new, every other weight kept."""
+    from opzoo.evaluation.fit import fit_data, open_trajectories
+
+    path = write_well(tmp_path / "b.hdf5", scalars=("density", "blubber"))
+    model = opzoo.load("walrus", **TINY).eval()
+    fitted = fit_data(model, [open_trajectories(str(path))], train=True)
+    new = fitted.model
+    assert new.config.field_names[-1] == "blubber" and len(new.config.field_names) == 68
+    assert "blubber" in new.config.fields
+    old, grown = model.state_dict(), new.state_dict()
+    w_old, w_new = old["net.embed.2.proj1.weight"], grown["net.embed.2.proj1.weight"]
+    assert w_new.shape[1] == 68 and torch.equal(w_new[:, :67], w_old)
+    assert torch.equal(grown["net.blocks.0.space_mixing.fused_ff_qkv.weight"],
+                       old["net.blocks.0.space_mixing.fused_ff_qkv.weight"])
+    assert any("blubber" in line for line in fitted.lines)
