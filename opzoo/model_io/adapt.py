@@ -124,10 +124,24 @@ def adapt_model(model: nn.Module, *, seed: int = 0, config: Mapping[str, Any] | 
             f"cannot adapt backbone {backbone!r} to {changes}: {cls.__name__} has no io_layout (opzoo.Backbone.io_layout "
             f"says which of its tensors read or write data channels and steps); give it data with its own shape "
             f"({_shape_text(old_cfg)})")
+    old_state = model.state_dict()
+    if not any(rule is not None for name, rule in layout.items() if name in old_state):
+        # no tensor changes (a boundary, the fields' names, statistics): the new model is built with its parameters on
+        # the meta device and takes copies of the old tensors, never initialized (a 1.3B model: one copy, not two)
+        from .weights import build_for_weights, load_state_dict_strict
+
+        new = build_for_weights(lambda: cls(new_cfg))
+        fresh_state = new.state_dict()
+        if set(fresh_state) != set(old_state) or any(fresh_state[k].shape != old_state[k].shape for k in old_state):
+            raise ConfigError(f"adapting {backbone} to {changes or relabelled}: its tensors change, but its io_layout "
+                              "names none")
+        state = {name: old.detach().to("cpu", copy=True) for name, old in old_state.items()}
+        load_state_dict_strict(new, state, f"adapting {backbone}")
+        return _finish(new, model, old_cfg, new_cfg, backbone, changes, config, relabelled, len(state), [], {}, False)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         new = cls(new_cfg)
-    old_state, fresh_state = model.state_dict(), new.state_dict()
+    fresh_state = new.state_dict()
     state: dict[str, Tensor] = {}
     reshaped: list[str] = []
     for name, fresh in fresh_state.items():
@@ -151,6 +165,15 @@ def adapt_model(model: nn.Module, *, seed: int = 0, config: Mapping[str, Any] | 
             raise ConfigError(f"adapting {backbone}: {name} changes shape {list(old.shape)} -> {list(fresh.shape)} "
                               f"and the layout has no rule for it")
     new.load_state_dict(state, strict=True)
+    return _finish(new, model, old_cfg, new_cfg, backbone, changes, config, relabelled, len(state), reshaped, layout,
+                   by_name)
+
+
+def _finish(new: nn.Module, model: nn.Module, old_cfg, new_cfg, backbone: str, changes: Mapping[str, Any],
+            config: Mapping[str, Any], relabelled: Mapping[str, Any], n_tensors: int, reshaped: list[str],
+            layout: Mapping[str, Any], by_name: bool) -> nn.Module:
+    """The adapted model's record of its adaptation, its names and facts, and its mode (``model``'s)."""
+    fresh_state = new.state_dict()
     new.adaptation_fills = {name: ("zero" if any(m.fill == "zero" and None in m.index for m in rule) else "init")
                             for name, rule in layout.items() if rule != "resize" and name in fresh_state
                             and any(None in m.index for m in rule)}
@@ -162,7 +185,7 @@ def adapt_model(model: nn.Module, *, seed: int = 0, config: Mapping[str, Any] | 
     new.pretrained_cfg = _adapted_pretrained_cfg(getattr(model, "pretrained_cfg", {}), changes, _shape_text(old_cfg))
     new.adaptation = reshaped
     logger.info("adapted %s from %s to %s: %d tensors copied unchanged; %s%s", backbone, _shape_text(old_cfg),
-                _shape_text(new_cfg), len(state) - len(reshaped), "; ".join(reshaped) or "no tensor changed shape",
+                _shape_text(new_cfg), n_tensors - len(reshaped), "; ".join(reshaped) or "no tensor changed shape",
                 "".join(f"; {k}: {getattr(old_cfg, k)} -> {getattr(new_cfg, k)}"
                         for k in (*BOUNDARY_FIELDS, *relabelled)
                         if k not in config and getattr(old_cfg, k, None) != getattr(new_cfg, k, None)))

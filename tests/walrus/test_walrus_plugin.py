@@ -215,3 +215,18 @@ def test_the_stand_in_predicts_through_the_preset_wrapper():
 
 def test_the_data_dir_is_small():
     assert sum(p.stat().st_size for p in Path(DATA).iterdir()) < 4_000_000
+
+
+def test_a_boundary_change_copies_every_tensor_once_and_leaves_the_given_model_as_it_was():
+    """adapt_model of a change that touches no tensor builds the new model with its parameters on meta and gives it a
+    copy of each tensor: no second initialized model (a full-size Walrus: one copy of 4.8 GiB, not two)."""
+    from opzoo.model_io.adapt import adapt_model
+
+    model = tiny(boundaries=("wall", "periodic")).float()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    new = adapt_model(model, boundaries=("open", "periodic"))
+    assert tuple(new.config.boundaries) == ("open", "periodic") and tuple(model.config.boundaries) == ("wall", "periodic")
+    for name, value in new.state_dict().items():
+        assert torch.equal(value, before[name]) and value.data_ptr() != model.state_dict()[name].data_ptr(), name
+    assert new.bcs[0] == [1, 1] and not any(p.is_meta for p in new.parameters()) and new.slots.device.type == "cpu"
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), before.values()))
