@@ -168,11 +168,14 @@ class Walrus(opzoo.Backbone):
     @staticmethod
     def rms(v: Tensor) -> tuple[Tensor, Tensor]:
         """``[T, B, C, *S]`` -> the RMS of each sample's fields over time and grid, and of their changes between
-        frames, each at least :data:`RMS_FLOOR` (``[1, B, C, 1, 1, 1]``)."""
+        frames, each at least :data:`RMS_FLOOR` (``[1, B, C, 1, 1, 1]``), in float32 at least and outside autocast
+        (upstream's ``compute_stats``)."""
         dims = (0, *range(3, v.ndim))
-        floor = torch.tensor(RMS_FLOOR, dtype=v.dtype, device=v.device)
-        field = torch.maximum(v.square().mean(dims, keepdim=True).sqrt(), floor)
-        change = torch.maximum((v[1:] - v[:-1]).square().mean(dims, keepdim=True).sqrt(), floor)
+        with torch.autocast(device_type=v.device.type, enabled=False):  # in float32 at least, as upstream's
+            v = v if v.dtype in (torch.float32, torch.float64) else v.float()
+            floor = torch.tensor(RMS_FLOOR, dtype=v.dtype, device=v.device)
+            field = torch.maximum(v.square().mean(dims, keepdim=True).sqrt(), floor)
+            change = torch.maximum((v[1:] - v[:-1]).square().mean(dims, keepdim=True).sqrt(), floor)
         return field, change
 
     def _jitter(self, grid, jittered: bool = True):
