@@ -125,7 +125,8 @@ def adapt_model(model: nn.Module, *, seed: int = 0, config: Mapping[str, Any] | 
             f"says which of its tensors read or write data channels and steps); give it data with its own shape "
             f"({_shape_text(old_cfg)})")
     old_state = model.state_dict()
-    if not any(rule is not None for name, rule in layout.items() if name in old_state):
+    if not any(rule is not None for name, rule in layout.items() if name in old_state) and \
+            not any(t.is_meta for t in old_state.values()):  # a memory plan's dry run on meta: built as it is
         # no tensor changes (a boundary, the fields' names, statistics): the new model is built with its parameters on
         # the meta device and takes copies of the old tensors, never initialized (a 1.3B model: one copy, not two)
         from .weights import build_for_weights, load_state_dict_strict
@@ -135,7 +136,7 @@ def adapt_model(model: nn.Module, *, seed: int = 0, config: Mapping[str, Any] | 
         if set(fresh_state) != set(old_state) or any(fresh_state[k].shape != old_state[k].shape for k in old_state):
             raise ConfigError(f"adapting {backbone} to {changes or relabelled}: its tensors change, but its io_layout "
                               "names none")
-        state = {name: old.detach().to("cpu", copy=True) for name, old in old_state.items()}
+        state = {name: old.detach().to("cpu", copy=True) for name, old in old_state.items()}  # as the build below
         load_state_dict_strict(new, state, f"adapting {backbone}")
         return _finish(new, model, old_cfg, new_cfg, backbone, changes, config, relabelled, len(state), [], {}, False)
     with torch.random.fork_rng(devices=[]):

@@ -230,3 +230,13 @@ def test_a_boundary_change_copies_every_tensor_once_and_leaves_the_given_model_a
         assert torch.equal(value, before[name]) and value.data_ptr() != model.state_dict()[name].data_ptr(), name
     assert new.bcs[0] == [1, 1] and not any(p.is_meta for p in new.parameters()) and new.slots.device.type == "cpu"
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), before.values()))
+
+
+def test_a_boundary_change_of_a_model_on_meta_stays_on_meta():
+    """A memory plan fits a model built on the meta device before any weights exist: its adaptation is built there."""
+    from opzoo.model_io.adapt import adapt_model
+
+    with torch.device("meta"):
+        model = opzoo.load("walrus", **TINY)
+        new = adapt_model(model, boundaries=("open", "wall"))
+    assert all(p.is_meta for p in new.parameters()) and tuple(new.config.boundaries) == ("open", "wall")
