@@ -56,8 +56,11 @@ class FusedAttentionOnMeta(torch.overrides.TorchFunctionMode):
                 if one:
                     q, k, v = q[None], k[None], v[None]
                     mask = mask[None] if mask is not None and mask.dim() == 3 else mask
-                out = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-                    q, k, v, 0.0, kwargs.get("is_causal", False), attn_mask=mask, scale=kwargs.get("scale"))[0]
+                try:
+                    out = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                        q, k, v, 0.0, kwargs.get("is_causal", False), attn_mask=mask, scale=kwargs.get("scale"))[0]
+                except RuntimeError:  # a layout the fused kernel does not take (a CPU falls back to the math path too)
+                    return func(*args, **kwargs)
                 return out[0] if one else out
         return func(*args, **kwargs)
 

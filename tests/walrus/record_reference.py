@@ -330,6 +330,9 @@ def record_port(port: Path, jax_path: str, out: Path) -> dict:
         rolls[dim - 3] = int(r)
     tensors["jitter.padded"] = torch.from_numpy(np.asarray(padded).copy()).float()  # exact: the input, 0s, flags
     cases["jitter"] = {"case": JITTER_CASE, "rolls": rolls, "kernels": [list(k) for k in kernels]}
+    # the rotary positions both sides used (torch's float32 linspace on this CPU), per token count of the cases
+    for n in (2, 4, 16, 32):
+        tensors[f"positions.{n}"] = torch.linspace(-1, 1, steps=n)
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(out / "port.safetensors"))
     import equinox
     return {"port_cases": cases, "port_versions": {"jax": jax.__version__, "equinox": equinox.__version__}}

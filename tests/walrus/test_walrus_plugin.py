@@ -111,7 +111,9 @@ def test_a_grid_the_stem_does_not_take_is_refused_naming_the_ones_it_takes():
     with pytest.raises(opzoo.ConfigError, match=r"walrus does not run at 64x64: .* 32, 128, 256, 384, 512, 768, 1024; "
                                                 r"--resolution 128 128 runs it"):
         model(history((1, 64, 64, 6, 4)))
-    assert model.grid_for((100, 300)) [0] == (128, 384)
+    assert model.grid_for((100, 300))[0] == (128, 384)
+    grid, why = model.grid_for((2048, 64))
+    assert grid == (1024, 128) and "down to its largest" in why
     assert tiny(spatial_dims=3, boundaries=("periodic",) * 3).grid_for((20, 64, 200))[0] == (64, 64, 256)
 
 

@@ -166,8 +166,7 @@ def axis_boundaries(f: h5py.File, axes: list[str]) -> tuple[str, ...] | None:
         mask = np.asarray(bc["mask"][()], dtype=bool)
         if mask.ndim < len(dims):
             return None
-        mask = mask.reshape(mask.shape[mask.ndim - len(dims):]) if mask.ndim == len(dims) else mask[
-            (0,) * (mask.ndim - len(dims))]  # a sample- or time-varying mask: its first
+        mask = mask[(0,) * (mask.ndim - len(dims))]  # a sample- or time-varying mask: its first
         agg = np.all if kind == "wall" else np.any
         for i, d in enumerate(dims):
             first = tuple(0 if j == i else slice(None) for j in range(len(dims)))

@@ -250,8 +250,9 @@ class Walrus(opzoo.Backbone):
         grid = tuple(next((s for s in sizes if s >= n), sizes[-1]) for n in data_grid)
         if grid == tuple(int(n) for n in data_grid):
             return grid, f"{self._name()} runs at this grid (its stem takes {', '.join(map(str, sizes))} per axis)"
-        return grid, (f"the nearest larger grid {self._name()}'s stem takes on each axis ({', '.join(map(str, sizes))}: "
-                      f"{tokens_per_axis(full)} tokens per axis)")
+        over = " (down to its largest where the data's axis is longer)" if any(n > sizes[-1] for n in data_grid) else ""
+        return grid, (f"the nearest larger grid {self._name()}'s stem takes on each axis{over} "
+                      f"({', '.join(map(str, sizes))}: {tokens_per_axis(full)} tokens per axis)")
 
     def random_inference(self) -> str:
         if not self.config.jitter:

@@ -44,6 +44,12 @@ def drop_path(x: Tensor, p: float, training: bool) -> Tensor:
     return x * keep.div_(1.0 - p)
 
 
+def pixel_positions(n: int, device=None) -> Tensor:
+    """``linspace(-1, 1, n)`` in float32, as upstream's rotary embedding makes an axis's positions (torch's float32
+    linspace may round a few of them otherwise on another CPU: its vectorized loop fuses the multiply-add)."""
+    return torch.linspace(-1, 1, steps=n, device=device)
+
+
 class AxialRotary(nn.Module):
     """lucidrains' rotary embedding as upstream's spatial attention uses it (``freqs_for="pixel"``,
     ``max_freq=256``): ``freqs`` = ``linspace(1, 128, dim/2) * pi`` (a buffer the checkpoint holds); each axis's
@@ -57,7 +63,7 @@ class AxialRotary(nn.Module):
         """``[H, W, D, 3 * dim]``: every axis's angles (each frequency twice, adjacent), axis after axis."""
         parts = []
         for axis, n in enumerate(grid):
-            pos = torch.linspace(-1, 1, steps=n, device=self.freqs.device).to(self.freqs.dtype)
+            pos = pixel_positions(n, self.freqs.device).to(self.freqs.dtype)
             ang = (pos[:, None] * self.freqs).repeat_interleave(2, dim=-1)
             shape = [1, 1, 1, ang.shape[-1]]
             shape[axis] = n

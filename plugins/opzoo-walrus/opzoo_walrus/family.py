@@ -22,9 +22,8 @@ from .fields import FIELD_INDEX_MAP
 from .network import parameter_count
 from .upstream import build_upstream_walrus
 
-LICENSE = "MIT (code and weights: the Hub repo's license tag and the repositories' LICENSE)"
-CITATION = ("McCabe, Mukhopadhyay, Marwah, Régaldo-Saint Blancard, Rozet, Ohana, Golkar, Cranmer, Ho et al. "
-            "Walrus: A Cross-Domain Foundation Model for Continuum Dynamics. arXiv 2511.15684")
+README = at("README.md", "d0749fe", UPSTREAM)
+LICENSE = "MIT (the code: " + README + "); the weights' license is not stated in the repository"
 NOTEBOOK = at("demo_notebooks/walrus_example_1_RunningWalrus.ipynb", "3cd747c", UPSTREAM)
 ISOTROPIC = at("walrus/models/isotropic_model.py", "f141d0c", UPSTREAM)
 FORK_NOTE = at("walrus_steering/walrus_steering/models/isotropic_model.py")
@@ -143,9 +142,11 @@ def facts(variant: opzoo.Variant) -> tuple[opzoo.Fact, ...]:
         Fact("training", "AdamW lr 2e-4, weight decay 1e-4, eps 1e-10; inverse-sqrt schedule with 10 warm-up and 10 "
              "cool-down epochs; 200 epochs; batch 2 x 4 accumulation per device; MAE on the normalized change x 100; "
              "gradient clip 10", NOTEBOOK + " (trainer, optimizer, lr_scheduler)"),
-        Fact("code license", "MIT", at("walrus_steering/LICENSE")),
-        Fact("weights license", "MIT (the Hub repo's license tag)", f"Hugging Face {HUB_REPO} model card",
-             verified=False, alternatives=("check the Hub page before redistributing",)),
+        Fact("code license", "MIT (\"This project is licensed under the MIT License\")", README + "; the fork's "
+             + at("walrus_steering/LICENSE")),
+        Fact("weights license", "not stated: the repository's README licenses the project as MIT and links the Hub "
+             "repo; the Hub repo's own license tag could not be read here", README, verified=False,
+             alternatives=("MIT, as the code: check the Hub page before redistributing the weights",)),
     )
 
 
